@@ -1,0 +1,3 @@
+"""Mallory: a greybox fuzzer for distributed systems."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,1 @@
+"""Subcommands of `mallory`, one module each (see mallory/cli.py for the contract)."""

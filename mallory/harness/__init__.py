@@ -1,0 +1,1 @@
+"""The Jepsen-like side: SUT adapters, workloads, history recording."""

@@ -1,0 +1,1 @@
+"""States (MinHash + LSH), rewards and policies. Pure Python: no sockets, no subprocess."""

@@ -1,0 +1,1 @@
+"""The gateway: firewall, batch ingestion, HTTP API, the campaign loop."""

@@ -1,0 +1,1 @@
+"""Per-node capture: NFQUEUE packets, the shared-memory event ring, batching to the mediator."""

@@ -1,0 +1,1 @@
+"""Bug detection: transactional and linearizability checkers, ASan and log oracles. Pure Python."""
