@@ -1,0 +1,75 @@
+"""The contract between SUT adapters (mallory/harness) and cluster backends (netns, docker).
+
+A backend owns the machines: it brings nodes up, runs processes inside a node with the
+node's environment, captures their output to per-node log files, signals them, and knows
+the addresses. An adapter owns the system under test: which commands to run, when it is
+ready, how to talk to it. Adapters only ever touch nodes through this protocol, so the same
+adapter runs on network namespaces and on docker.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, Protocol, Sequence
+
+
+@dataclass(frozen=True)
+class NodeProcess:
+    """A process a backend started inside a node."""
+
+    node: str
+    name: str  # e.g. "sut", "sentinel", "observer": unique per node
+    pid: int  # pid as seen from the controller (root pid namespace for netns)
+    log_path: Path  # stdout and stderr, appended
+
+
+class ClusterBackend(Protocol):
+    """What every cluster backend offers to adapters, the nemesis and the campaign."""
+
+    name: str  # "netns", "docker"
+    nodes: Sequence[str]  # node names, "n1".."nN"
+
+    def node_address(self, node: str) -> str:
+        """The IP address a node's SUT binds to and its peers use."""
+        ...
+
+    def client_address(self, node: str) -> str:
+        """An IP address the controller (harness clients) uses to reach the node's client port.
+
+        Traffic to it crosses the gateway, never bypasses it.
+        """
+        ...
+
+    def data_dir(self, node: str) -> Path:
+        """A per-node directory the SUT may write to; removed when the cluster goes down."""
+        ...
+
+    def log_dir(self, node: str) -> Path:
+        """Where the node's process logs go; kept after the cluster goes down."""
+        ...
+
+    def spawn(
+        self,
+        node: str,
+        argv: Sequence[str],
+        *,
+        name: str = "sut",
+        env: Mapping[str, str] | None = None,
+        cwd: Path | None = None,
+    ) -> NodeProcess:
+        """Start argv inside the node. The environment gets MALLORY_NODE, MALLORY_SHM and
+        MALLORY_DATA_DIR on top of `env`; output is appended to log_dir(node)/<name>.log."""
+        ...
+
+    def signal(self, proc: NodeProcess, signum: int) -> None:
+        """Send a signal to the process (and its process group)."""
+        ...
+
+    def is_running(self, proc: NodeProcess) -> bool:
+        """True while the process exists and is not a zombie (a stopped process is running)."""
+        ...
+
+    def wait(self, proc: NodeProcess, timeout: float) -> int | None:
+        """Wait for the process to exit; its exit status, or None on timeout."""
+        ...
