@@ -1,0 +1,230 @@
+"""Timeline abstractions: what of a window's causal structure becomes the learner's state.
+
+The interface is the paper's. Each node carries an abstract state that evolves along the
+node's events:
+
+    update(entry)                                same-node succession: `entry` happened here
+    merge(this_entry, other_state, other_entry)  a causal arrow: `this_entry` (a RECV) receives
+                                                 what `other_entry` (the SEND) carried, and
+                                                 `other_state` is the sender's abstract state
+                                                 as it was right after `other_entry`
+
+`summary()` turns the states of all nodes into the window's summary: a set of string tokens
+that the learner MinHashes. Abstractions are pluggable by name (`ABSTRACTIONS`).
+
+An event's *type* (`event_type`) is what the abstraction sees of it: code and log events by
+their id, packets and client ops by their small payload abstraction. Packet ids are unique
+per packet, so they never enter a type.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import ClassVar
+
+from mallory.errors import MalloryError
+from mallory.timeline.builder import Committed
+from mallory.timeline.event import Event, Kind
+
+Summary = frozenset[str]
+
+_BY_ID = frozenset({Kind.FUNC, Kind.BLOCK, Kind.LOG})
+#: Window markers delimit windows; they are not behaviour of the system under test.
+IGNORED_KINDS = frozenset({Kind.WINDOW_START, Kind.WINDOW_END})
+
+
+def event_type(event: Event) -> str:
+    """The abstract type of an event, e.g. "FUNC:1a2b" or "SEND:17030300"."""
+    if event.kind in _BY_ID:
+        return f"{event.kind.name}:{event.id:x}"
+    return f"{event.kind.name}:{event.data}"
+
+
+class Abstraction(ABC):
+    """The abstract states of every node in one window."""
+
+    name: ClassVar[str]
+
+    def __init__(self) -> None:
+        self._types: dict[str, int] = {}  # event type -> small integer (bit position)
+        self._names: list[str] = []
+
+    def type_index(self, event: Event) -> int:
+        name = event_type(event)
+        index = self._types.get(name)
+        if index is None:
+            index = self._types[name] = len(self._names)
+            self._names.append(name)
+        return index
+
+    @abstractmethod
+    def update(self, entry: Committed) -> None:
+        """`entry` happened on its node, after everything this node has seen so far."""
+
+    @abstractmethod
+    def merge(self, this_entry: Committed, other_state: object, other_entry: Committed) -> None:
+        """`this_entry` receives the message `other_entry` sent; fold the sender's state in."""
+
+    @abstractmethod
+    def snapshot(self, node: str) -> object:
+        """The node's current state, immutable, to be merged later at the receiver."""
+
+    @abstractmethod
+    def summary(self) -> Summary:
+        """The window's summary: a set of tokens."""
+
+
+class EventHistory(Abstraction):
+    """The paper's default: per node, the pairs (type a, type b) with a happens-before b and b
+    on that node, both in the window.
+
+    A node's *history* is the bitset of types that happened on it or causally before it; an
+    event of type t adds every type of the history as a predecessor of t, then joins the
+    history. One integer OR per event, instead of a loop over pairs.
+    """
+
+    name = "event-history"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._history: dict[str, int] = {}
+        self._pairs: dict[str, dict[int, int]] = {}  # node -> type -> bitset of predecessors
+
+    def update(self, entry: Committed) -> None:
+        node = entry.event.node
+        t = self.type_index(entry.event)
+        history = self._history.get(node, 0)
+        pairs = self._pairs.get(node)
+        if pairs is None:
+            pairs = self._pairs[node] = {}
+        if history:
+            pairs[t] = pairs.get(t, 0) | history
+        elif t not in pairs:
+            pairs[t] = 0
+        self._history[node] = history | (1 << t)
+
+    def merge(self, this_entry: Committed, other_state: object, other_entry: Committed) -> None:
+        node = this_entry.event.node
+        self._history[node] = self._history.get(node, 0) | int(other_state)  # type: ignore[call-overload]
+
+    def snapshot(self, node: str) -> int:
+        return self._history.get(node, 0)
+
+    def pairs(self) -> set[tuple[str, str, str]]:
+        """(node, type a, type b) for every a happens-before b, b on node."""
+        names = self._names
+        out = set()
+        for node, per_type in self._pairs.items():
+            for t, preds in per_type.items():
+                while preds:
+                    low = preds & -preds
+                    out.add((node, names[low.bit_length() - 1], names[t]))
+                    preds ^= low
+        return out
+
+    def summary(self) -> Summary:
+        return frozenset(f"{node}|{a}|{b}" for node, a, b in self.pairs())
+
+
+class VectorClock(Abstraction):
+    """Per node, its vector clock at the end of the window: for every node m, how many of m's
+    window events happen before (or are) the node's last event."""
+
+    name = "vector-clock"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._clocks: dict[str, dict[str, int]] = {}
+
+    def update(self, entry: Committed) -> None:
+        node = entry.event.node
+        clock = self._clocks.setdefault(node, {})
+        clock[node] = clock.get(node, 0) + 1
+
+    def merge(self, this_entry: Committed, other_state: object, other_entry: Committed) -> None:
+        clock = self._clocks.setdefault(this_entry.event.node, {})
+        for m, count in other_state:  # type: ignore[attr-defined]
+            if count > clock.get(m, 0):
+                clock[m] = count
+
+    def snapshot(self, node: str) -> tuple[tuple[str, int], ...]:
+        return tuple(self._clocks.get(node, {}).items())
+
+    def clocks(self) -> dict[str, dict[str, int]]:
+        return {node: dict(clock) for node, clock in self._clocks.items()}
+
+    def summary(self) -> Summary:
+        return frozenset(f"{node}|{m}|{count}" for node, clock in self._clocks.items() for m, count in clock.items())
+
+
+def count_bucket(count: int) -> int:
+    """AFL's hit-count buckets (1, 2, 3, 4-7, 8-15, 16-31, 32-127, 128+) as their lower bound:
+    exact counts would make almost every window a new state."""
+    if count <= 3:
+        return count
+    for low in (128, 32, 16, 8, 4):
+        if count >= low:
+            return low
+    raise AssertionError("unreachable")
+
+
+class EventCount(Abstraction):
+    """Per node, how often each event type occurred in the window (bucketed). No causality."""
+
+    name = "event-count"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._counts: dict[str, dict[str, int]] = {}
+
+    def update(self, entry: Committed) -> None:
+        counts = self._counts.setdefault(entry.event.node, {})
+        t = event_type(entry.event)
+        counts[t] = counts.get(t, 0) + 1
+
+    def merge(self, this_entry: Committed, other_state: object, other_entry: Committed) -> None:
+        """Counts are local: a message carries nothing."""
+
+    def snapshot(self, node: str) -> None:
+        return None
+
+    def counts(self) -> dict[str, dict[str, int]]:
+        return {node: dict(c) for node, c in self._counts.items()}
+
+    def summary(self) -> Summary:
+        return frozenset(
+            f"{node}|{t}|{count_bucket(n)}" for node, counts in self._counts.items() for t, n in counts.items()
+        )
+
+
+ABSTRACTIONS: dict[str, type[Abstraction]] = {
+    cls.name: cls for cls in (EventHistory, VectorClock, EventCount)
+}
+
+
+def make_abstraction(name: str) -> Abstraction:
+    try:
+        return ABSTRACTIONS[name]()
+    except KeyError:
+        raise MalloryError(f"unknown abstraction {name!r}; choose one of {sorted(ABSTRACTIONS)}") from None
+
+
+def abstract(entries: list[Committed], abstraction: Abstraction) -> Abstraction:
+    """Run the abstraction over a window's entries, given in a causal (commit) order.
+
+    Arrows from SENDs outside the window are ignored: a window is judged on its own.
+    """
+    snapshots: dict[int, object] = {}  # id(SEND entry) -> sender state after it
+    ignored = IGNORED_KINDS
+    update = abstraction.update
+    for entry in entries:
+        kind = entry.event.kind
+        if kind in ignored:
+            continue
+        send = entry.send
+        if send is not None and id(send) in snapshots:
+            abstraction.merge(entry, snapshots[id(send)], send)
+        update(entry)
+        if kind is Kind.SEND:
+            snapshots[id(entry)] = abstraction.snapshot(entry.event.node)
+    return abstraction

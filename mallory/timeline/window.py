@@ -1,0 +1,72 @@
+"""Windows over the committed timeline: "summarise everything committed in [t0, t1)".
+
+`Timeline` puts the builder and a buffer of committed entries together. The campaign loop
+asks for a window once the builder's frontier has passed its end; the entries before the
+end are then released, so memory holds only what has not been summarised yet.
+"""
+
+from __future__ import annotations
+
+from mallory.timeline.abstraction import Summary, abstract, make_abstraction
+from mallory.timeline.builder import Committed, TimelineBuilder
+from mallory.timeline.codec import Record
+from mallory.timeline.event import Batch, ClockPair, Event
+
+
+class Timeline:
+    """The builder plus the committed entries not yet taken by a window."""
+
+    def __init__(self, builder: TimelineBuilder | None = None) -> None:
+        self.builder = builder or TimelineBuilder()
+        self._entries: list[Committed] = []
+
+    def add(self, record: Record) -> None:
+        """Feed one decoded wire record (batch, clock pair or single event)."""
+        builder = self.builder
+        if isinstance(record, Batch):
+            builder.add_batch(record)
+        elif isinstance(record, ClockPair):
+            builder.add_clock(record)
+        elif isinstance(record, Event):
+            builder.add_event(record)
+        else:
+            raise TypeError(f"not a timeline record: {type(record).__name__}")
+        self._entries.extend(builder.drain())
+
+    def finish(self) -> None:
+        """The input is over: commit what can only be committed now."""
+        self.builder.finish()
+        self._entries.extend(self.builder.drain())
+
+    def complete_until(self, t1: int) -> bool:
+        """True when every event before t1 (common axis, ns) is committed."""
+        frontier = self.builder.frontier_ns
+        return frontier is not None and frontier >= t1
+
+    def earliest(self) -> int | None:
+        """The earliest common-axis time among the buffered entries."""
+        return min((e.real_ns for e in self._entries), default=None)
+
+    def take(self, t0: int, t1: int) -> list[Committed]:
+        """The committed entries in [t0, t1), in commit order; everything before t1 is released.
+
+        Call it once `complete_until(t1)` holds, or accept a partial window.
+        """
+        inside: list[Committed] = []
+        later: list[Committed] = []
+        for entry in self._entries:
+            t = entry.real_ns
+            if t >= t1:
+                later.append(entry)
+            elif t >= t0:
+                inside.append(entry)
+        self._entries = later
+        return inside
+
+    def pending(self) -> int:
+        return len(self._entries)
+
+
+def summarize(entries: list[Committed], abstraction: str = "event-history") -> Summary:
+    """One window's summary under the named abstraction."""
+    return abstract(entries, make_abstraction(abstraction)).summary()
