@@ -1,0 +1,225 @@
+"""A small EDN reader and writer: exactly what Jepsen histories use.
+
+Supported (see shared/conformance/FORMATS.md 1.2): `;` comments, commas as whitespace,
+keywords (`:foo`, `:op-index`, `:G2-item`), bare symbols, `nil`/`true`/`false`, integers
+of any size, floats, strings with escapes, characters, vectors, lists, maps and sets, and
+the `#_` discard. Tagged literals (`#inst` ...) are read as their tagged value.
+
+Keywords and symbols are `str` subclasses, so `Keyword("x") == "x"`: an elle-cli JSON
+history (key `"x"`) and its EDN twin (key `:x`) compare equal, while the writer still
+knows to print `:x`. Vectors and lists become Python lists, maps dicts, sets frozensets;
+an unhashable map key or set element (a vector) becomes a tuple.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any
+
+from mallory.errors import MalloryError
+
+
+class Keyword(str):
+    """An EDN keyword, e.g. `:invoke`. Its str value is the name without the colon."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return ":" + str.__str__(self)
+
+
+class Symbol(str):
+    """An EDN symbol, e.g. `clojure.lang.RestFn` in a Java stack trace."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return str.__str__(self)
+
+
+class EdnError(MalloryError):
+    """Malformed EDN; the message names the source and line."""
+
+
+_TOKEN = re.compile(
+    r"""
+    (?P<ws>[\s,]+|;[^\n]*)
+  | (?P<string>"(?:[^"\\]|\\.)*")
+  | (?P<open>\#\{|[\[({])
+  | (?P<close>[\])}])
+  | (?P<discard>\#_)
+  | (?P<tag>\#[A-Za-z][^\s,\[\](){}"]*)
+  | (?P<char>\\(?:newline|space|tab|return|u[0-9a-fA-F]{4}|.))
+  | (?P<atom>[^\s,\[\](){}";]+)
+    """,
+    re.VERBOSE | re.DOTALL,
+)
+_INT = re.compile(r"[+-]?\d+N?\Z")
+_FLOAT = re.compile(r"[+-]?\d+(\.\d*)?([eE][+-]?\d+)?M?\Z")
+_CHARS = {"newline": "\n", "space": " ", "tab": "\t", "return": "\r"}
+_STRING_ESCAPES = re.compile(r'\\(u[0-9a-fA-F]{4}|.)', re.DOTALL)
+_ESCAPED = {"n": "\n", "t": "\t", "r": "\r", '"': '"', "\\": "\\", "b": "\b", "f": "\f"}
+_CLOSER = {"[": "]", "(": ")", "{": "}", "#{": "}"}
+
+
+def _unescape(match: re.Match[str]) -> str:
+    code = match.group(1)
+    if code[0] == "u" and len(code) == 5:
+        return chr(int(code[1:], 16))
+    return _ESCAPED.get(code, code)
+
+
+def _atom(text: str) -> Any:
+    if text == "nil":
+        return None
+    if text == "true":
+        return True
+    if text == "false":
+        return False
+    if text[0] == ":":
+        if len(text) == 1:
+            raise ValueError("empty keyword")
+        return Keyword(text[1:])
+    if _INT.match(text):
+        return int(text.rstrip("N"))
+    if _FLOAT.match(text):
+        return float(text.rstrip("M"))
+    if "/" in text and text[0].isdigit():
+        raise ValueError(f"ratios are not supported: {text}")
+    return Symbol(text)
+
+
+def _hashable(value: Any) -> Any:
+    if isinstance(value, list):
+        return tuple(_hashable(v) for v in value)
+    if isinstance(value, dict):
+        return tuple(sorted(((_hashable(k), _hashable(v)) for k, v in value.items()), key=repr))
+    return value
+
+
+def _line_of(text: str, pos: int) -> int:
+    return text.count("\n", 0, pos) + 1
+
+
+def iter_forms(text: str, source: str = "<edn>") -> Iterator[tuple[int, Any]]:
+    """Yield (line, form) for every top-level form in `text`."""
+    stack: list[tuple[str, list[Any], int]] = []  # (opener, items, line-start pos)
+    discard = 0  # pending #_ markers, applying to the next complete form
+    tags = 0  # pending #tag markers (value read as the tagged form itself)
+    pos = 0
+    n = len(text)
+    match = _TOKEN.match
+    while pos < n:
+        m = match(text, pos)
+        if m is None:
+            raise EdnError(f"{source}:{_line_of(text, pos)}: unreadable EDN near {text[pos:pos + 20]!r}")
+        kind = m.lastgroup
+        start = pos
+        pos = m.end()
+        if kind == "ws":
+            continue
+        if kind == "open":
+            stack.append((m.group(), [], start))
+            continue
+        if kind == "discard":
+            discard += 1
+            continue
+        if kind == "tag":
+            tags += 1
+            continue
+        if kind == "close":
+            closer = m.group()
+            if not stack:
+                raise EdnError(f"{source}:{_line_of(text, start)}: unexpected {closer!r}")
+            opener, items, ostart = stack.pop()
+            if _CLOSER[opener] != closer:
+                raise EdnError(
+                    f"{source}:{_line_of(text, start)}: {closer!r} closes {opener!r} "
+                    f"opened on line {_line_of(text, ostart)}"
+                )
+            if opener == "{":
+                if len(items) % 2:
+                    raise EdnError(f"{source}:{_line_of(text, ostart)}: map with an odd number of forms")
+                value: Any = {}
+                for i in range(0, len(items), 2):
+                    key = items[i]
+                    try:
+                        value[key] = items[i + 1]
+                    except TypeError:
+                        value[_hashable(key)] = items[i + 1]
+            elif opener == "#{":
+                value = frozenset(_hashable(v) for v in items)
+            else:
+                value = items
+            form_start = ostart
+        elif kind == "string":
+            value = _STRING_ESCAPES.sub(_unescape, m.group()[1:-1])
+            form_start = start
+        elif kind == "char":
+            body = m.group()[1:]
+            value = _CHARS.get(body) or (chr(int(body[1:], 16)) if len(body) == 5 and body[0] == "u" else body)
+            form_start = start
+        else:
+            try:
+                value = _atom(m.group())
+            except ValueError as exc:
+                raise EdnError(f"{source}:{_line_of(text, start)}: {exc}") from None
+            form_start = start
+        # A complete form: consume pending tags, then pending discards.
+        if tags:
+            tags -= 1
+        if discard:
+            discard -= 1
+            continue
+        if stack:
+            stack[-1][1].append(value)
+        else:
+            yield _line_of(text, form_start), value
+    if stack:
+        opener, _, ostart = stack[-1]
+        raise EdnError(f"{source}:{_line_of(text, ostart)}: {opener!r} is never closed")
+
+
+def read_all(text: str, source: str = "<edn>") -> list[Any]:
+    """Every top-level form of `text`."""
+    return [form for _, form in iter_forms(text, source)]
+
+
+def loads(text: str, source: str = "<edn>") -> Any:
+    """Exactly one EDN form."""
+    forms = read_all(text, source)
+    if len(forms) != 1:
+        raise EdnError(f"{source}: expected one EDN form, found {len(forms)}")
+    return forms[0]
+
+
+_STR_ESCAPE = re.compile(r'["\\\n\t\r]')
+_STR_ESCAPE_MAP = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\t": "\\t", "\r": "\\r"}
+
+
+def dumps(value: Any) -> str:
+    """`value` as EDN text. Python str (not Keyword/Symbol) becomes an EDN string."""
+    if value is None:
+        return "nil"
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if isinstance(value, Keyword):
+        return ":" + str.__str__(value)
+    if isinstance(value, Symbol):
+        return str.__str__(value)
+    if isinstance(value, str):
+        return '"' + _STR_ESCAPE.sub(lambda m: _STR_ESCAPE_MAP[m.group()], value) + '"'
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + " ".join(dumps(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{dumps(k)} {dumps(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, (set, frozenset)):
+        return "#{" + " ".join(sorted(dumps(v) for v in value)) + "}"
+    raise TypeError(f"cannot write {type(value).__name__} as EDN")
