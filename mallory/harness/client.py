@@ -1,0 +1,58 @@
+"""The client protocol, after Jepsen's Client: open, invoke one op at a time, close.
+
+An op handed to `invoke` is a dict `{"f": ..., "value": ...}` exactly as it is recorded in
+the history's invoke. The result is a `Completion`:
+
+* `ok`: the op took effect; `value` holds what it observed (reads filled in);
+* `fail`: the op certainly did not take effect (refused connection, rejected command,
+  CAS whose expected value did not match);
+* `info`: unknown whether it took effect (timeout, connection lost mid-request). The
+  runner retires the process after an info, as Jepsen does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal, Mapping, Protocol
+
+from mallory.harness.edn import Keyword
+
+CompletionType = Literal["ok", "fail", "info"]
+
+
+@dataclass(frozen=True)
+class Completion:
+    type: CompletionType
+    value: Any = None
+    error: Any = None
+
+
+def ok(value: Any) -> Completion:
+    return Completion("ok", value)
+
+
+def fail(value: Any, kind: str, message: str | None = None) -> Completion:
+    return Completion("fail", value, error_value(kind, message))
+
+
+def info(value: Any, kind: str, message: str | None = None) -> Completion:
+    return Completion("info", value, error_value(kind, message))
+
+
+def error_value(kind: str, message: str | None) -> Any:
+    """Jepsen's error shapes: `:timeout`, or `[:connection-lost "reset by peer"]`."""
+    return Keyword(kind) if message is None else [Keyword(kind), message]
+
+
+class Client(Protocol):
+    """One connection's worth of client, owned by one worker thread at a time."""
+
+    def open(self) -> None:
+        """Connect. May raise; the runner retries later."""
+        ...
+
+    def invoke(self, op: Mapping[str, Any]) -> Completion:
+        """Run one op and say how it ended. Must not raise for SUT-side failures."""
+        ...
+
+    def close(self) -> None: ...
