@@ -1,0 +1,147 @@
+"""Observer -> mediator batch transport, the mediator's side: `BatchServer`.
+
+The protocol is described in mallory/observer/sender.py. One thread per observer
+connection (a cluster has a handful of nodes): it decodes each line with the wire codec,
+hands clock pairs and batches to the sink, and answers {"ack": seq} or
+{"error": reason, "line": n}. A rejected line is counted and skipped; the connection and
+the mediator keep going.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import orjson
+
+from mallory.errors import MalloryError
+from mallory.timeline.codec import MalformedRecord, decode
+from mallory.timeline.event import Batch, ClockPair
+
+#: A batch line longer than this closes the connection (a sane observer splits batches).
+MAX_LINE = 64 * 1024 * 1024
+
+
+class BatchSink(Protocol):
+    def on_clock(self, clock: ClockPair) -> None: ...
+
+    def on_batch(self, batch: Batch) -> None:
+        """Take a batch (duplicates are the sink's to ignore); raise MalloryError to reject."""
+        ...
+
+
+@dataclass
+class ReceiverStats:
+    connections: int = 0
+    open_connections: int = 0
+    records: int = 0
+    batches: int = 0
+    rejected: int = 0
+    reasons: deque = field(default_factory=lambda: deque(maxlen=20))
+
+    def reject(self, reason: str) -> None:
+        self.rejected += 1
+        self.reasons.append(reason)
+
+
+class BatchServer:
+    """Listens for observers on (host, port); port 0 picks a free one (see `address`)."""
+
+    def __init__(self, host: str, port: int, sink: BatchSink) -> None:
+        self.sink = sink
+        self.stats = ReceiverStats()
+        self._lock = threading.Lock()
+        self._listener = socket.create_server((host, port), backlog=64)
+        self._conns: set[socket.socket] = set()
+        self._closed = False
+        self._thread = threading.Thread(target=self._accept_loop, name="batch-server", daemon=True)
+
+    @property
+    def address(self) -> tuple[str, int]:
+        return self._listener.getsockname()[:2]
+
+    def start(self) -> "BatchServer":
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        self._closed = True
+        try:
+            self._listener.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self._listener.close()
+        with self._lock:
+            conns = list(self._conns)
+        for conn in conns:
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        self._thread.join(2.0)
+
+    def _accept_loop(self) -> None:
+        while not self._closed:
+            try:
+                conn, _ = self._listener.accept()
+            except OSError:
+                return
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            with self._lock:
+                self._conns.add(conn)
+                self.stats.connections += 1
+                self.stats.open_connections += 1
+            threading.Thread(target=self._serve, args=(conn,), name="batch-conn", daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        node: str | None = None
+        try:
+            stream = conn.makefile("rb")
+            lineno = 0
+            while True:
+                line = stream.readline(MAX_LINE + 1)
+                if not line:
+                    return
+                lineno += 1
+                if len(line) > MAX_LINE:
+                    self._reject(conn, f"line {lineno} longer than {MAX_LINE} bytes; closing", lineno)
+                    return
+                if not line.strip():
+                    continue
+                try:
+                    record = decode(line, lineno, "observer")
+                    self.stats.records += 1
+                    if isinstance(record, ClockPair):
+                        if node is not None and record.node != node:
+                            raise MalloryError(f"clock pair for {record.node!r} on {node!r}'s connection")
+                        node = record.node
+                        self.sink.on_clock(record)
+                    elif isinstance(record, Batch):
+                        if node is None:
+                            raise MalloryError("a batch before the connection's clock pair")
+                        if record.node != node:
+                            raise MalloryError(f"batch for {record.node!r} on {node!r}'s connection")
+                        self.sink.on_batch(record)
+                        self.stats.batches += 1
+                        conn.sendall(b'{"ack":%d}\n' % record.seq)
+                    else:
+                        raise MalloryError("a bare event is not a batch or clock pair")
+                except MalformedRecord as exc:
+                    self._reject(conn, exc.reason, lineno)
+                except MalloryError as exc:
+                    self._reject(conn, str(exc), lineno)
+        except OSError:
+            return
+        finally:
+            with self._lock:
+                self._conns.discard(conn)
+                self.stats.open_connections -= 1
+            conn.close()
+
+    def _reject(self, conn: socket.socket, reason: str, lineno: int) -> None:
+        with self._lock:
+            self.stats.reject(reason)
+        conn.sendall(orjson.dumps({"error": reason, "line": lineno}) + b"\n")

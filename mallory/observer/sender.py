@@ -1,0 +1,251 @@
+"""Observer -> mediator batch transport, the observer's side: `BatchSender`.
+
+Protocol (chosen for latency: one persistent TCP connection with TCP_NODELAY, no request
+round trips). The observer writes wire-codec lines (mallory/timeline/codec.py):
+
+    {"clock": ...}                 first on every connection (the node's one ClockPair)
+    {"batch": ..., "seq": k, ...}  then batches, seq 0, 1, 2, ... in order
+
+and the mediator answers, also one JSON object a line:
+
+    {"ack": k}                     every batch with seq <= k is ingested
+    {"error": "reason", "line": n} line n of this connection was rejected (and counted)
+
+Sequence numbers are assigned when a batch is first sent, never to a batch that was
+dropped, so the mediator never waits for a gap. A sent batch is kept until acked and is
+sent again, with the same seq, after a reconnect; the mediator drops duplicates. While the
+mediator is away, submitted chunks wait in a bounded buffer; on overflow the oldest events
+are dropped, counted in `dropped_events`, and reported in the next batch's `lost`.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import socket
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+
+import orjson
+
+from mallory.timeline.codec import encode
+from mallory.timeline.event import Batch, ClockPair, Event
+
+
+@dataclass
+class SenderStats:
+    connected: bool = False
+    connects: int = 0
+    batches_sent: int = 0  # first sends, not resends
+    resent: int = 0
+    acked_seq: int = -1
+    dropped_events: int = 0
+    server_errors: int = 0
+    last_error: str = ""
+
+
+class _Chunk:
+    __slots__ = ("events", "until_ns", "lost")
+
+    def __init__(self, events: list[Event], until_ns: int, lost: int) -> None:
+        self.events = events
+        self.until_ns = until_ns
+        self.lost = lost
+
+
+class BatchSender:
+    """Sends one node's batches to the mediator from a background thread.
+
+    `submit` never blocks on the network: it appends to the buffer and wakes the thread.
+    """
+
+    def __init__(
+        self,
+        clock: ClockPair,
+        address: tuple[str, int],
+        *,
+        capacity_events: int = 1_000_000,
+        window: int = 64,
+        backoff_min: float = 0.02,
+        backoff_max: float = 1.0,
+    ) -> None:
+        self.clock = clock
+        self.node = clock.node
+        self.address = address
+        self.capacity_events = capacity_events
+        self.window = window
+        self.backoff_min = backoff_min
+        self.backoff_max = backoff_max
+        self.stats = SenderStats()
+        self._lock = threading.Lock()
+        self._pending: deque[_Chunk] = deque()
+        self._pending_events = 0
+        self._unacked: deque[tuple[int, bytes]] = deque()
+        self._next_seq = 0
+        self._closed = False
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self._thread = threading.Thread(target=self._run, name=f"batch-sender-{self.node}", daemon=True)
+
+    def start(self) -> "BatchSender":
+        self._thread.start()
+        return self
+
+    def submit(self, events: list[Event], until_ns: int, lost: int = 0) -> None:
+        """Queue the events since the last submit, complete up to the node's `until_ns`."""
+        with self._lock:
+            self._pending.append(_Chunk(events, until_ns, lost))
+            self._pending_events += len(events)
+            self._shed()
+        self._wake()
+
+    def pending_events(self) -> int:
+        with self._lock:
+            return self._pending_events
+
+    def unacked(self) -> int:
+        with self._lock:
+            return len(self._unacked)
+
+    def flush(self, timeout: float) -> bool:
+        """Wait until everything submitted so far is acked; False on timeout."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self._lock:
+                if not self._pending and not self._unacked:
+                    return True
+            time.sleep(0.005)
+        return False
+
+    def close(self, timeout: float = 2.0) -> None:
+        self._closed = True
+        self._wake()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+        if not self._thread.is_alive():
+            wake_r, wake_w, self._wake_r, self._wake_w = self._wake_r, self._wake_w, -1, -1
+            os.close(wake_r)
+            os.close(wake_w)
+
+    # -- the buffer ---------------------------------------------------------------------
+
+    def _shed(self) -> None:
+        """Drop the oldest events beyond capacity; their count rides on the next batch."""
+        while self._pending_events > self.capacity_events:
+            oldest = self._pending[0]
+            excess = self._pending_events - self.capacity_events
+            if len(self._pending) > 1 and len(oldest.events) <= excess:
+                self._pending.popleft()
+                self._pending[0].lost += oldest.lost + len(oldest.events)
+                self._pending_events -= len(oldest.events)
+                self.stats.dropped_events += len(oldest.events)
+            else:
+                cut = min(excess, len(oldest.events))
+                del oldest.events[:cut]
+                oldest.lost += cut
+                self._pending_events -= cut
+                self.stats.dropped_events += cut
+
+    def _take_lines(self) -> list[bytes]:
+        """Number the pending chunks the window allows and move them to the unacked list."""
+        lines = []
+        with self._lock:
+            while self._pending and len(self._unacked) < self.window:
+                chunk = self._pending.popleft()
+                self._pending_events -= len(chunk.events)
+                batch = Batch(self.node, self._next_seq, chunk.until_ns, chunk.events, chunk.lost)
+                line = encode(batch) + b"\n"
+                self._unacked.append((self._next_seq, line))
+                self._next_seq += 1
+                lines.append(line)
+        self.stats.batches_sent += len(lines)
+        return lines
+
+    # -- the connection -----------------------------------------------------------------
+
+    def _wake(self) -> None:
+        if self._wake_w < 0:
+            return
+        try:
+            os.write(self._wake_w, b"x")
+        except (BlockingIOError, OSError):
+            pass  # already signalled, or closed
+
+    def _connect(self) -> socket.socket:
+        sock = socket.create_connection(self.address, timeout=1.0)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.settimeout(5.0)
+        with self._lock:
+            resend = [line for _, line in self._unacked]
+        sock.sendall(encode(self.clock) + b"\n" + b"".join(resend))
+        self.stats.resent += len(resend)
+        self.stats.connects += 1
+        self.stats.connected = True
+        return sock
+
+    def _on_replies(self, data: bytes) -> None:
+        for line in data.split(b"\n"):
+            if not line:
+                continue
+            try:
+                reply = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                continue
+            if "ack" in reply and type(reply["ack"]) is int:
+                acked = reply["ack"]
+                with self._lock:
+                    while self._unacked and self._unacked[0][0] <= acked:
+                        self._unacked.popleft()
+                self.stats.acked_seq = max(self.stats.acked_seq, acked)
+            elif "error" in reply:
+                self.stats.server_errors += 1
+                self.stats.last_error = str(reply["error"])
+
+    def _run(self) -> None:
+        sock: socket.socket | None = None
+        backoff = self.backoff_min
+        partial = b""
+        while not self._closed:
+            if sock is None:
+                try:
+                    sock = self._connect()
+                    backoff = self.backoff_min
+                    partial = b""
+                except OSError:
+                    self.stats.connected = False
+                    select.select([self._wake_r], [], [], backoff)
+                    self._drain_wake()
+                    backoff = min(backoff * 2, self.backoff_max)
+                    continue
+            try:
+                lines = self._take_lines()
+                if lines:
+                    sock.sendall(b"".join(lines))
+                readable, _, _ = select.select([sock, self._wake_r], [], [], 0.5)
+                if self._wake_r in readable:
+                    self._drain_wake()
+                if sock in readable:
+                    data = sock.recv(65536)
+                    if not data:
+                        raise ConnectionResetError("mediator closed the connection")
+                    data = partial + data
+                    cut = data.rfind(b"\n") + 1
+                    partial = data[cut:]
+                    self._on_replies(data[:cut])
+            except OSError:
+                sock.close()
+                sock = None
+                self.stats.connected = False
+        if sock is not None:
+            sock.close()
+        self.stats.connected = False
+
+    def _drain_wake(self) -> None:
+        try:
+            while os.read(self._wake_r, 4096):
+                pass
+        except (BlockingIOError, OSError):
+            pass

@@ -1,0 +1,160 @@
+"""BatchSender <-> BatchServer on loopback, including a mediator restart."""
+
+import socket
+import threading
+import time
+
+import orjson
+
+from mallory.errors import MalloryError
+from mallory.mediator.receiver import BatchServer
+from mallory.observer.sender import BatchSender
+from mallory.timeline.event import ClockPair, Event, Kind
+
+
+class FakeSink:
+    """A fake sink for the transport tests: records what arrives, ignores duplicate seqs."""
+
+    def __init__(self, reject_seq: int | None = None):
+        self.clocks: list[ClockPair] = []
+        self.batches = {}
+        self.arrivals = []
+        self.reject_seq = reject_seq
+        self.lock = threading.Lock()
+
+    def on_clock(self, clock):
+        with self.lock:
+            self.clocks.append(clock)
+
+    def on_batch(self, batch):
+        if batch.seq == self.reject_seq:
+            raise MalloryError(f"seq {batch.seq} refused by the fake")
+        with self.lock:
+            self.arrivals.append(batch.seq)
+            self.batches.setdefault(batch.seq, batch)
+
+
+def wait_for(cond, timeout=5.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(0.005)
+    return False
+
+
+def events(node, start, n):
+    return [Event(node, Kind.SEND, start + i, start + i, "abcd") for i in range(n)]
+
+
+CLOCK = ClockPair("n1", 1000, 1_700_000_000_000_000_000)
+
+
+def test_batches_arrive_in_order_and_are_acked():
+    sink = FakeSink()
+    server = BatchServer("127.0.0.1", 0, sink).start()
+    sender = BatchSender(CLOCK, server.address).start()
+    try:
+        for k in range(20):
+            sender.submit(events("n1", k * 10, 3), until_ns=k * 10 + 10)
+        assert sender.flush(5.0)
+        assert sink.clocks == [CLOCK]
+        assert sink.arrivals == list(range(20))
+        assert sink.batches[7].events == events("n1", 70, 3) and sink.batches[7].until_ns == 80
+        assert sender.stats.acked_seq == 19 and sender.unacked() == 0
+        assert server.stats.batches == 20 and server.stats.rejected == 0
+    finally:
+        sender.close()
+        server.close()
+
+
+def test_first_batch_latency_is_small():
+    sink = FakeSink()
+    server = BatchServer("127.0.0.1", 0, sink).start()
+    sender = BatchSender(CLOCK, server.address).start()
+    try:
+        assert wait_for(lambda: sender.stats.connected)
+        t0 = time.monotonic()
+        sender.submit(events("n1", 0, 1), until_ns=1)
+        assert wait_for(lambda: sink.arrivals == [0])
+        assert time.monotonic() - t0 < 0.1
+    finally:
+        sender.close()
+        server.close()
+
+
+def test_mediator_restart_resends_clock_and_resumes_without_gaps():
+    sink1 = FakeSink()
+    server = BatchServer("127.0.0.1", 0, sink1).start()
+    address = server.address
+    sender = BatchSender(CLOCK, address, backoff_max=0.1).start()
+    try:
+        for k in range(5):
+            sender.submit(events("n1", k * 10, 2), until_ns=k * 10 + 10)
+        assert sender.flush(5.0)
+        server.close()
+        assert wait_for(lambda: not sender.stats.connected)
+        for k in range(5, 12):
+            sender.submit(events("n1", k * 10, 2), until_ns=k * 10 + 10)
+        time.sleep(0.2)
+        assert sender.stats.acked_seq == 4
+        sink2 = FakeSink()
+        server = BatchServer(*address, sink2).start()
+        assert sender.flush(5.0)
+        assert sink2.clocks == [CLOCK]  # resent on reconnect
+        assert sorted(sink2.batches) == list(range(5, 12))  # resumes where the old one stopped
+        assert sink2.batches[5].events == events("n1", 50, 2)
+        assert sender.stats.connects == 2 and sender.stats.dropped_events == 0
+    finally:
+        sender.close()
+        server.close()
+
+
+def test_bounded_buffer_counts_drops_while_mediator_is_away():
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        address = s.getsockname()
+    sender = BatchSender(CLOCK, address, capacity_events=10, backoff_max=0.05).start()
+    try:
+        for k in range(5):
+            sender.submit(events("n1", k * 5, 5), until_ns=k * 5 + 5)
+        assert sender.pending_events() == 10
+        assert sender.stats.dropped_events == 15
+        sink = FakeSink()
+        server = BatchServer(*address, sink).start()
+        try:
+            assert sender.flush(5.0)
+        finally:
+            server.close()
+        got = [e for seq in sorted(sink.batches) for e in sink.batches[seq].events]
+        assert got == events("n1", 15, 10)  # the newest ten survive
+        assert sum(b.lost for b in sink.batches.values()) == 15
+        assert sorted(sink.batches) == list(range(len(sink.batches)))  # no seq gaps
+    finally:
+        sender.close()
+
+
+def test_malformed_lines_are_rejected_with_a_reason_and_counted():
+    sink = FakeSink(reject_seq=1)
+    server = BatchServer("127.0.0.1", 0, sink).start()
+    try:
+        with socket.create_connection(server.address) as conn:
+            f = conn.makefile("rb")
+
+            def reply(line: bytes):
+                conn.sendall(line + b"\n")
+                return orjson.loads(f.readline())
+
+            batch0 = b'{"batch":"n1","seq":0,"until_ns":5,"lost":0,"events":[["SEND",1,2,"ab"]]}'
+            assert "before the connection's clock pair" in reply(batch0)["error"]
+            assert "not JSON" in reply(b"{nope")["error"]
+            assert reply(b'{"clock":"n1","mono_ns":1,"real_ns":2}\n' + batch0) == {"ack": 0}
+            assert "unknown event kind" in reply(b'{"batch":"n1","seq":1,"until_ns":5,"events":[["BOOM",1,2,""]]}')["error"]
+            assert "refused by the fake" in reply(b'{"batch":"n1","seq":1,"until_ns":9,"events":[]}')["error"]
+            assert "on 'n1'" in reply(b'{"batch":"n2","seq":0,"until_ns":5,"events":[]}')["error"]
+            assert reply(b'{"batch":"n1","seq":2,"until_ns":9,"events":[]}') == {"ack": 2}
+        assert server.stats.rejected == 5
+        assert server.stats.batches == 2
+        assert any("unknown event kind" in r for r in server.stats.reasons)
+    finally:
+        server.close()
