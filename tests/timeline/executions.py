@@ -36,7 +36,8 @@ def generate(
     p_external: float = 0.05,
 ) -> Execution:
     nodes = [f"n{i + 1}" for i in range(n_nodes)]
-    # mono = true + skew - epoch; clock pair maps mono back to true + skew.
+    # A node's monotonic clock is true time on its own epoch; its real-time clock is off by
+    # its skew. The clock pair, read at true time 10**12, maps mono to true + skew.
     skews = {n: rng.randint(0, skew_ns) for n in nodes}
     epochs = {n: rng.randint(0, 10**12) for n in nodes}
     base_real = 1_700_000_000_000_000_000
@@ -48,7 +49,7 @@ def generate(
     true_ns = 10**12
 
     def emit(node: str, kind: Kind, ident: int, data: str, send_ref: tuple[str, int] | None = None) -> int:
-        mono = true_ns + skews[node] - epochs[node]
+        mono = true_ns - epochs[node]
         ex.events[node].append(Event(node, kind, mono, ident, data))
         index = len(ex.events[node]) - 1
         lamport = last_lamport[node]

@@ -67,7 +67,7 @@ def assert_equals_truth(ex: Execution, committed: dict[tuple[str, int], Committe
             assert {_key(r) for r in entry.recvs} == receivers
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=400, deadline=None)
 @given(
     seed=st.integers(0, 2**32),
     n_nodes=st.integers(1, 5),

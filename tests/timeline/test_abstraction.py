@@ -1,0 +1,142 @@
+"""Each abstraction against a brute-force reference computed from the definition."""
+
+from __future__ import annotations
+
+import random
+from collections import defaultdict
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mallory.errors import MalloryError
+from mallory.timeline.abstraction import (
+    EventCount,
+    EventHistory,
+    VectorClock,
+    abstract,
+    count_bucket,
+    event_type,
+    make_abstraction,
+)
+from mallory.timeline.builder import Committed, TimelineBuilder
+from mallory.timeline.event import Event, Kind
+from mallory.timeline.window import Timeline, summarize
+
+from .executions import arrival_order, batches, generate
+
+SKEW = 1_000_000
+
+
+def committed_window(seed: int, n_nodes: int, n_steps: int) -> list[Committed]:
+    """A random execution, built by the real builder, cut to a random time window."""
+    rng = random.Random(seed)
+    ex = generate(rng, n_nodes, n_steps, SKEW)
+    timeline = Timeline(TimelineBuilder(skew_ns=SKEW, nodes=ex.nodes))
+    for record in arrival_order(rng, ex, batches(rng, ex)):
+        timeline.add(record)
+    timeline.finish()
+    start = timeline.earliest() or 0
+    span = n_steps * SKEW
+    t0 = start + rng.randint(0, max(1, span // 3))
+    t1 = t0 + rng.randint(1, max(2, span))
+    return timeline.take(t0, t1)
+
+
+def happens_before(entries: list[Committed]) -> dict[int, set[int]]:
+    """Strict happens-before within the window, by transitive closure of program order and
+    message arrows whose both ends are in the window."""
+    pos = {id(e): i for i, e in enumerate(entries)}
+    succ: dict[int, set[int]] = defaultdict(set)
+    last_on_node: dict[str, int] = {}
+    for i, e in sorted(enumerate(entries), key=lambda p: (p[1].event.node, p[1].index)):
+        prev = last_on_node.get(e.event.node)
+        if prev is not None:
+            succ[prev].add(i)
+        last_on_node[e.event.node] = i
+    for i, e in enumerate(entries):
+        if e.send is not None and id(e.send) in pos:
+            succ[pos[id(e.send)]].add(i)
+    before: dict[int, set[int]] = {}
+    for i in range(len(entries)):  # all successors reachable from i
+        seen, stack = set(), [i]
+        while stack:
+            for j in succ[stack.pop()]:
+                if j not in seen:
+                    seen.add(j)
+                    stack.append(j)
+        before[i] = seen
+    return before
+
+
+@settings(max_examples=80, deadline=None)
+@given(seed=st.integers(0, 2**32), n_nodes=st.integers(1, 4), n_steps=st.integers(1, 60))
+def test_event_history_equals_pairs_by_definition(seed, n_nodes, n_steps):
+    entries = committed_window(seed, n_nodes, n_steps)
+    hb = happens_before(entries)
+    expected = {
+        (b.event.node, event_type(a.event), event_type(b.event))
+        for i, a in enumerate(entries)
+        for j in hb[i]
+        for b in [entries[j]]
+    }
+    got = abstract(entries, EventHistory())
+    assert got.pairs() == expected
+    assert got.summary() == frozenset(f"{n}|{a}|{b}" for n, a, b in expected)
+
+
+@settings(max_examples=80, deadline=None)
+@given(seed=st.integers(0, 2**32), n_nodes=st.integers(1, 4), n_steps=st.integers(1, 60))
+def test_vector_clock_equals_reference_clocks(seed, n_nodes, n_steps):
+    entries = committed_window(seed, n_nodes, n_steps)
+    hb = happens_before(entries)
+    last: dict[str, int] = {}
+    for i, e in enumerate(entries):
+        if e.event.node not in last or e.index > entries[last[e.event.node]].index:
+            last[e.event.node] = i
+    expected = {}
+    for node, i in last.items():
+        clock: dict[str, int] = defaultdict(int)
+        for j, e in enumerate(entries):
+            if j == i or i in hb[j]:
+                clock[e.event.node] += 1
+        expected[node] = dict(clock)
+    assert abstract(entries, VectorClock()).clocks() == expected
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**32), n_steps=st.integers(1, 80))
+def test_event_count_counts_types_per_node(seed, n_steps):
+    entries = committed_window(seed, 3, n_steps)
+    expected: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for e in entries:
+        expected[e.event.node][event_type(e.event)] += 1
+    got = abstract(entries, EventCount())
+    assert got.counts() == {n: dict(c) for n, c in expected.items()}
+    assert got.summary() == frozenset(
+        f"{n}|{t}|{count_bucket(k)}" for n, c in expected.items() for t, k in c.items()
+    )
+
+
+def test_count_buckets_follow_afl():
+    assert [count_bucket(n) for n in (1, 2, 3, 4, 7, 8, 15, 16, 31, 32, 127, 128, 10**6)] == [
+        1, 2, 3, 4, 4, 8, 8, 16, 16, 32, 32, 128, 128,
+    ]
+
+
+def test_packet_ids_never_enter_a_type():
+    a = Event("n1", Kind.SEND, 1, 111, "abcd")
+    b = Event("n1", Kind.SEND, 2, 222, "abcd")
+    assert event_type(a) == event_type(b) == "SEND:abcd"
+    assert event_type(Event("n1", Kind.FUNC, 1, 0x1F, "")) == "FUNC:1f"
+
+
+def test_window_markers_are_not_behaviour():
+    marker = Committed(Event("n1", Kind.WINDOW_START, 1, 0, ""), 1, 1, 0, None)
+    func = Committed(Event("n1", Kind.FUNC, 2, 5, ""), 2, 2, 1, None)
+    assert summarize([marker, func]) == summarize([func])
+
+
+def test_unknown_abstraction_names_the_choices():
+    with pytest.raises(MalloryError, match="event-history"):
+        make_abstraction("nope")
