@@ -1,0 +1,238 @@
+"""Linearizability checking, Porcupine-style.
+
+Wing & Gong's search with Lowe's just-in-time linearization: walk a doubly-linked list of
+call/return entries in real-time order; at a call, try to linearize that op now (the
+model step must succeed) unless (linearized-set, state) was already explored (the
+memoisation that makes it practical); at a return whose op is not yet linearized, undo
+the last choice. Open ops (info, never completed) return at +infinity, so they may take
+effect at any point after their invocation, or never. Models that are per-key (kv) are
+checked one partition at a time (P-compositionality): the history is linearizable iff
+every key's sub-history is.
+
+A time budget and a cap on memoised states turn a search that would exhaust the machine
+into `unknown`. On failure the result names the longest linearizable prefix found and the
+op that cannot be placed after it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+from typing import Any
+
+from mallory.oracles.history import Call, Op, pair_calls
+from mallory.oracles.models import INF, LinOp, Model
+from mallory.oracles.result import CheckResult
+
+DEFAULT_MAX_STATES = 2_000_000
+
+
+class _Entry:
+    __slots__ = ("op", "match", "prev", "next", "time", "is_call")
+
+    def __init__(self, op: LinOp | None, is_call: bool, t: float) -> None:
+        self.op = op
+        self.is_call = is_call
+        self.time = t
+        self.match: _Entry | None = None
+        self.prev: _Entry | None = None
+        self.next: _Entry | None = None
+
+
+@dataclass
+class PartitionResult:
+    valid: bool | str
+    key: Hashable
+    n_ops: int
+    prefix: list[LinOp] = field(default_factory=list)
+    prefix_state: Any = None
+    stuck: LinOp | None = None
+    reason: str = ""
+    states: int = 0
+
+
+class _Budget:
+    def __init__(self, deadline: float | None, max_states: int) -> None:
+        self.deadline = deadline
+        self.max_states = max_states
+
+
+def _build_list(ops: list[LinOp]) -> _Entry:
+    events: list[tuple[float, int, int, _Entry]] = []
+    for op in ops:
+        call = _Entry(op, True, op.call)
+        ret = _Entry(op, False, op.ret)
+        call.match = ret
+        # Ties (only possible among open ops at +inf) keep calls before returns.
+        events.append((op.call, 0, op.id, call))
+        events.append((op.ret, 1, op.id, ret))
+    events.sort(key=lambda e: (e[0], e[1], e[2]))
+    head = _Entry(None, False, -1)
+    prev = head
+    for _, _, _, entry in events:
+        prev.next = entry
+        entry.prev = prev
+        prev = entry
+    return head
+
+
+def _lift(entry: _Entry) -> None:
+    entry.prev.next = entry.next  # type: ignore[union-attr]
+    entry.next.prev = entry.prev  # type: ignore[union-attr]
+    match = entry.match
+    assert match is not None
+    match.prev.next = match.next  # type: ignore[union-attr]
+    if match.next is not None:
+        match.next.prev = match.prev
+
+
+def _unlift(entry: _Entry) -> None:
+    match = entry.match
+    assert match is not None
+    match.prev.next = match  # type: ignore[union-attr]
+    if match.next is not None:
+        match.next.prev = match
+    entry.prev.next = entry  # type: ignore[union-attr]
+    entry.next.prev = entry  # type: ignore[union-attr]
+
+
+def check_partition(model: Model, ops: list[LinOp], key: Hashable, budget: _Budget) -> PartitionResult:
+    """Lowe's algorithm over one partition. Op ids are re-numbered locally for the bitset."""
+    local = [LinOp(i, op.call, op.ret, op.input, op.output, op.source, op.key) for i, op in enumerate(ops)]
+    originals = {i: op for i, op in enumerate(ops)}
+    head = _build_list(local)
+    bits = [1 << i for i in range(len(local))]
+    cache: set[tuple[int, Any]] = set()
+    stack: list[tuple[_Entry, Any]] = []
+    state = model.initial
+    linearized = 0
+    best: list[int] = []
+    best_state = state
+    step = model.step
+    entry = head.next
+    iterations = 0
+    while head.next is not None:
+        iterations += 1
+        if iterations & 0xFFF == 0 and budget.deadline is not None and time.monotonic() > budget.deadline:
+            return PartitionResult("unknown", key, len(ops), reason="time limit reached", states=len(cache))
+        assert entry is not None
+        if entry.is_call:
+            op = entry.op
+            assert op is not None
+            ok, new_state = step(state, op.input, op.output)
+            if ok:
+                new_lin = linearized | bits[op.id]
+                memo = (new_lin, new_state)
+                if memo not in cache:
+                    cache.add(memo)
+                    if len(cache) > budget.max_states:
+                        return PartitionResult(
+                            "unknown", key, len(ops), reason=f"more than {budget.max_states} states", states=len(cache)
+                        )
+                    stack.append((entry, state))
+                    if len(stack) > len(best):
+                        best = [e.op.id for e, _ in stack]  # type: ignore[union-attr]
+                        best_state = new_state
+                    state = new_state
+                    linearized = new_lin
+                    _lift(entry)
+                    entry = head.next
+                    continue
+            entry = entry.next
+        else:
+            if not stack:
+                prefix = [originals[i] for i in best]
+                done = set(best)
+                stuck = min((op for op in local if op.id not in done), key=lambda o: (o.ret, o.call))
+                return PartitionResult(
+                    False, key, len(ops), prefix, best_state, originals[stuck.id], states=len(cache)
+                )
+            entry, state = stack.pop()
+            assert entry.op is not None
+            linearized &= ~bits[entry.op.id]
+            _unlift(entry)
+            entry = entry.next
+    return PartitionResult(True, key, len(ops), states=len(cache))
+
+
+def _op_words(model: Model, op: LinOp) -> str:
+    inv = op.source.invoke
+    done = op.source.done
+    where = f"line {inv.line}" if inv.line is not None else f"index {inv.index}"
+    end = (
+        f", completed {done.type} at line {done.line}" if done is not None and done.line is not None
+        else f", completed {done.type} at index {done.index}" if done is not None
+        else ", never completed"
+    )
+    return f"process {inv.process} {model.describe(op)} (invoked at {where}{end})"
+
+
+def check_linearizable(
+    history: list[Op],
+    model: Model,
+    time_limit: float | None = None,
+    max_states: int = DEFAULT_MAX_STATES,
+    source: str = "<history>",
+) -> CheckResult:
+    """Is the client part of `history` linearizable with respect to `model`?"""
+    calls: list[Call] = pair_calls(history, source=source)
+    ops = model.lin_ops(calls)
+    partitions: dict[Hashable, list[LinOp]] = defaultdict(list)
+    for op in ops:
+        partitions[op.key].append(op)
+    budget = _Budget(None if time_limit is None else time.monotonic() + time_limit, max_states)
+    started = time.monotonic()
+    results: list[PartitionResult] = []
+    for key in sorted(partitions, key=repr):
+        res = check_partition(model, partitions[key], key, budget)
+        results.append(res)
+        if res.valid is False:
+            break
+    elapsed = time.monotonic() - started
+    stats = {
+        "ops": len(ops),
+        "partitions": len(partitions),
+        "states": sum(r.states for r in results),
+        "seconds": round(elapsed, 3),
+    }
+    if not ops:
+        return CheckResult("unknown", model.name, [], {}, ["no client operations to check (empty history?)"],
+                           stats=stats)
+    failed = [r for r in results if r.valid is False]
+    unknown = [r for r in results if r.valid == "unknown"]
+    if failed:
+        r = failed[0]
+        assert r.stuck is not None
+        keyword = "" if r.key is None else f" on key {r.key!r}"
+        explanation = [
+            f"not linearizable{keyword}: the longest linearizable prefix has {len(r.prefix)} of {r.n_ops} ops, "
+            f"leaving the state {r.prefix_state!r}; then this op cannot be placed:",
+            "  " + _op_words(model, r.stuck),
+        ]
+        tail = r.prefix[-5:]
+        if tail:
+            explanation.append("last ops of that prefix, in linearization order:")
+            explanation.extend("  " + _op_words(model, op) for op in tail)
+        case = {
+            "key": None if r.key is None else repr(r.key),
+            "prefix_length": len(r.prefix),
+            "prefix_ops": [op.source.invoke.index for op in r.prefix],
+            "state_after_prefix": repr(r.prefix_state),
+            "stuck_op": {
+                "index": r.stuck.source.invoke.index,
+                "process": r.stuck.source.invoke.process,
+                "op": model.describe(r.stuck),
+                "line": r.stuck.source.invoke.line,
+            },
+        }
+        return CheckResult(False, model.name, ["nonlinearizable"], {"nonlinearizable": [case]}, explanation,
+                           not_models=["linearizable"], stats=stats)
+    if unknown:
+        reasons = sorted({r.reason for r in unknown})
+        keys = ", ".join(repr(r.key) for r in unknown if r.key is not None)
+        explanation = [f"search gave up ({'; '.join(reasons)})" + (f" on keys {keys}" if keys else "")]
+        return CheckResult("unknown", model.name, [], {}, explanation, stats=stats)
+    return CheckResult(True, model.name, [], {}, [f"linearizable: {len(ops)} ops in {len(partitions)} partition(s)"],
+                       stats=stats)
