@@ -1,0 +1,44 @@
+"""`mallory cluster up|down|list`: bring a network-namespace cluster up, take it down."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from nemesis.netns import NetnsCluster
+from nemesis.runstate import list_runs
+
+NAME = "cluster"
+HELP = "create or remove a network-namespace cluster (gateway + N nodes)"
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    up = sub.add_parser("up", help="create a run: gateway namespace, N node namespaces, links, routes")
+    up.add_argument("--nodes", type=int, default=3, help="number of nodes (default 3)")
+    up.add_argument("--name", required=True, help="run name (a-z, 0-9, '-')")
+    up.add_argument("--json", action="store_true", help="print the layout as JSON")
+    down = sub.add_parser("down", help="kill a run's processes and remove everything it created")
+    down.add_argument("name", help="run name")
+    sub.add_parser("list", help="list the registered runs")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.action == "up":
+        cluster = NetnsCluster.up(args.name, args.nodes)
+        lay = cluster.layout
+        if args.json:
+            print(lay.to_json())
+        else:
+            print(f"run {lay.run}: gateway {lay.gateway_namespace} control {lay.gateway_control_address}")
+            for node in lay.nodes:
+                print(f"  {node.name} {node.namespace} {node.address} via {node.gateway_interface}")
+        return 0
+    if args.action == "down":
+        cluster = NetnsCluster.attach(args.name)
+        removed = cluster.down()
+        print(f"run {args.name}: removed {len(removed)} things")
+        return 0
+    for record in list_runs():
+        print(json.dumps({"name": record.name, "index": record.index, "state": str(record.state_dir)}))
+    return 0
