@@ -1,8 +1,9 @@
 """A small EDN encoder: just what Jepsen's history.edn needs.
 
 Python values map onto EDN as: None -> nil, bool -> true/false, int, float, `Keyword` ->
-:name, str -> "string" (with escapes), list/tuple -> [vector], dict -> {map},
-set/frozenset -> #{set}. Only writing lives here; reading histories is the oracles' job.
+:name, str -> "string" (every control character escaped), list/tuple -> [vector],
+dict -> {map}, set/frozenset -> #{set}. Only writing lives here, one op at a time as the
+harness records it; reading histories is the oracles' job.
 """
 
 from __future__ import annotations
@@ -11,25 +12,15 @@ import math
 import re
 from typing import Any
 
-_KEYWORD_NAME = re.compile(r"^[A-Za-z*+!\-_?<>=.][A-Za-z0-9*+!\-_?<>=.:/#']*$")
+# One Keyword type for the whole project: the oracles' reader yields it, so a history the
+# harness writes reads back equal to what it recorded. A str subclass: `Keyword("r") == "r"`,
+# and JSON writes it as the plain string, as elle-cli does.
+from mallory.oracles.edn import Keyword
+
+__all__ = ["Keyword", "dumps"]
 
 _ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\t": "\\t", "\r": "\\r", "\b": "\\b", "\f": "\\f"}
 _NEEDS_ESCAPE = re.compile(r'["\\\x00-\x1f\x7f]')
-
-
-class Keyword(str):
-    """An EDN keyword (`:append`). A str subclass, so it compares equal to its name and
-    serialises as a plain string in JSON, which is how elle-cli writes keywords."""
-
-    __slots__ = ()
-
-    def __new__(cls, name: str) -> "Keyword":
-        if not _KEYWORD_NAME.match(name):
-            raise ValueError(f"not a valid EDN keyword name: {name!r}")
-        return super().__new__(cls, name)
-
-    def __repr__(self) -> str:
-        return f":{str.__str__(self)}"
 
 
 def _escape_char(match: re.Match[str]) -> str:

@@ -1,0 +1,82 @@
+"""An adapter driven by a declarative TOML spec (see `mallory.harness.spec`)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Sequence
+
+from mallory.harness import readiness
+from mallory.harness.adapter import ProcessAdapter, UnsupportedOperation
+from mallory.harness.client import Client
+from mallory.harness.redis_client import RedisClient
+from mallory.harness.spec import NodeContext, SutSpec, expand
+from mallory.harness.workload import Workload
+from nemesis.backend import ClusterBackend
+
+
+class SpecAdapter(ProcessAdapter):
+    def __init__(self, spec: SutSpec, backend: ClusterBackend) -> None:
+        super().__init__(backend)
+        self.spec = spec
+        self.name = spec.name
+        self.stop_signal = spec.stop_signal
+        self.stop_timeout = spec.stop_timeout
+        self.ready_timeout = spec.ready.timeout
+        self.ready_interval = spec.ready.interval
+        self._log_pattern = re.compile(spec.ready.pattern) if spec.ready.probe == "log" else None
+        self._log_offsets: dict[str, dict[Path, int]] = {}
+
+    def context(self, node: str) -> NodeContext:
+        peer_port = self.spec.ports.get("peer", self.spec.ports["client"])
+        nodes = list(self.backend.nodes)
+        return NodeContext(
+            node=node,
+            index=nodes.index(node) + 1,
+            address=self.backend.node_address(node),
+            ports=self.spec.ports,
+            peers=",".join(f"{self.backend.node_address(n)}:{peer_port}" for n in nodes if n != node),
+            nodes=",".join(nodes),
+            data_dir=str(self.backend.data_dir(node)),
+            log_dir=str(self.backend.log_dir(node)),
+        )
+
+    def command(self, node: str) -> Sequence[str]:
+        ctx = self.context(node)
+        return [expand(arg, ctx) for arg in self.spec.command]
+
+    def env(self, node: str) -> dict[str, str]:
+        ctx = self.context(node)
+        return {k: expand(v, ctx) for k, v in self.spec.env.items()}
+
+    def extra_log_paths(self, node: str) -> list[Path]:
+        ctx = self.context(node)
+        return [Path(expand(f, ctx)) for f in self.spec.log_files]
+
+    def _starting(self, node: str) -> None:
+        # A restarted node's log still holds the last run's "ready" line: only look past it.
+        self._log_offsets[node] = {p: p.stat().st_size for p in self.log_paths(node) if p.exists()}
+
+    def probe(self, node: str) -> bool:
+        ready = self.spec.ready
+        if ready.probe == "tcp":
+            return readiness.tcp_open(self.backend.client_address(node), self.spec.ports[ready.port])
+        if ready.probe == "command":
+            ctx = self.context(node)
+            return readiness.command_succeeds(self.backend, node, [expand(a, ctx) for a in ready.command])
+        assert self._log_pattern is not None
+        return readiness.log_matches(self._log_pattern, self.log_paths(node), self._log_offsets.get(node, {}))
+
+    def client(self, node: str, workload: Workload) -> Client:
+        client = self.spec.client
+        if client is None:
+            raise UnsupportedOperation(f"{self.name}: the spec ({self.spec.source}) has no [client] section")
+        port = self.spec.ports[client.port]
+        # spec validation admits only known kinds; "redis" is the one there is today.
+        return RedisClient(
+            self.backend.client_address(node),
+            port,
+            workload.name,
+            independent=getattr(workload, "independent", False),
+            timeout=client.timeout,
+        )
