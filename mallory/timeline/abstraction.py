@@ -33,11 +33,20 @@ _BY_ID = frozenset({Kind.FUNC, Kind.BLOCK, Kind.LOG})
 IGNORED_KINDS = frozenset({Kind.WINDOW_START, Kind.WINDOW_END})
 
 
+def type_key(event: Event) -> tuple[Kind, int | str]:
+    """The hashable identity of an event's type; cheaper than formatting its name."""
+    kind = event.kind
+    return (kind, event.id) if kind in _BY_ID else (kind, event.data)
+
+
+def type_name(key: tuple[Kind, int | str]) -> str:
+    kind, value = key
+    return f"{kind.name}:{value:x}" if kind in _BY_ID else f"{kind.name}:{value}"
+
+
 def event_type(event: Event) -> str:
     """The abstract type of an event, e.g. "FUNC:1a2b" or "SEND:17030300"."""
-    if event.kind in _BY_ID:
-        return f"{event.kind.name}:{event.id:x}"
-    return f"{event.kind.name}:{event.data}"
+    return type_name(type_key(event))
 
 
 class Abstraction(ABC):
@@ -46,16 +55,33 @@ class Abstraction(ABC):
     name: ClassVar[str]
 
     def __init__(self) -> None:
-        self._types: dict[str, int] = {}  # event type -> small integer (bit position)
-        self._names: list[str] = []
+        self._types: dict[tuple, int] = {}  # type key -> small integer (bit position)
+        self._keys: list[tuple] = []
 
     def type_index(self, event: Event) -> int:
-        name = event_type(event)
-        index = self._types.get(name)
+        key = type_key(event)
+        index = self._types.get(key)
         if index is None:
-            index = self._types[name] = len(self._names)
-            self._names.append(name)
+            index = self._types[key] = len(self._keys)
+            self._keys.append(key)
         return index
+
+    def run(self, entries: list[Committed]) -> None:
+        """Feed a window's entries, in a causal (commit) order, through update and merge.
+
+        Arrows from SENDs outside the window are ignored: a window is judged on its own.
+        """
+        snapshots: dict[int, object] = {}  # id(SEND entry) -> sender state right after it
+        for entry in entries:
+            kind = entry.event.kind
+            if kind in IGNORED_KINDS:
+                continue
+            send = entry.send
+            if send is not None and id(send) in snapshots:
+                self.merge(entry, snapshots[id(send)], send)
+            self.update(entry)
+            if kind is Kind.SEND:
+                snapshots[id(entry)] = self.snapshot(entry.event.node)
 
     @abstractmethod
     def update(self, entry: Committed) -> None:
@@ -110,20 +136,75 @@ class EventHistory(Abstraction):
     def snapshot(self, node: str) -> int:
         return self._history.get(node, 0)
 
-    def pairs(self) -> set[tuple[str, str, str]]:
-        """(node, type a, type b) for every a happens-before b, b on node."""
-        names = self._names
-        out = set()
+    def run(self, entries: list[Committed]) -> None:
+        """`Abstraction.run` with update and merge inlined: this is the per-event hot path."""
+        history = self._history
+        all_pairs = self._pairs
+        types = self._types
+        keys = self._keys
+        by_id = _BY_ID
+        ignored = IGNORED_KINDS
+        send_kind = Kind.SEND
+        snapshots: dict[int, int] = {}
+        for entry in entries:
+            event = entry.event
+            kind = event.kind
+            if kind in ignored:
+                continue
+            node = event.node
+            h = history.get(node, 0)
+            send = entry.send
+            if send is not None:
+                h |= snapshots.get(id(send), 0)
+            key = (kind, event.id) if kind in by_id else (kind, event.data)
+            t = types.get(key)
+            if t is None:
+                t = types[key] = len(keys)
+                keys.append(key)
+            pairs = all_pairs.get(node)
+            if pairs is None:
+                pairs = all_pairs[node] = {}
+            pairs[t] = pairs.get(t, 0) | h
+            h |= 1 << t
+            history[node] = h
+            if kind is send_kind:
+                snapshots[id(entry)] = h
+
+    def _decoded(self) -> list[tuple[str, dict[int, list[str]]]]:
+        """Per node, per type, the names of its predecessor types (bitsets decoded once each:
+        busy windows share the same few bitsets across many types and nodes)."""
+        names = [type_name(k) for k in self._keys]
+        cache: dict[int, list[str]] = {}
+        out = []
         for node, per_type in self._pairs.items():
+            decoded = {}
             for t, preds in per_type.items():
-                while preds:
-                    low = preds & -preds
-                    out.add((node, names[low.bit_length() - 1], names[t]))
-                    preds ^= low
+                found = cache.get(preds)
+                if found is None:
+                    found, bits = [], preds
+                    while bits:
+                        low = bits & -bits
+                        found.append(names[low.bit_length() - 1])
+                        bits ^= low
+                    cache[preds] = found
+                decoded[t] = found
+            out.append((node, decoded))
         return out
 
+    def pairs(self) -> set[tuple[str, str, str]]:
+        """(node, type a, type b) for every a happens-before b, b on node."""
+        names = [type_name(k) for k in self._keys]
+        return {(node, a, names[t]) for node, decoded in self._decoded() for t, preds in decoded.items() for a in preds}
+
     def summary(self) -> Summary:
-        return frozenset(f"{node}|{a}|{b}" for node, a, b in self.pairs())
+        names = [type_name(k) for k in self._keys]
+        tokens = set()
+        for node, decoded in self._decoded():
+            prefix = node + "|"
+            for t, preds in decoded.items():
+                suffix = "|" + names[t]
+                tokens.update([prefix + a + suffix for a in preds])
+        return frozenset(tokens)
 
 
 class VectorClock(Abstraction):
@@ -210,21 +291,6 @@ def make_abstraction(name: str) -> Abstraction:
 
 
 def abstract(entries: list[Committed], abstraction: Abstraction) -> Abstraction:
-    """Run the abstraction over a window's entries, given in a causal (commit) order.
-
-    Arrows from SENDs outside the window are ignored: a window is judged on its own.
-    """
-    snapshots: dict[int, object] = {}  # id(SEND entry) -> sender state after it
-    ignored = IGNORED_KINDS
-    update = abstraction.update
-    for entry in entries:
-        kind = entry.event.kind
-        if kind in ignored:
-            continue
-        send = entry.send
-        if send is not None and id(send) in snapshots:
-            abstraction.merge(entry, snapshots[id(send)], send)
-        update(entry)
-        if kind is Kind.SEND:
-            snapshots[id(entry)] = abstraction.snapshot(entry.event.node)
+    """Run the abstraction over a window's entries (in a causal order) and return it."""
+    abstraction.run(entries)
     return abstraction

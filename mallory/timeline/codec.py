@@ -87,6 +87,23 @@ def _event(node: str, fields: object) -> Event:
     return Event(node, kind, ts, ident, data)
 
 
+def _events(node: str, raw: list) -> list[Event]:
+    """A batch's events. The fast path builds them all, then checks them in one pass; only
+    when something is wrong does the slow path run, to say exactly what."""
+    try:
+        events = [Event(node, KIND_BY_NAME[k], ts, i, d) for k, ts, i, d in raw]
+    except (KeyError, TypeError, ValueError):
+        events = None
+    if events is not None:
+        for e in events:
+            ts, ident = e.ts, e.id
+            if type(ts) is not int or ts < 0 or type(ident) is not int or not 0 <= ident <= MAX_ID or type(e.data) is not str:
+                break
+        else:
+            return events
+    return [_event(node, e) for e in raw]
+
+
 def decode_obj(obj: object) -> Record:
     """A parsed JSON value as a record; raises ValueError saying what is wrong."""
     if type(obj) is list:
@@ -107,7 +124,7 @@ def decode_obj(obj: object) -> Record:
                 seq=_int(obj.get("seq"), "batch.seq"),
                 until_ns=_int(obj.get("until_ns"), "batch.until_ns"),
                 lost=_int(obj.get("lost", 0), "batch.lost"),
-                events=[_event(node, e) for e in events],
+                events=_events(node, events),
             )
             return batch
         if "clock" in obj:

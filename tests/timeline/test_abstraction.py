@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from mallory.errors import MalloryError
 from mallory.timeline.abstraction import (
+    Abstraction,
     EventCount,
     EventHistory,
     VectorClock,
@@ -83,6 +84,10 @@ def test_event_history_equals_pairs_by_definition(seed, n_nodes, n_steps):
     got = abstract(entries, EventHistory())
     assert got.pairs() == expected
     assert got.summary() == frozenset(f"{n}|{a}|{b}" for n, a, b in expected)
+    # the inlined hot path and the paper's update/merge interface agree
+    generic = EventHistory()
+    Abstraction.run(generic, entries)
+    assert generic.pairs() == expected
 
 
 @settings(max_examples=80, deadline=None)
