@@ -1,0 +1,116 @@
+"""Calibrating the state similarity threshold epsilon from fault-free "steady" windows.
+
+The paper's convention: pick epsilon so that 90% of the windows of a fault-free run
+coincide. Here, precisely:
+
+    Replay the steady summaries, in the given order, through a fresh
+    `StateStore(num_perm, epsilon, seed)` with `lookup`. Window i COINCIDES when its lookup
+    answers an already-seen state (`is_new` is False). The first window can never
+    coincide, so the coincidence fraction is (coinciding windows) / (windows - 1).
+
+`calibrate_threshold` returns the LARGEST epsilon (the most discriminating one) whose
+replay reaches the requested fraction. Estimated Jaccard similarities are multiples of
+1/num_perm, so only the thresholds k/num_perm are distinct and those are the candidates.
+Candidates are screened from the top with an exact replay (nearest by estimated Jaccard
+over all stored states, from a pairwise matrix of equal signature positions, O(n^2 *
+num_perm) for n windows: fine for the hundreds to few thousands of windows a steady run
+gives), and the first one that passes is confirmed by a real LSH-backed `StateStore`
+replay; if LSH misses push it below the target, the search continues downwards. The
+returned epsilon therefore makes at least `coincide` of the sample coincide in exactly the
+store the campaign will use, provided it uses the same num_perm, seed and LSH weights.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+from mallory.errors import MalloryError
+from mallory.learner.states import DEFAULT_LSH_WEIGHTS, StateStore
+
+
+def coincidence_fraction(
+    steady_summaries: Iterable[Iterable[str]],
+    threshold: float,
+    *,
+    num_perm: int = 128,
+    seed: int = 1,
+    lsh_weights: tuple[float, float] = DEFAULT_LSH_WEIGHTS,
+) -> float:
+    """The fraction of windows after the first that a fresh store maps to a seen state."""
+    signatures = _signatures(steady_summaries, num_perm, seed)
+    return _store_fraction(signatures, threshold, num_perm, seed, lsh_weights)
+
+
+def calibrate_threshold(
+    steady_summaries: Iterable[Iterable[str]],
+    coincide: float = 0.9,
+    *,
+    num_perm: int = 128,
+    seed: int = 1,
+    lsh_weights: tuple[float, float] = DEFAULT_LSH_WEIGHTS,
+) -> float:
+    """The largest threshold k/num_perm under which at least `coincide` of the steady
+    windows coincide (see the module docstring for the exact meaning)."""
+    if isinstance(coincide, bool) or not isinstance(coincide, (int, float)) or not 0.0 < coincide <= 1.0:
+        raise MalloryError(f"calibration: coincide must be in (0, 1], got {coincide!r}")
+    signatures = _signatures(steady_summaries, num_perm, seed)
+    equal = _equal_positions(signatures)
+    best_exact = 0.0
+    for k in range(num_perm, 0, -1):
+        exact = _exact_fraction(equal, k)
+        best_exact = max(best_exact, exact)
+        if exact < coincide:
+            continue
+        threshold = k / num_perm
+        if _store_fraction(signatures, threshold, num_perm, seed, lsh_weights) >= coincide:
+            return threshold
+    raise MalloryError(
+        f"calibration: the {len(signatures)} steady windows are too dissimilar: no threshold makes "
+        f"{coincide:.0%} of them coincide (best {best_exact:.1%}); are they really fault-free and steady?"
+    )
+
+
+def _signatures(summaries: Iterable[Iterable[str]], num_perm: int, seed: int) -> np.ndarray:
+    store = StateStore(num_perm=num_perm, seed=seed)
+    rows = [store.signature(summary) for summary in summaries]
+    if len(rows) < 2:
+        raise MalloryError(f"calibration needs at least 2 steady windows, got {len(rows)}")
+    return np.stack(rows)
+
+
+def _equal_positions(signatures: np.ndarray) -> np.ndarray:
+    """equal[i, j] = number of positions where signatures i and j agree (int16)."""
+    n = len(signatures)
+    equal = np.empty((n, n), dtype=np.int16)
+    block = max(1, (1 << 22) // (n * signatures.shape[1]))
+    for start in range(0, n, block):
+        rows = signatures[start : start + block, np.newaxis, :]
+        equal[start : start + block] = np.count_nonzero(rows == signatures[np.newaxis, :, :], axis=2)
+    return equal
+
+
+def _exact_fraction(equal: np.ndarray, min_matches: int) -> float:
+    """Replay with exact nearest-state search: representatives are the windows that were
+    new when they arrived, as in `StateStore`."""
+    representatives: list[int] = []
+    coinciding = 0
+    for i in range(len(equal)):
+        if representatives and equal[i, representatives].max() >= min_matches:
+            coinciding += 1
+        else:
+            representatives.append(i)
+    return coinciding / (len(equal) - 1)
+
+
+def _store_fraction(
+    signatures: Sequence[np.ndarray] | np.ndarray,
+    threshold: float,
+    num_perm: int,
+    seed: int,
+    lsh_weights: tuple[float, float],
+) -> float:
+    store = StateStore(num_perm=num_perm, threshold=threshold, seed=seed, lsh_weights=lsh_weights)
+    coinciding = sum(not store.lookup_signature(signature).is_new for signature in signatures)
+    return coinciding / (len(signatures) - 1)

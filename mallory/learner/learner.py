@@ -1,0 +1,146 @@
+"""The learner the campaign loop talks to: states + reward + policy, and checkpoints.
+
+The loop alternates, per step of a schedule:
+
+    match, reward = learner.observe(window_summary)   # the window that just ended
+    fault = learner.next_action(available_faults)      # what to do during the next one
+
+and calls `end_schedule()` when a schedule ends (before the cluster is reset). The
+transition (state, action) -> next state is learnt from the first window observed after
+the action; its update is applied when the next action is chosen, because Q-learning's
+target needs the actions available in the next state, or at `end_schedule`, where the
+next state is terminal (no bootstrap). Further windows observed before the next action
+only move the current state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from mallory.errors import MalloryError
+from mallory.learner import checkpoint as ckpt
+from mallory.learner.policies import Action, Policy, make_policy, policy_from_state
+from mallory.learner.rewards import Reward, make_reward, reward_from_state
+from mallory.learner.states import StateMatch, StateStore
+
+
+class Learner:
+    def __init__(self, store: StateStore, reward: Reward, policy: Policy) -> None:
+        self.store = store
+        self.reward = reward
+        self.policy = policy
+        self.state: int | None = None
+        self._action: Action | None = None
+        self._acted = False
+        self._pending: tuple[int, Action, float, int] | None = None
+
+    @classmethod
+    def create(
+        cls,
+        *,
+        policy: str = "qlearning",
+        reward: str = "paper",
+        seed: int = 0,
+        num_perm: int = 128,
+        threshold: float = 0.7,
+        minhash_seed: int = 1,
+        policy_params: dict[str, Any] | None = None,
+        reward_params: dict[str, Any] | None = None,
+    ) -> Learner:
+        """A learner from names and parameters (the campaign's configuration)."""
+        return cls(
+            StateStore(num_perm=num_perm, threshold=threshold, seed=minhash_seed),
+            make_reward(reward, **(reward_params or {})),
+            make_policy(policy, seed=seed, **(policy_params or {})),
+        )
+
+    def observe(self, summary: Iterable[str]) -> tuple[StateMatch, float]:
+        """The state of the window that just ended, and the reward it earns."""
+        match = self.store.lookup(summary)
+        reward = self.reward(match)
+        if self._acted and self.state is not None:
+            self._pending = (self.state, self._action, reward, match.state_id)
+            self._acted = False
+        self.state = match.state_id
+        return match, reward
+
+    def next_action(self, actions: Iterable[Action]) -> Action:
+        """Learn from the last transition, then choose the action for the current state."""
+        if self.state is None:
+            raise MalloryError("the learner must observe a window before it can choose an action")
+        listed = list(actions)
+        self._flush(listed)
+        self._action = self.policy.choose(self.state, listed)
+        self._acted = True
+        return self._action
+
+    def end_schedule(self) -> None:
+        """The schedule is over: learn its last transition as terminal, forget the state."""
+        self._flush([])
+        self.state = None
+        self._action = None
+        self._acted = False
+
+    def _flush(self, next_actions: list[Action]) -> None:
+        if self._pending is not None:
+            state, action, reward, next_state = self._pending
+            self.policy.update(state, action, reward, next_state, next_actions)
+            self._pending = None
+
+    # -- checkpoints --------------------------------------------------------------------
+
+    def to_checkpoint(self) -> bytes:
+        """Everything needed to resume: states, visits, Q-table, RNG, params (JSON bytes)."""
+        pending = None
+        if self._pending is not None:
+            state, action, reward, next_state = self._pending
+            pending = [state, ckpt.encode_action(action), reward, next_state]
+        return ckpt.dumps(
+            {
+                "store": self.store.to_state(),
+                "reward": self.reward.to_state(),
+                "policy": self.policy.to_state(),
+                "state": self.state,
+                "action": [ckpt.encode_action(self._action)] if self._acted else None,
+                "pending": pending,
+            }
+        )
+
+    @classmethod
+    def from_checkpoint(cls, data: bytes) -> Learner:
+        """The learner `to_checkpoint` saved; a corrupt or foreign checkpoint raises
+        `MalloryError`."""
+        document = ckpt.loads(data)
+        learner = cls(
+            StateStore.from_state(ckpt.field(document, "store", dict, "checkpoint"), "store"),
+            reward_from_state(ckpt.field(document, "reward", dict, "checkpoint"), "reward"),
+            policy_from_state(ckpt.field(document, "policy", dict, "checkpoint"), "policy"),
+        )
+        known = len(learner.store)
+        state = ckpt.field(document, "state", (int, type(None)), "checkpoint")
+        if state is not None and not 0 <= state < known:
+            raise ckpt.CheckpointError(f"checkpoint.state {state} is not one of the {known} stored states")
+        learner.state = state
+        action = ckpt.field(document, "action", (list, type(None)), "checkpoint")
+        if action is not None:
+            if len(action) != 1 or state is None:
+                raise ckpt.CheckpointError("checkpoint.action must be [action] and needs a current state")
+            learner._action = ckpt.decode_action(action[0], "checkpoint.action")
+            learner._acted = True
+        pending = ckpt.field(document, "pending", (list, type(None)), "checkpoint")
+        if pending is not None:
+            if (
+                len(pending) != 4
+                or not all(isinstance(pending[i], int) and 0 <= pending[i] < known for i in (0, 3))
+                or isinstance(pending[2], bool)
+                or not isinstance(pending[2], (int, float))
+            ):
+                raise ckpt.CheckpointError("checkpoint.pending is not [state, action, reward, next state]")
+            learner._pending = (
+                pending[0],
+                ckpt.decode_action(pending[1], "checkpoint.pending"),
+                float(pending[2]),
+                pending[3],
+            )
+        return learner
