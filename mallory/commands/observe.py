@@ -1,0 +1,82 @@
+"""`mallory observe`: the per-node observer, run inside the node before the SUT starts."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import threading
+
+from mallory.errors import MalloryError
+from mallory.observer import iptables
+from mallory.observer.nfq import NfQueue
+from mallory.observer.observer import Observer, clock_pair
+from mallory.observer.sender import BatchSender
+
+NAME = "observe"
+HELP = "observe one node: NFQUEUE on INPUT/OUTPUT (+ shm ring), batches to the mediator"
+
+DEFAULT_BATCH_PORT = 7101
+
+
+def _address(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r}: expected HOST:PORT")
+    return host, int(port)
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--node", default=os.environ.get("MALLORY_NODE"), help="node name (default $MALLORY_NODE)")
+    parser.add_argument("--run", help="netns run: take the peers and the mediator address from its layout")
+    parser.add_argument("--mediator", type=_address, help=f"HOST:PORT of the mediator's batch port (default with --run: the node's gateway, port {DEFAULT_BATCH_PORT})")
+    parser.add_argument("--peer", action="append", default=[], help="address or CIDR of another node (repeatable)")
+    parser.add_argument("--queue", type=int, default=0, help="NFQUEUE number in the node's namespace (default 0)")
+    parser.add_argument("--interval", type=float, default=0.1, help="batch interval in seconds (default 0.1)")
+    parser.add_argument("--buffer-events", type=int, default=1_000_000, help="events buffered while the mediator is away (default 1e6)")
+    parser.add_argument("--no-packets", action="store_true", help="do not capture packets (shm ring only)")
+
+
+def run(args: argparse.Namespace) -> int:
+    if not args.node:
+        raise MalloryError("observe: no node name (give --node or set MALLORY_NODE)")
+    peers, mediator = list(args.peer), args.mediator
+    if args.run:
+        from nemesis.netns import ClusterLayout
+
+        layout = ClusterLayout.load(args.run)
+        me = layout.node(args.node)
+        peers += [n.address for n in layout.nodes if n.name != args.node]
+        mediator = mediator or (me.gateway_address, DEFAULT_BATCH_PORT)
+    if mediator is None:
+        raise MalloryError("observe: no mediator address (give --mediator HOST:PORT or --run)")
+    if args.interval <= 0:
+        raise MalloryError(f"observe: --interval {args.interval}: must be > 0")
+
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+
+    queue = None
+    if not args.no_packets:
+        # Bind first, then add the rules: no packet is ever queued to an unbound queue.
+        queue = NfQueue(args.queue)
+        iptables.install(args.queue, peers)
+    sender = BatchSender(clock_pair(args.node), mediator, capacity_events=args.buffer_events).start()
+    observer = Observer(args.node, queue, sender, interval=args.interval)
+    print(f"observe {args.node}: queue {args.queue} peers {','.join(peers)} mediator {mediator[0]}:{mediator[1]}", flush=True)
+    try:
+        observer.run(stop)
+    finally:
+        if queue is not None:
+            iptables.remove()
+            queue.close()
+        sender.flush(1.0)
+        sender.close()
+        print(
+            f"observe {args.node}: {observer.packets} packets, {observer.batches} batches, "
+            f"{queue.lost if queue else 0} lost in the queue, {sender.stats.dropped_events} dropped while the mediator was away",
+            file=sys.stderr,
+        )
+    return 0

@@ -1,0 +1,194 @@
+"""A passive NFQUEUE reader: libnetfilter_queue through ctypes for setup and verdicts, the
+packet messages parsed straight off the netlink socket.
+
+Why not PyPI netfilterqueue here: it does not expose the queue handle, and the observer
+needs `nfq_set_queue_flags(NFQA_CFG_F_FAIL_OPEN)`: with it the kernel ACCEPTS a packet when
+the queue is full or the message cannot be delivered, instead of dropping it, so a slow
+observer never blackholes the SUT (a dead one is covered by the rules' --queue-bypass).
+
+The hot path makes no per-packet ctypes call: `drain` reads every pending netlink message
+(non-blocking recv_into), slices the packet header attribute (packet id, hook) and the
+payload (only the first COPY_RANGE bytes are copied to us: headers plus 4 payload bytes
+are all the observer keeps), then issues ONE batch verdict (`nfq_set_verdict_batch`, accept
+every packet id <= the last one read). The kernel numbers the packets it hands to the
+socket consecutively, so a gap between two ids we read counts packets it let through after
+failing to deliver them to us (socket overrun, fail-open): they are reported as `lost`.
+Packets let through because the queue itself was full get no id and cannot be counted; the
+queue is long (maxlen) and drained in batches, so that takes a stalled observer.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import errno
+import socket
+import struct
+import time
+from typing import Callable
+
+from mallory.errors import MalloryError
+
+NF_ACCEPT = 1
+NFQNL_COPY_PACKET = 2
+NFQA_CFG_F_FAIL_OPEN = 1
+NFQA_PACKET_HDR = 1
+NFQA_PAYLOAD = 10
+NFQNL_MSG_PACKET = (3 << 8) | 0  # NFNL_SUBSYS_QUEUE << 8 | NFQNL_MSG_PACKET
+NLMSG_ERROR = 2
+NF_INET_LOCAL_IN = 1
+NF_INET_LOCAL_OUT = 3
+SOL_NETLINK = 270
+NETLINK_NO_ENOBUFS = 5
+SO_RCVBUFFORCE = 33
+
+#: IPv4 header (<= 60) + TCP header (<= 60) + 4 payload bytes fit in 128.
+COPY_RANGE = 128
+
+_NLMSGHDR = struct.Struct("=IHHII")
+_NLATTR = struct.Struct("=HH")
+_PACKET_HDR = struct.Struct("!IHB")
+
+_CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
+
+
+class _PacketHdr(ctypes.BigEndianStructure):
+    _pack_ = 1
+    _fields_ = [("packet_id", ctypes.c_uint32), ("hw_protocol", ctypes.c_uint16), ("hook", ctypes.c_uint8)]
+
+
+def _load_library() -> ctypes.CDLL:
+    path = ctypes.util.find_library("netfilter_queue") or "libnetfilter_queue.so.1"
+    try:
+        lib = ctypes.CDLL(path, use_errno=True)
+    except OSError as exc:
+        raise MalloryError(f"libnetfilter_queue not found ({exc}); install the Debian package libnetfilter-queue1") from None
+    vp, u32 = ctypes.c_void_p, ctypes.c_uint32
+    for name, restype, argtypes in [
+        ("nfq_open", vp, []),
+        ("nfq_close", ctypes.c_int, [vp]),
+        ("nfq_create_queue", vp, [vp, ctypes.c_uint16, _CALLBACK, vp]),
+        ("nfq_destroy_queue", ctypes.c_int, [vp]),
+        ("nfq_set_mode", ctypes.c_int, [vp, ctypes.c_uint8, u32]),
+        ("nfq_set_queue_maxlen", ctypes.c_int, [vp, u32]),
+        ("nfq_set_queue_flags", ctypes.c_int, [vp, u32, u32]),
+        ("nfq_fd", ctypes.c_int, [vp]),
+        ("nfq_set_verdict", ctypes.c_int, [vp, u32, u32, u32, vp]),
+        ("nfq_set_verdict_batch", ctypes.c_int, [vp, u32, u32]),
+        ("nfq_get_msg_packet_hdr", ctypes.POINTER(_PacketHdr), [vp]),
+    ]:
+        fn = getattr(lib, name)
+        fn.restype = restype
+        fn.argtypes = argtypes
+    return lib
+
+
+class NfQueue:
+    """One bound NFQUEUE queue in the current network namespace, accepting everything."""
+
+    def __init__(self, queue_num: int, *, maxlen: int = 4096, rcvbuf: int = 8 << 20, fail_open: bool = True) -> None:
+        self.queue_num = queue_num
+        self.lost = 0  # packets the kernel accepted without handing them to us
+        self.received = 0
+        self._last_id = 0
+        self._lib = _load_library()
+        self._handle = self._lib.nfq_open()
+        if not self._handle:
+            raise MalloryError(f"nfq_open failed (errno {ctypes.get_errno()}): NFQUEUE needs root and nfnetlink_queue")
+        # The library dispatches to this callback only while it waits for a config ack
+        # (packets may already be queued if stale rules exist): accept them, one by one.
+        self._callback = _CALLBACK(self._on_library_packet)
+        self._queue = self._lib.nfq_create_queue(self._handle, queue_num, self._callback, None)
+        if not self._queue:
+            err = ctypes.get_errno()
+            self._lib.nfq_close(self._handle)
+            raise MalloryError(f"cannot bind NFQUEUE {queue_num} (errno {err}: {errno.errorcode.get(err, '?')}); is another observer bound?")
+        if self._lib.nfq_set_mode(self._queue, NFQNL_COPY_PACKET, COPY_RANGE) < 0:
+            self.close()
+            raise MalloryError("nfq_set_mode failed")
+        self._lib.nfq_set_queue_maxlen(self._queue, maxlen)
+        if fail_open and self._lib.nfq_set_queue_flags(self._queue, NFQA_CFG_F_FAIL_OPEN, NFQA_CFG_F_FAIL_OPEN) < 0:
+            self.close()
+            raise MalloryError("nfq_set_queue_flags(FAIL_OPEN) failed: kernel too old?")
+        # A socket object over a duplicate of the library's fd: recv_into without ctypes.
+        self._sock = socket.socket(fileno=socket.dup(self._lib.nfq_fd(self._handle)))
+        self._sock.setblocking(False)
+        try:
+            self._sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, rcvbuf)
+        except OSError:
+            self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+        # Overruns are seen as id gaps; without this flag recv would fail with ENOBUFS.
+        self._sock.setsockopt(SOL_NETLINK, NETLINK_NO_ENOBUFS, 1)
+        self._buf = bytearray(65536)
+        self._view = memoryview(self._buf)
+
+    def _on_library_packet(self, qh: int, _nfmsg: int, nfad: int, _data: int) -> int:
+        hdr = self._lib.nfq_get_msg_packet_hdr(nfad)
+        if hdr:
+            self._lib.nfq_set_verdict(qh, hdr.contents.packet_id, NF_ACCEPT, 0, None)
+        return 0
+
+    def fileno(self) -> int:
+        return self._sock.fileno()
+
+    def drain(self, on_packet: Callable[[int, int, bytes], None], limit: int = 1024) -> int:
+        """Read every pending packet (up to `limit`), call on_packet(hook, mono_ns, ip_bytes)
+        for each, then accept them all with one verdict. Returns how many were read."""
+        count = 0
+        last_id = 0
+        buf, view, recv_into = self._buf, self._view, self._sock.recv_into
+        unpack_msg, unpack_attr, unpack_hdr = _NLMSGHDR.unpack_from, _NLATTR.unpack_from, _PACKET_HDR.unpack_from
+        monotonic_ns = time.monotonic_ns
+        while count < limit:
+            try:
+                n = recv_into(buf)
+            except BlockingIOError:
+                break
+            except OSError as exc:
+                if exc.errno == errno.ENOBUFS:
+                    continue
+                raise
+            now = monotonic_ns()
+            off = 0
+            while off + 16 <= n:
+                msg_len, msg_type, _flags, _seq, _pid = unpack_msg(buf, off)
+                if msg_len < 16:
+                    break
+                end = off + msg_len
+                if msg_type == NFQNL_MSG_PACKET:
+                    packet_id = hook = -1
+                    payload = b""
+                    a = off + 20  # nlmsghdr + nfgenmsg
+                    while a + 4 <= end:
+                        a_len, a_type = unpack_attr(buf, a)
+                        if a_len < 4:
+                            break
+                        a_type &= 0x3FFF
+                        if a_type == NFQA_PACKET_HDR:
+                            packet_id, _proto, hook = unpack_hdr(buf, a + 4)
+                        elif a_type == NFQA_PAYLOAD:
+                            payload = bytes(view[a + 4 : a + a_len])
+                        a += (a_len + 3) & ~3
+                    if packet_id >= 0:
+                        if self._last_id and packet_id > self._last_id + 1:
+                            self.lost += packet_id - self._last_id - 1
+                        self._last_id = packet_id
+                        last_id = packet_id
+                        count += 1
+                        on_packet(hook, now, payload)
+                off += (msg_len + 3) & ~3
+        if last_id:
+            self._lib.nfq_set_verdict_batch(self._queue, last_id, NF_ACCEPT)
+        self.received += count
+        return count
+
+    def close(self) -> None:
+        if getattr(self, "_sock", None) is not None:
+            self._sock.close()
+            self._sock = None
+        if self._queue:
+            self._lib.nfq_destroy_queue(self._queue)
+            self._queue = None
+        if self._handle:
+            self._lib.nfq_close(self._handle)
+            self._handle = None

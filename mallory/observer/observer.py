@@ -1,0 +1,112 @@
+"""The per-node observer loop: packets from NFQUEUE (and code events from the node's shm
+ring when there is one) cut into a batch every `interval` seconds and handed to the
+`BatchSender` (mallory/observer/sender.py), which owns the connection to the mediator,
+the bounded buffer and reconnects.
+
+A batch's `until_ns` is the monotonic time of the cut: packet events are stamped when read,
+so every later one is later than the cut. Ring events are stamped by the SUT when they
+happen; a slot still being written at the cut is read at the next one, so with a ring the
+promise is made RING_MARGIN_NS before the cut.
+"""
+
+from __future__ import annotations
+
+import select
+import threading
+import time
+from typing import Callable, Protocol
+
+from mallory.observer.nfq import NF_INET_LOCAL_OUT, NfQueue
+from mallory.observer.packet import parse
+from mallory.timeline.event import ClockPair, Event, Kind
+
+RING_MARGIN_NS = 1_000_000
+
+
+class EventSource(Protocol):
+    """A shm ring reader (mallory/observer/ring.py) as the observer uses it."""
+
+    def poll_events(self) -> list[Event]: ...
+
+
+class Submitter(Protocol):
+    def submit(self, events: list[Event], until_ns: int, lost: int = 0) -> None: ...
+
+
+def clock_pair(node: str) -> ClockPair:
+    """Monotonic and real time read together: the real clock read between two monotonic
+    reads, paired with their midpoint."""
+    m0 = time.monotonic_ns()
+    real = time.time_ns()
+    m1 = time.monotonic_ns()
+    return ClockPair(node, (m0 + m1) // 2, real)
+
+
+class Observer:
+    def __init__(
+        self,
+        node: str,
+        queue: NfQueue | None,
+        sender: Submitter,
+        *,
+        interval: float = 0.1,
+        ring: EventSource | None = None,
+        ring_lost: Callable[[], int] | None = None,
+    ) -> None:
+        self.node = node
+        self.queue = queue
+        self.sender = sender
+        self.interval = interval
+        self.ring = ring
+        self.ring_lost = ring_lost
+        self.batches = 0
+        self.packets = 0
+        self.ring_events = 0
+        self._events: list[Event] = []
+        self._lost_reported = 0
+
+    def _on_packet(self, hook: int, ts: int, payload: bytes) -> None:
+        packet = parse(payload)
+        if packet is None:
+            return
+        kind = Kind.SEND if hook == NF_INET_LOCAL_OUT else Kind.RECV
+        self._events.append(Event(self.node, kind, ts, packet.id, packet.data))
+
+    def cut(self) -> None:
+        """Close the current batch and hand it to the sender."""
+        now = time.monotonic_ns()
+        events, self._events = self._events, []
+        until = now
+        if self.ring is not None:
+            ring_events = self.ring.poll_events()
+            if ring_events:
+                self.ring_events += len(ring_events)
+                events.extend(ring_events)
+                events.sort(key=lambda e: e.ts)
+            until = now - RING_MARGIN_NS
+        self.packets += sum(1 for e in events if e.kind in (Kind.SEND, Kind.RECV))
+        lost_total = (self.queue.lost if self.queue else 0) + (self.ring_lost() if self.ring_lost else 0)
+        lost, self._lost_reported = lost_total - self._lost_reported, lost_total
+        self.sender.submit(events, until, lost)
+        self.batches += 1
+
+    def run(self, stop: threading.Event) -> None:
+        """Read packets and cut batches until `stop` is set; cuts a last batch on the way out."""
+        next_cut = time.monotonic() + self.interval
+        fds = [self.queue.fileno()] if self.queue else []
+        while not stop.is_set():
+            timeout = max(0.0, next_cut - time.monotonic())
+            if fds:
+                readable, _, _ = select.select(fds, [], [], min(timeout, 0.05))
+                if readable:
+                    self.queue.drain(self._on_packet)
+            else:
+                stop.wait(min(timeout, 0.05))
+            if time.monotonic() >= next_cut:
+                self.cut()
+                next_cut += self.interval
+                if next_cut < time.monotonic():  # we fell behind: do not cut in a burst
+                    next_cut = time.monotonic() + self.interval
+        if self.queue:
+            self.queue.drain(self._on_packet)
+        self.cut()
