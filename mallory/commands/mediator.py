@@ -1,0 +1,100 @@
+"""`mallory mediator`: run the gateway (firewall, ingest, API, recording) until stopped.
+
+Run it in the gateway namespace. With `--run RUN` the node addresses and the control
+address come from the run's layout (nemesis/netns.py); otherwise give `--node n1=ADDR`
+for every node and `--api HOST:PORT`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import threading
+from pathlib import Path
+
+from mallory.errors import MalloryError
+
+NAME = "mediator"
+HELP = "run the mediator (gateway firewall on NFQUEUE, batch ingest, HTTP API) in the gateway namespace"
+
+DEFAULT_API_PORT = 7400
+DEFAULT_BATCH_PORT = 7401
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--run", help="take nodes and control address from this netns run's layout")
+    parser.add_argument("--node", action="append", default=[], metavar="NAME=ADDR", help="a node and its address (repeat)")
+    parser.add_argument("--api", metavar="HOST:PORT", help=f"API address (default: the run's control address, port {DEFAULT_API_PORT})")
+    parser.add_argument("--batch", metavar="HOST:PORT", default=f"0.0.0.0:{DEFAULT_BATCH_PORT}", help="observer batch address")
+    parser.add_argument("--token", default=os.environ.get("MALLORY_TOKEN", ""), help="API token (default: $MALLORY_TOKEN)")
+    parser.add_argument("--queue-num", type=int, default=0, help="NFQUEUE number on FORWARD (default 0)")
+    parser.add_argument("--no-firewall", action="store_true", help="no NFQUEUE, no iptables: ingest and API only")
+    parser.add_argument("--record", type=Path, metavar="DIR", help="write every ingested event to DIR/events.jsonl")
+    parser.add_argument("--skew-ms", type=float, default=100.0, help="cross-node clock-skew bound (ms)")
+    parser.add_argument("--ready-file", type=Path, help="write this file once the mediator serves")
+
+
+def _address(text: str, what: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        raise MalloryError(f"{what} {text!r}: expected HOST:PORT")
+    return host, int(port)
+
+
+def run(args: argparse.Namespace) -> int:
+    from mallory.mediator.service import Mediator
+
+    nodes: dict[str, str] = {}
+    api_host = None
+    if args.run:
+        from nemesis.netns import ClusterLayout
+
+        layout = ClusterLayout.load(args.run)
+        nodes = {n.name: n.address for n in layout.nodes}
+        api_host = layout.gateway_control_address
+    for spec in args.node:
+        name, sep, addr = spec.partition("=")
+        if not sep or not name or not addr:
+            raise MalloryError(f"--node {spec!r}: expected NAME=ADDR")
+        nodes[name] = addr
+    if not nodes:
+        raise MalloryError("no nodes: give --run RUN or --node NAME=ADDR")
+    if args.api:
+        api = _address(args.api, "--api")
+    elif api_host:
+        api = (api_host, DEFAULT_API_PORT)
+    else:
+        raise MalloryError("--api HOST:PORT is needed without --run")
+    try:
+        mediator = Mediator(
+            nodes,
+            token=args.token,
+            api_address=api,
+            batch_address=_address(args.batch, "--batch"),
+            record_dir=args.record,
+            queue_num=None if args.no_firewall else args.queue_num,
+            skew_ns=int(args.skew_ms * 1e6),
+        )
+    except OSError as exc:
+        raise MalloryError(f"cannot listen: {exc}") from None
+    except ValueError as exc:
+        raise MalloryError(f"bad node address: {exc}") from None
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    try:
+        mediator.start()
+    except OSError as exc:
+        mediator.stop()
+        raise MalloryError(f"cannot start the firewall (NFQUEUE {args.queue_num}; root in the gateway namespace?): {exc}") from None
+    try:
+        print(f"mallory mediator: api http://{api[0]}:{api[1]} batches {args.batch} nodes {nodes}", flush=True)
+        if args.ready_file:
+            args.ready_file.write_text(f"{os.getpid()}\n")
+        while not stop.wait(0.5):
+            if mediator.firewall.error is not None:
+                raise MalloryError(f"firewall stopped: {mediator.firewall.error}")
+    finally:
+        mediator.stop()
+    return 0

@@ -1,0 +1,223 @@
+"""The mediator's HTTP API (stdlib ThreadingHTTPServer, JSON in and out).
+
+Every request carries the shared token in the `X-Mallory-Token` header. Requests are
+checked before anything changes: a malformed one gets a 4xx and {"error": reason}, is
+counted (`api_rejected`), and the mediator keeps running.
+
+    GET  /status                       test, nodes, rules, counters (everything below)
+    GET  /metrics                      counters only
+    POST /test/start   {"name": "t1"}
+    POST /test/end     {}               heals every rule (no fault outlives a test)
+    POST /client       {"process": 3, "type": "invoke"|"ok"|"fail"|"info", "f": "write"}
+    POST /firewall/drop       {"links": LINKS} or {"partition": [["n1"], ["n2", "n3"]]}
+    POST /firewall/heal       {"links": LINKS} or {} for every link
+    POST /firewall/delay      {"links": LINKS, "ms": 50}
+    POST /firewall/duplicate  {"links": LINKS, "copies": 1}
+
+LINKS is a list of "n1->n2" strings or ["n1", "n2"] pairs (directed). Firewall answers
+say which links changed, how many held packets the change released or dropped, and
+`applied_us`, the time the change took to take effect.
+"""
+
+from __future__ import annotations
+
+import hmac
+import threading
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from mallory.errors import MalloryError
+
+if TYPE_CHECKING:
+    from mallory.mediator.service import Mediator
+
+TOKEN_HEADER = "X-Mallory-Token"
+MAX_BODY = 1 << 20
+CLIENT_TYPES = ("invoke", "ok", "fail", "info")
+
+
+class BadRequest(Exception):
+    def __init__(self, reason: str, status: HTTPStatus = HTTPStatus.BAD_REQUEST) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.status = status
+
+
+def _field(body: dict, name: str, kind: type, required: bool = True) -> Any:
+    if name not in body:
+        if required:
+            raise BadRequest(f"missing field {name!r}")
+        return None
+    value = body[name]
+    if kind is int and (type(value) is not int):
+        raise BadRequest(f"field {name!r} must be an integer, got {value!r}")
+    if kind is not int and not isinstance(value, kind):
+        raise BadRequest(f"field {name!r} must be {kind.__name__}, got {value!r}")
+    return value
+
+
+def parse_links(value: object) -> list[tuple[str, str]]:
+    if type(value) is not list or not value:
+        raise BadRequest("'links' must be a non-empty list of \"a->b\" strings or [a, b] pairs")
+    links = []
+    for item in value:
+        if type(item) is str and item.count("->") == 1:
+            src, dst = item.split("->")
+        elif type(item) is list and len(item) == 2 and all(type(x) is str for x in item):
+            src, dst = item
+        else:
+            raise BadRequest(f"bad link {item!r}: use \"a->b\" or [a, b]")
+        links.append((src.strip(), dst.strip()))
+    return links
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: "ApiServer"
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:  # quiet: the mediator has metrics
+        pass
+
+    def do_GET(self) -> None:
+        self._dispatch("GET")
+
+    def do_POST(self) -> None:
+        self._dispatch("POST")
+
+    def _dispatch(self, method: str) -> None:
+        api = self.server
+        try:
+            token = self.headers.get(TOKEN_HEADER, "")
+            if not hmac.compare_digest(token.encode(), api.token.encode()):
+                raise BadRequest(f"missing or wrong {TOKEN_HEADER} header", HTTPStatus.UNAUTHORIZED)
+            body = self._body() if method == "POST" else {}
+            route = api.routes.get((method, self.path.split("?")[0]))
+            if route is None:
+                known = sorted({p for _, p in api.routes})
+                raise BadRequest(f"no {method} {self.path}; paths: {', '.join(known)}", HTTPStatus.NOT_FOUND)
+            result = route(body)
+        except BadRequest as exc:
+            api.count_rejected(exc.reason)
+            self._reply(exc.status, {"error": exc.reason})
+            return
+        except MalloryError as exc:
+            api.count_rejected(str(exc))
+            self._reply(HTTPStatus.UNPROCESSABLE_ENTITY, {"error": str(exc)})
+            return
+        except Exception as exc:  # a bug must not take the API down; say what it was
+            self._reply(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": f"{type(exc).__name__}: {exc}"})
+            return
+        self._reply(HTTPStatus.OK, result)
+
+    def _body(self) -> dict:
+        length = self.headers.get("Content-Length")
+        if length is None or not length.isdigit():
+            raise BadRequest("a POST needs a Content-Length", HTTPStatus.LENGTH_REQUIRED)
+        if int(length) > MAX_BODY:
+            raise BadRequest(f"body larger than {MAX_BODY} bytes", HTTPStatus.REQUEST_ENTITY_TOO_LARGE)
+        raw = self.rfile.read(int(length))
+        if not raw.strip():
+            return {}
+        try:
+            body = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            raise BadRequest(f"body is not JSON: {exc}") from None
+        if type(body) is not dict:
+            raise BadRequest(f"body must be a JSON object, got {type(body).__name__}")
+        return body
+
+    def _reply(self, status: HTTPStatus, payload: object) -> None:
+        data = orjson.dumps(payload)
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+class ApiServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], token: str, mediator: "Mediator") -> None:
+        if not token:
+            raise MalloryError("the mediator API needs a non-empty token (--token or MALLORY_TOKEN)")
+        super().__init__(address, _Handler)
+        self.token = token
+        self.mediator = mediator
+        self.rejected = 0
+        self.reasons: list[str] = []
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        m = mediator
+        self.routes = {
+            ("GET", "/status"): lambda body: m.status(),
+            ("GET", "/metrics"): lambda body: m.metrics(),
+            ("POST", "/test/start"): lambda body: m.test_start(_field(body, "name", str)),
+            ("POST", "/test/end"): lambda body: m.test_end(),
+            ("POST", "/client"): self._client,
+            ("POST", "/firewall/drop"): self._drop,
+            ("POST", "/firewall/heal"): self._heal,
+            ("POST", "/firewall/delay"): self._delay,
+            ("POST", "/firewall/duplicate"): self._duplicate,
+        }
+
+    def count_rejected(self, reason: str) -> None:
+        with self._lock:
+            self.rejected += 1
+            self.reasons = (self.reasons + [reason])[-20:]
+
+    def start(self) -> "ApiServer":
+        self._thread = threading.Thread(target=self.serve_forever, name="mediator-api", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._thread is not None:
+            self.shutdown()
+            self._thread.join(2.0)
+        self.server_close()
+
+    # -- request checking ---------------------------------------------------------------
+
+    def _client(self, body: dict) -> dict:
+        process = _field(body, "process", int)
+        kind = _field(body, "type", str)
+        f = _field(body, "f", str)
+        if process < 0:
+            raise BadRequest("'process' must be non-negative")
+        if kind not in CLIENT_TYPES:
+            raise BadRequest(f"'type' must be one of {list(CLIENT_TYPES)}, got {kind!r}")
+        if not f or len(f) > 64:
+            raise BadRequest("'f' must be a non-empty string of at most 64 characters")
+        return self.mediator.client_op(process, kind, f)
+
+    def _drop(self, body: dict) -> dict:
+        if "partition" in body:
+            groups = body["partition"]
+            if type(groups) is not list or not all(
+                type(g) is list and all(type(n) is str for n in g) for g in groups
+            ):
+                raise BadRequest("'partition' must be a list of lists of node names")
+            links = self.mediator.firewall.table.partition_links(groups)
+        else:
+            links = parse_links(body.get("links"))
+        return self.mediator.fault("drop", lambda fw: fw.drop(links))
+
+    def _heal(self, body: dict) -> dict:
+        links = parse_links(body["links"]) if "links" in body else None
+        return self.mediator.fault("heal", lambda fw: fw.heal(links))
+
+    def _delay(self, body: dict) -> dict:
+        links = parse_links(body.get("links"))
+        ms = body.get("ms")
+        if type(ms) not in (int, float) or not 0 <= ms <= 60_000:
+            raise BadRequest(f"'ms' must be a number of milliseconds in [0, 60000], got {ms!r}")
+        return self.mediator.fault("delay", lambda fw: fw.delay(links, int(ms * 1_000_000)))
+
+    def _duplicate(self, body: dict) -> dict:
+        links = parse_links(body.get("links"))
+        copies = _field(body, "copies", int, required=False)
+        return self.mediator.fault("duplicate", lambda fw: fw.duplicate(links, 1 if copies is None else copies))

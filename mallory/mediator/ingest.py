@@ -1,0 +1,148 @@
+"""Ingest: observer batches -> the timeline builder, the recording, and the metrics.
+
+`Ingest` is the `BatchSink` of the batch server (called from one thread per observer
+connection, hence the lock). Per node it
+
+* numbers batches for the builder: the first batch a node sends this mediator defines
+  the base of its sequence, so a restarted mediator picks up observers in mid-stream
+  (the builder wants seqs from 0, without gaps); a new clock pair from a node (a
+  restarted observer whose seqs start again at 0) starts a new base after what the
+  builder already has. The builder orders the batches per node by seq and drops
+  duplicates (resends after a reconnect);
+* joins SEND/RECV events with the mediator's own packet records by packet id;
+* writes every clock pair and batch, as fed to the builder, to the recording (wire codec);
+* drains committed entries and measures commit lag (real time now minus the event's time
+  on the common axis).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import replace
+from typing import IO
+
+from mallory.mediator.firewall import PacketLog
+from mallory.timeline.builder import Committed, TimelineBuilder
+from mallory.timeline.codec import encode
+from mallory.timeline.event import Batch, ClockPair, Kind
+
+
+class _Node:
+    __slots__ = ("clock", "base", "offset", "next_seq", "batches", "events", "lost", "joined", "unjoined")
+
+    def __init__(self) -> None:
+        self.clock: ClockPair | None = None
+        self.base: int | None = None  # observer seq that maps to builder seq `offset`
+        self.offset = 0
+        self.next_seq = 0  # next builder seq
+        self.batches = 0
+        self.events = 0
+        self.lost = 0
+        self.joined = 0
+        self.unjoined = 0
+
+
+class Ingest:
+    def __init__(
+        self,
+        builder: TimelineBuilder,
+        packets: PacketLog | None = None,
+        recording: IO[bytes] | None = None,
+        keep_committed: int = 100_000,
+    ) -> None:
+        self.builder = builder
+        self.packets = packets
+        self.recording = recording
+        self.committed: deque[Committed] = deque(maxlen=keep_committed)
+        self.subscribers: list[Callable[[list[Committed]], None]] = []
+        self.lags_ns: deque[int] = deque(maxlen=10_000)
+        self.duplicates = 0
+        self._nodes: dict[str, _Node] = {}
+        self._lock = threading.Lock()
+
+    def on_clock(self, clock: ClockPair) -> None:
+        with self._lock:
+            node = self._nodes.setdefault(clock.node, _Node())
+            if node.clock is not None and node.clock != clock:
+                # A new observer incarnation: its seqs restart; continue after what we have.
+                node.base = None
+                node.offset = node.next_seq
+            node.clock = clock
+            self.builder.add_clock(clock)
+            self._record(clock)
+            self._drain()
+
+    def on_batch(self, batch: Batch) -> None:
+        with self._lock:
+            node = self._nodes.setdefault(batch.node, _Node())
+            base = batch.seq if node.base is None else node.base
+            seq = batch.seq - base + node.offset
+            if seq < node.offset:
+                self.duplicates += 1  # older than this incarnation's first batch here
+                return
+            rebased = replace(batch, seq=seq)
+            before = self.builder.duplicate_batches
+            self.builder.add_batch(rebased)
+            node.base = base
+            if self.builder.duplicate_batches != before:
+                self.duplicates += 1
+                return
+            node.next_seq = max(node.next_seq, seq + 1)
+            node.batches += 1
+            node.events += len(batch.events)
+            node.lost += batch.lost
+            if self.packets is not None:
+                get = self.packets.get
+                for e in batch.events:
+                    if e.kind is Kind.SEND or e.kind is Kind.RECV:
+                        if get(e.id) is None:
+                            node.unjoined += 1
+                        else:
+                            node.joined += 1
+            self._record(rebased)
+            self._drain()
+
+    def _record(self, record: ClockPair | Batch) -> None:
+        if self.recording is not None:
+            self.recording.write(encode(record) + b"\n")
+            self.recording.flush()
+
+    def _drain(self) -> None:
+        entries = self.builder.drain()
+        if not entries:
+            return
+        now = time.time_ns()
+        self.lags_ns.extend(now - c.real_ns for c in entries)
+        self.committed.extend(entries)
+        for subscriber in self.subscribers:
+            subscriber(entries)
+
+    def stats(self) -> dict[str, object]:
+        with self._lock:
+            lags = sorted(self.lags_ns)
+            nodes = {
+                name: {"batches": n.batches, "events": n.events, "lost": n.lost, "joined": n.joined,
+                       "unjoined": n.unjoined, "next_seq": n.next_seq}
+                for name, n in sorted(self._nodes.items())
+            }
+            builder = self.builder.stats()
+            frontier = self.builder.frontier_ns
+
+        def pct(p: float) -> float | None:
+            return round(lags[min(len(lags) - 1, int(p * len(lags)))] / 1e6, 3) if lags else None
+
+        return {
+            "nodes": nodes,
+            "batches": sum(n["batches"] for n in nodes.values()),
+            "events": sum(n["events"] for n in nodes.values()),
+            "lost_events": sum(n["lost"] for n in nodes.values()),
+            "duplicate_batches": self.duplicates,
+            "committed": builder["committed"],
+            "pending": builder["pending"],
+            "unmatched_recvs": builder["unmatched_recvs"],
+            "commit_lag_ms": {"p50": pct(0.5), "p99": pct(0.99), "max": pct(1.0) if lags else None},
+            "frontier_lag_ms": round((time.time_ns() - frontier) / 1e6, 3) if frontier is not None else None,
+        }

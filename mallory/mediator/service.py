@@ -1,0 +1,154 @@
+"""The mediator: firewall + batch ingest + timeline + API + recording, wired together.
+
+The mediator has an event stream of its own, node "mediator": relayed client operations
+(CLIENT_INVOKE / CLIENT_COMPLETE, id = the client process, data = "f:type") and the faults
+it enacts (FAULT, data = the rule kind). It goes into the timeline like an observer's, with
+a clock pair at start and a batch every `batch_interval`.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from mallory.mediator.api import ApiServer
+from mallory.mediator.firewall import Firewall, install_queue_rules, remove_queue_rules
+from mallory.mediator.ingest import Ingest
+from mallory.mediator.receiver import BatchServer
+from mallory.timeline.builder import TimelineBuilder
+from mallory.timeline.event import Batch, ClockPair, Event, Kind
+
+MEDIATOR_NODE = "mediator"
+RECORDING_NAME = "events.jsonl"
+
+
+class Mediator:
+    def __init__(
+        self,
+        node_addresses: Mapping[str, str],
+        *,
+        token: str,
+        api_address: tuple[str, int],
+        batch_address: tuple[str, int],
+        record_dir: Path | None = None,
+        queue_num: int | None = None,
+        skew_ns: int = 100_000_000,
+        batch_interval: float = 0.1,
+    ) -> None:
+        self.node_addresses = dict(node_addresses)
+        self.nodes = sorted(node_addresses)
+        self.queue_num = queue_num
+        self.batch_interval = batch_interval
+        self.firewall = Firewall(self.node_addresses)
+        self.recording_path = record_dir / RECORDING_NAME if record_dir is not None else None
+        self._recording = None
+        if self.recording_path is not None:
+            self.recording_path.parent.mkdir(parents=True, exist_ok=True)
+            self._recording = open(self.recording_path, "ab")
+        self.builder = TimelineBuilder(skew_ns=skew_ns, nodes=[*self.nodes, MEDIATOR_NODE])
+        self.ingest = Ingest(self.builder, self.firewall.log, self._recording)
+        self.receiver = BatchServer(*batch_address, self.ingest)
+        self.api = ApiServer(api_address, token, self)
+        self.test: dict[str, object] | None = None
+        self.tests_run = 0
+        self._own: list[Event] = []
+        self._own_seq = 0
+        self._own_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._ticker = threading.Thread(target=self._tick, name="mediator-stream", daemon=True)
+        self.started_ns = time.monotonic_ns()
+        self._rules_installed = False
+
+    def start(self) -> "Mediator":
+        if self.queue_num is not None:
+            install_queue_rules(self.node_addresses, self.queue_num)
+            self._rules_installed = True
+            self.firewall.start(self.queue_num)
+        self.ingest.on_clock(ClockPair(MEDIATOR_NODE, time.monotonic_ns(), time.time_ns()))
+        self.receiver.start()
+        self.api.start()
+        self._ticker.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.api.stop()
+        self.receiver.close()
+        self.firewall.stop()
+        if self._rules_installed:
+            remove_queue_rules()
+        if self._ticker.is_alive():
+            self._ticker.join(2.0)
+        if self._recording is not None:
+            self._recording.close()
+
+    # -- the mediator's own event stream -----------------------------------------------------
+
+    def emit(self, kind: Kind, ident: int, data: str) -> None:
+        with self._own_lock:
+            self._own.append(Event(MEDIATOR_NODE, kind, time.monotonic_ns(), ident, data))
+
+    def _flush_own(self) -> None:
+        with self._own_lock:
+            events, self._own = self._own, []
+            batch = Batch(MEDIATOR_NODE, self._own_seq, time.monotonic_ns(), events)
+            self._own_seq += 1
+        self.ingest.on_batch(batch)
+
+    def _tick(self) -> None:
+        while not self._stop.wait(self.batch_interval):
+            self._flush_own()
+
+    # -- what the API does ---------------------------------------------------------------
+
+    def test_start(self, name: str) -> dict:
+        if self.test is not None:
+            self.test_end()
+        self.firewall.heal(None)
+        self.test = {"name": name, "started_ns": time.time_ns()}
+        self.tests_run += 1
+        self.emit(Kind.LOG, 0, f"test-start:{name}"[:64])
+        return {"test": self.test}
+
+    def test_end(self) -> dict:
+        healed = self.firewall.heal(None)
+        ended, self.test = self.test, None
+        self.emit(Kind.LOG, 0, "test-end")
+        return {"test": ended, "healed": healed}
+
+    def client_op(self, process: int, kind: str, f: str) -> dict:
+        self.emit(Kind.CLIENT_INVOKE if kind == "invoke" else Kind.CLIENT_COMPLETE, process, f"{f}:{kind}")
+        return {"ok": True}
+
+    def fault(self, kind: str, change: Callable[[Firewall], dict]) -> dict:
+        report = change(self.firewall)
+        self.emit(Kind.FAULT, 0, kind)
+        return report
+
+    def metrics(self) -> dict:
+        return {
+            "firewall": self.firewall.stats(),
+            "ingest": self.ingest.stats(),
+            "receiver": {
+                "connections": self.receiver.stats.connections,
+                "open_connections": self.receiver.stats.open_connections,
+                "batches": self.receiver.stats.batches,
+                "rejected": self.receiver.stats.rejected,
+                "reasons": list(self.receiver.stats.reasons),
+            },
+            "api_rejected": self.api.rejected,
+            "api_reasons": list(self.api.reasons),
+            "uptime_s": round((time.monotonic_ns() - self.started_ns) / 1e9, 3),
+        }
+
+    def status(self) -> dict:
+        return {
+            "test": self.test,
+            "tests_run": self.tests_run,
+            "nodes": self.node_addresses,
+            "firewall_running": self.queue_num is not None and self.firewall.error is None,
+            "recording": str(self.recording_path) if self.recording_path else None,
+            **self.metrics(),
+        }
