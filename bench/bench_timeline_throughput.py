@@ -57,7 +57,7 @@ def main() -> None:
             if isinstance(record, Batch):
                 seen += len(record.events)
                 if window_start is None:
-                    window_start = timeline.earliest()
+                    window_start = timeline.origin()
                 while window_start is not None and timeline.complete_until(window_start + WINDOW_NS):
                     tokens += len(summarize(timeline.take(window_start, window_start + WINDOW_NS)))
                     windows += 1

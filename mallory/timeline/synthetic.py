@@ -1,7 +1,10 @@
 """A synthetic cluster's event stream, for benchmarks and for trying `mallory analyze`.
 
 Nodes run a loop of code events (a few dozen distinct ids, as annotated code gives) and
-exchange messages; every `batch_ns` each node's observer cuts a batch. The stream is in
+exchange messages; every `batch_ns` each node's observer cuts a batch. With `behaviours`,
+time is cut into phases of `phase_ns`, each drawn from a fixed set of behaviours (which
+code paths run, which node is cut off from the others), so that windows fall into a few
+recurring states, as a cluster under changing faults does. The stream is in
 the wire codec, in the order a mediator would receive it: clock pairs first, then batches
 interleaved across nodes, with occasional neighbouring batches swapped.
 """
@@ -22,6 +25,8 @@ def synthetic_stream(
     events_per_s: int = 10_000,
     batch_ns: int = 100_000_000,
     code_ids: int = 40,
+    behaviours: int = 0,
+    phase_ns: int = 5_000_000_000,
     seed: int = 1,
 ) -> Iterator[Record]:
     """Yield records for `n_events` events in total (half the packet share SENDs, half RECVs)."""
@@ -38,12 +43,21 @@ def synthetic_stream(
     in_flight: list[tuple[int, str, int, str]] = []  # (arrival time, dst, packet id, data)
     ids = [rng.getrandbits(64) for _ in range(code_ids)]
     payloads = [f"{rng.getrandbits(32):08x}" for _ in range(8)]
+    phases = [
+        (rng.sample(ids, max(2, code_ids // 5)), rng.choice([None, *nodes]), rng.sample(payloads, 2))
+        for _ in range(behaviours)
+    ] or [(ids, None, payloads)]
+    active_ids, isolated, active_payloads = phases[0]
+    next_phase = phase_ns
     t = 0
     next_cut = batch_ns
     emitted = 0
     held: list[Batch] = []
     while emitted < n_events:
         t += rng.randint(1, 2 * step)
+        if t >= next_phase:
+            active_ids, isolated, active_payloads = rng.choice(phases)
+            next_phase += phase_ns
         while in_flight and in_flight[0][0] <= t and emitted < n_events:
             _, dst, pid, data = in_flight.pop(0)
             pending[dst].append(Event(dst, Kind.RECV, t + epoch[dst], pid, data))
@@ -51,15 +65,15 @@ def synthetic_stream(
         if emitted >= n_events:
             break
         node = rng.choice(nodes)
-        if rng.random() < packet_share / 2 and emitted + 1 < n_events:
-            dst = rng.choice([m for m in nodes if m != node])
+        if rng.random() < packet_share / 2 and emitted + 1 < n_events and node != isolated:
+            dst = rng.choice([m for m in nodes if m != node and m != isolated])
             pid = rng.getrandbits(64)
-            data = rng.choice(payloads)
+            data = rng.choice(active_payloads)
             pending[node].append(Event(node, Kind.SEND, t + epoch[node], pid, data))
             in_flight.append((t + rng.randint(50_000, 400_000), dst, pid, data))
         else:
             kind = Kind.FUNC if rng.random() < 0.5 else Kind.BLOCK
-            pending[node].append(Event(node, kind, t + epoch[node], rng.choice(ids)))
+            pending[node].append(Event(node, kind, t + epoch[node], rng.choice(active_ids)))
         emitted += 1
         if t >= next_cut:
             yield from _cut(nodes, pending, seq, epoch, next_cut, rng, held)

@@ -19,6 +19,8 @@ class Timeline:
     def __init__(self, builder: TimelineBuilder | None = None) -> None:
         self.builder = builder or TimelineBuilder()
         self._entries: list[Committed] = []
+        #: entries that committed after a window covering their time had been taken
+        self.late = 0
 
     def add(self, record: Record) -> None:
         """Feed one decoded wire record (batch, clock pair or single event)."""
@@ -47,20 +49,37 @@ class Timeline:
         """The earliest common-axis time among the buffered entries."""
         return min((e.real_ns for e in self._entries), default=None)
 
+    def origin(self) -> int | None:
+        """A safe start for the first window: no event still to commit can be earlier.
+
+        None until the frontier is known (every node heard from).
+        """
+        frontier = self.builder.frontier_ns
+        if frontier is None:
+            return None
+        earliest = self.earliest()
+        return frontier if earliest is None else min(earliest, frontier)
+
     def take(self, t0: int, t1: int) -> list[Committed]:
         """The committed entries in [t0, t1), in commit order; everything before t1 is released.
 
-        Call it once `complete_until(t1)` holds, or accept a partial window.
+        Call it once `complete_until(t1)` holds, or accept a partial window. Entries before
+        t0 that are still here came too late for their window: they are counted in `late`,
+        never mixed into this one.
         """
         inside: list[Committed] = []
         later: list[Committed] = []
+        late = 0
         for entry in self._entries:
             t = entry.real_ns
             if t >= t1:
                 later.append(entry)
             elif t >= t0:
                 inside.append(entry)
+            else:
+                late += 1
         self._entries = later
+        self.late += late
         return inside
 
     def pending(self) -> int:
