@@ -104,7 +104,7 @@ class ClusterLayout:
             run=run,
             index=index,
             gateway_namespace=f"mal-{run}-gw",
-            host_interface=f"mal{index}c",
+            host_interface=f"mal{index}c",  # see _host_link_exists
             host_address=f"10.{s}.0.1",
             gateway_control_interface=GATEWAY_CONTROL_INTERFACE,
             gateway_control_address=f"10.{s}.0.2",
@@ -148,6 +148,10 @@ class ClusterLayout:
             raise MalloryError(f"run {run!r} has no layout ({path}): it did not finish coming up") from None
 
 
+def _host_link_exists(index: int) -> bool:
+    return Path(f"/sys/class/net/mal{index}c").exists()
+
+
 def _sh(argv: Sequence[str], what: str) -> str:
     result = subprocess.run(list(argv), capture_output=True, text=True)
     if result.returncode != 0:
@@ -174,7 +178,7 @@ class NetnsCluster:
         each before creating it. On any failure everything created so far is removed."""
         if not 1 <= nodes <= MAX_NODES:
             raise MalloryError(f"--nodes {nodes}: a cluster has 1..{MAX_NODES} nodes")
-        record = register_run(run, state_root, data_root)
+        record = register_run(run, state_root, data_root, index_free=lambda i: not _host_link_exists(i))
         try:
             layout = ClusterLayout.plan(run, record.index, nodes)
             cluster = cls(record, layout)

@@ -37,7 +37,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 from mallory.errors import MalloryError
 
@@ -144,8 +144,12 @@ class RunRecord:
         return out
 
 
-def register_run(name: str, root: Path | None = None, data: Path | None = None) -> RunRecord:
-    """Claim a run name and the lowest free index. MalloryError if the name is taken."""
+def register_run(
+    name: str, root: Path | None = None, data: Path | None = None, index_free: Callable[[int], bool] = lambda i: True
+) -> RunRecord:
+    """Claim a run name and the lowest index no run holds and `index_free` accepts (the
+    backend uses it to skip indices whose resources exist outside any registry, e.g. a
+    run of another state root). MalloryError if the name is taken."""
     check_run_name(name)
     root = root or state_root()
     data = data or data_root()
@@ -156,7 +160,7 @@ def register_run(name: str, root: Path | None = None, data: Path | None = None) 
                 f"run {name!r} already exists ({state_dir}); `mallory cluster down {name}` or `mallory cleanup` first"
             )
         used = {run.index for run in list_runs(root)}
-        free = [i for i in range(MAX_RUNS) if i not in used]
+        free = [i for i in range(MAX_RUNS) if i not in used and index_free(i)]
         if not free:
             raise MalloryError(f"all {MAX_RUNS} run slots in {root} are taken; `mallory cleanup` stale runs")
         state_dir.mkdir()

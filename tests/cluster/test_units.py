@@ -1,0 +1,66 @@
+"""Pure tests of the cluster pieces that need no root: layout plan, run registry, rules."""
+
+from __future__ import annotations
+
+import ipaddress
+
+import pytest
+
+from mallory.errors import MalloryError
+from mallory.observer.iptables import rules_script
+from nemesis.netns import ClusterLayout
+from nemesis.runstate import check_run_name, list_runs, load_run, register_run
+
+
+def test_layout_gives_every_node_its_own_lan_inside_the_run_supernet():
+    lay = ClusterLayout.plan("r", 3, 5)
+    supernet = ipaddress.ip_network(lay.supernet)
+    subnets = [ipaddress.ip_network(n.subnet) for n in lay.nodes]
+    assert len(set(subnets)) == 5 and ipaddress.ip_network(lay.control_subnet) not in subnets
+    for node, subnet in zip(lay.nodes, subnets):
+        assert subnet.subnet_of(supernet) and subnet.prefixlen == 24
+        assert ipaddress.ip_address(node.address) in subnet
+        assert ipaddress.ip_address(node.gateway_address) in subnet
+        assert node.address != node.gateway_address
+        assert node.namespace == f"mal-r-{node.name}"
+    assert ipaddress.ip_address(lay.gateway_control_address) in ipaddress.ip_network(lay.control_subnet)
+    assert len(lay.host_interface) <= 15  # IFNAMSIZ
+    assert ClusterLayout.from_json(lay.to_json()) == lay
+    assert lay.node_of_address(lay.node("n4").address) == "n4"
+    other = ClusterLayout.plan("s", 4, 5)
+    assert not ipaddress.ip_network(other.supernet).overlaps(supernet)
+    with pytest.raises(MalloryError):
+        lay.node("n6")
+    with pytest.raises(MalloryError):
+        ClusterLayout.plan("r", 0, 0)
+
+
+@pytest.mark.parametrize("bad", ["", "-x", "UPPER", "a" * 21, "a b", "a/b"])
+def test_bad_run_names_are_rejected(bad):
+    with pytest.raises(MalloryError):
+        check_run_name(bad)
+
+
+def test_registry_allocates_distinct_indices_and_skips_torn_journal_lines(tmp_path):
+    a = register_run("a", tmp_path, tmp_path / "data")
+    b = register_run("b", tmp_path, tmp_path / "data", index_free=lambda i: i != 1)
+    assert (a.index, b.index) == (0, 2)
+    with pytest.raises(MalloryError):
+        register_run("a", tmp_path)
+    a.record(netns="mal-a-gw")
+    with open(a.journal_path, "a") as f:
+        f.write('{"netns": "mal-a-n')  # a kill -9 mid-write
+    assert a.entries() == [{"netns": "mal-a-gw"}]
+    assert load_run("a", tmp_path).index == 0
+    assert [r.name for r in list_runs(tmp_path)] == ["a", "b"]
+    with pytest.raises(MalloryError):
+        load_run("zz", tmp_path)
+
+
+def test_observer_rules_queue_only_peer_tcp_udp_with_bypass():
+    script = rules_script(3, ["10.1.2.2", "10.1.3.2"])
+    rules = [line for line in script.splitlines() if line.startswith("-A")]
+    assert len(rules) == 8
+    assert all("--queue-num 3 --queue-bypass" in r for r in rules)
+    assert sum("-d 10.1.2.2" in r for r in rules) == 2 and sum("-s 10.1.3.2" in r for r in rules) == 2
+    assert "-I INPUT 1 -j MALLORY-OBS-IN" in script and "-I OUTPUT 1 -j MALLORY-OBS-OUT" in script
