@@ -1,0 +1,261 @@
+"""The shared-memory event ring: creating it, and reading it into numpy (llvm-pass/RING.md).
+
+The observer creates the ring (`create_ring`) before it starts the SUT with MALLORY_SHM set
+to the ring's name; the instrumented program's runtime only ever opens an existing ring.
+A `RingReader` keeps its own cursor, so it never blocks writers: events it did not read
+before writers lapped it, slots overwritten while it read them, and torn slots are all
+counted in `lost`, never returned.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+import os
+import time
+from collections.abc import Iterator
+from typing import NamedTuple
+
+import numpy as np
+
+from mallory.errors import MalloryError
+from mallory.timeline.event import KIND_BY_VALUE, Event
+
+MAGIC = int.from_bytes(b"MLRYRING", "little")
+VERSION = 1
+HEADER_SIZE = 128
+SLOT_SIZE = 32
+DEFAULT_CAPACITY = 1 << 20
+SHM_DIR = "/dev/shm"
+
+# Header fields as u64 word indices (RING.md "Header").
+_W_MAGIC, _W_VERSION_SLOT, _W_CAPACITY, _W_HEADER_FLAGS = 0, 1, 2, 3
+_W_WRITER_DROPS, _W_READER_CURSOR, _W_READER_LOST, _W_WRITE_COUNTER = 4, 5, 6, 8
+
+SLOT_DTYPE = np.dtype([("ts", "<u8"), ("id", "<u8"), ("kind", "<u4"), ("check", "<u4"), ("stamp", "<u8")])
+#: What `RingReader.poll` returns: the ring position (global write order), then the event.
+EVENT_DTYPE = np.dtype([("pos", "<u8"), ("ts", "<u8"), ("id", "<u8"), ("kind", "<u4")])
+
+_CHECK_MUL = np.uint64(0x9E3779B97F4A7C15)
+
+
+def slot_check(ts: np.ndarray, ident: np.ndarray, kind: np.ndarray, pos: np.ndarray) -> np.ndarray:
+    """numpy twin of mallory_slot_check() in mallory_ring.h."""
+    with np.errstate(over="ignore"):
+        x = ts ^ ((ident << np.uint64(21)) | (ident >> np.uint64(43))) ^ (kind.astype(np.uint64) << np.uint64(32)) ^ pos
+        return ((x * _CHECK_MUL) >> np.uint64(32)).astype(np.uint32)
+
+
+def shm_path(name: str) -> str:
+    """/dev/shm path of a POSIX shm name ("mallory-n1" or "/mallory-n1")."""
+    bare = name[1:] if name.startswith("/") else name
+    if not bare or "/" in bare or bare in (".", ".."):
+        raise MalloryError(f"invalid shared-memory name {name!r}: one path component, like 'mallory-n1'")
+    return os.path.join(SHM_DIR, bare)
+
+
+def create_ring(name: str, capacity: int = DEFAULT_CAPACITY, *, exist_ok: bool = False, mode: int = 0o600) -> str:
+    """Create (atomically: a fully written header or nothing) the ring `name`; returns its path."""
+    if capacity < 2 or capacity & (capacity - 1):
+        raise MalloryError(f"ring capacity must be a power of two >= 2, got {capacity}")
+    path = shm_path(name)
+    tmp = f"{path}.tmp-{os.getpid()}"
+    fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_RDWR, mode)
+    try:
+        os.ftruncate(fd, HEADER_SIZE + capacity * SLOT_SIZE)
+        header = np.zeros(HEADER_SIZE // 8, dtype="<u8")
+        header[_W_MAGIC] = MAGIC
+        header[_W_VERSION_SLOT] = VERSION | (SLOT_SIZE << 32)
+        header[_W_CAPACITY] = capacity
+        header[_W_HEADER_FLAGS] = HEADER_SIZE
+        os.pwrite(fd, header.tobytes(), 0)
+        if exist_ok:
+            os.replace(tmp, path)
+        else:
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                raise MalloryError(f"shared-memory ring {name!r} already exists ({path})") from None
+    finally:
+        os.close(fd)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+    return path
+
+
+def unlink_ring(name: str, *, missing_ok: bool = True) -> None:
+    """Remove the ring from /dev/shm (mappings already open stay valid until closed)."""
+    try:
+        os.unlink(shm_path(name))
+    except FileNotFoundError:
+        if not missing_ok:
+            raise MalloryError(f"no shared-memory ring named {name!r}") from None
+
+
+@contextlib.contextmanager
+def ring(name: str, capacity: int = DEFAULT_CAPACITY) -> Iterator[str]:
+    """A ring that exists for the duration of the block, then is unlinked."""
+    path = create_ring(name, capacity)
+    try:
+        yield path
+    finally:
+        unlink_ring(name)
+
+
+class PollResult(NamedTuple):
+    events: np.ndarray  # EVENT_DTYPE, in ring (claim) order
+    lost: int  # events lost since the previous poll
+
+
+class RingReader:
+    """Reads new events from a ring since its own cursor.
+
+    start: "beginning" (position 0: events before attaching count as lost if lapped) or
+           "now" (only events written from now on).
+    stall_timeout: a position claimed but still unwritten after this many seconds (its
+           writer died mid-hook) is counted lost so the reader does not wait forever.
+    """
+
+    def __init__(self, shm_name: str, node: str = "", *, start: str = "beginning", stall_timeout: float = 0.5) -> None:
+        self.name = shm_name
+        self.node = node
+        self.stall_timeout = stall_timeout
+        path = shm_path(shm_name)
+        try:
+            fd = os.open(path, os.O_RDWR)
+        except FileNotFoundError:
+            raise MalloryError(f"no shared-memory ring named {shm_name!r} ({path})") from None
+        try:
+            size = os.fstat(fd).st_size
+            if size < HEADER_SIZE:
+                raise MalloryError(f"{path}: {size} bytes, too small for a ring header")
+            self._mm = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        finally:
+            os.close(fd)
+        self._hdr = np.frombuffer(self._mm, dtype="<u8", count=HEADER_SIZE // 8)
+        magic, version_slot, capacity, header_flags = (int(v) for v in self._hdr[:4])
+        problem = None
+        if magic != MAGIC:
+            problem = f"bad magic {magic:#x}"
+        elif version_slot & 0xFFFFFFFF != VERSION or version_slot >> 32 != SLOT_SIZE:
+            problem = f"unsupported version/slot size {version_slot & 0xFFFFFFFF}/{version_slot >> 32}"
+        elif header_flags & 0xFFFFFFFF != HEADER_SIZE or capacity < 2 or capacity & (capacity - 1):
+            problem = f"bad header size or capacity {capacity}"
+        elif HEADER_SIZE + capacity * SLOT_SIZE > size:
+            problem = f"capacity {capacity} does not fit in {size} bytes"
+        if problem:
+            self.close()
+            raise MalloryError(f"{path}: not a Mallory ring v{VERSION}: {problem}")
+        self.capacity = capacity
+        self._mask = capacity - 1
+        self._slots = np.frombuffer(self._mm, dtype=SLOT_DTYPE, count=capacity, offset=HEADER_SIZE)
+        self._stamps = self._slots["stamp"]
+        if start == "now":
+            self.cursor = self.write_counter
+        elif start == "beginning":
+            self.cursor = 0
+        else:
+            raise ValueError(f"start must be 'beginning' or 'now', got {start!r}")
+        self.lost_total = 0
+        self.torn_total = 0
+        self._stall: tuple[int, float] | None = None
+
+    @property
+    def write_counter(self) -> int:
+        return int(self._hdr[_W_WRITE_COUNTER])
+
+    @property
+    def writer_drops(self) -> int:
+        return int(self._hdr[_W_WRITER_DROPS])
+
+    def _gather(self, column: np.ndarray | None, first: int, n: int) -> np.ndarray:
+        source = self._slots if column is None else column
+        start = first & self._mask
+        end = start + n
+        if end <= self.capacity:
+            return source[start:end].copy()
+        return np.concatenate((source[start:], source[: end - self.capacity]))
+
+    def poll(self, max_events: int | None = None) -> PollResult:
+        """New events since the cursor (at most `max_events`), and how many were lost."""
+        lost = 0
+        chunks: list[np.ndarray] = []
+        while True:
+            written = self.write_counter
+            if written - self.cursor > self.capacity:
+                lost += written - self.capacity - self.cursor
+                self.cursor = written - self.capacity
+            n = written - self.cursor
+            if max_events is not None:
+                n = min(n, max_events - sum(len(c) for c in chunks))
+            if n <= 0:
+                break
+            got, decided, chunk_lost = self._read(self.cursor, n)
+            chunks.append(got)
+            lost += chunk_lost
+            self.cursor += decided
+            if decided == n or not self._stalled(self.cursor):
+                break
+            lost += 1  # the stalled position's writer never finished: give up on it
+            self.cursor += 1
+        self.lost_total += lost
+        self._hdr[_W_READER_CURSOR] = self.cursor
+        self._hdr[_W_READER_LOST] = self.lost_total
+        events = np.concatenate(chunks) if len(chunks) > 1 else (chunks[0] if chunks else np.empty(0, EVENT_DTYPE))
+        return PollResult(events, lost)
+
+    def _read(self, first: int, n: int) -> tuple[np.ndarray, int, int]:
+        """Classify positions [first, first+n): returns (whole events, positions decided, lost)."""
+        # Seqlock-style read: stamps, then payload, then stamps again (x86-64 keeps loads in order).
+        before = self._gather(self._stamps, first, n)
+        slots = self._gather(None, first, n)
+        after = self._gather(self._stamps, first, n)
+        pos = np.arange(first, first + n, dtype=np.uint64)
+        want = (pos + np.uint64(1)) << np.uint64(1)
+        seq_now = np.maximum(before, after) >> np.uint64(1)
+        newer = seq_now > pos + np.uint64(1)
+        stable = (before == want) & (after == want)
+        whole = stable & (slots["check"] == slot_check(slots["ts"], slots["id"], slots["kind"], pos))
+        torn = stable & ~whole
+        pending = ~(whole | newer | torn)
+        decided = int(np.argmax(pending)) if pending.any() else n
+        take = whole[:decided]
+        out = np.empty(int(take.sum()), EVENT_DTYPE)
+        out["pos"] = pos[:decided][take]
+        for field in ("ts", "id", "kind"):
+            out[field] = slots[field][:decided][take]
+        n_torn = int(torn[:decided].sum())
+        self.torn_total += n_torn
+        return out, decided, decided - len(out)
+
+    def _stalled(self, position: int) -> bool:
+        now = time.monotonic()
+        if self._stall is None or self._stall[0] != position:
+            self._stall = (position, now)
+            return False
+        return now - self._stall[1] >= self.stall_timeout
+
+    def poll_events(self, max_events: int | None = None) -> list[Event]:
+        """`poll` as `Event`s of this reader's node (slots of unknown kind are skipped)."""
+        events = self.poll(max_events).events
+        node = self.node
+        kinds = KIND_BY_VALUE
+        return [
+            Event(node, kinds[k], ts, ident)
+            for ts, ident, k in zip(events["ts"].tolist(), events["id"].tolist(), events["kind"].tolist())
+            if k in kinds
+        ]
+
+    def close(self) -> None:
+        for attr in ("_stamps", "_slots", "_hdr"):
+            if hasattr(self, attr):
+                delattr(self, attr)
+        if getattr(self, "_mm", None) is not None:
+            self._mm.close()
+            self._mm = None
+
+    def __enter__(self) -> RingReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
