@@ -63,7 +63,7 @@ class Op:
 
     @property
     def is_client(self) -> bool:
-        return type(self.process) is int
+        return self.process is None or type(self.process) is int
 
     def to_map(self) -> dict[str, Any]:
         """Jepsen's op map (keyword keys), fields in Jepsen's usual order."""
