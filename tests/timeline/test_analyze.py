@@ -63,3 +63,12 @@ def test_errors_exit_nonzero_without_traceback(tmp_path):
     assert "bad.jsonl:2: malformed record: unknown event kind 'NOPE'" in subprocess.run(
         [sys.executable, "-m", "mallory.cli", "analyze", str(bad)], capture_output=True, text=True
     ).stderr
+
+
+def test_synthesize_writes_what_analyze_reads(tmp_path, capsys):
+    out = tmp_path / "s.jsonl"
+    assert main(["synthesize", "--out", str(out), "--events", "3000", "--nodes", "3", "--seed", "2"]) == 0
+    assert main(["analyze", str(out), "--json"]) == 0
+    total = json.loads(capsys.readouterr().out.splitlines()[-1])["total"]
+    assert total["events"] == 3000 and total["late_events"] == 0
+    assert main(["synthesize", "--out", str(out), "--nodes", "1"]) == 65
