@@ -76,6 +76,21 @@ def _fmix32(h: np.ndarray) -> np.ndarray:
     return h ^ (h >> np.uint32(16))
 
 
+def _band_params(threshold: float, num_perm: int, weights: tuple[float, float]) -> tuple[int, int]:
+    """(bands, rows) minimising datasketch's weighted false-positive/negative areas.
+
+    datasketch refuses a single band, which its optimiser picks for thresholds near 1;
+    two bands of half the rows then find at least what the single band would.
+    """
+    try:
+        lsh = MinHashLSH(threshold=threshold, num_perm=num_perm, weights=weights)
+    except ValueError as exc:
+        if "bands" not in str(exc):
+            raise MalloryError(f"LSH weights {weights!r}: {exc}") from None
+        return 2, num_perm // 2
+    return lsh.b, lsh.r
+
+
 class StateStore:
     """Stored states (one representative signature each), their visit counts, and an LSH
     index over them."""
@@ -105,9 +120,8 @@ class StateStore:
         self._perm_a = self._permutations[0][np.newaxis, :]
         self._perm_b = self._permutations[1][np.newaxis, :]
         if _lsh_params is None:
-            self._lsh = MinHashLSH(threshold=self.threshold, num_perm=num_perm, weights=lsh_weights)
-        else:
-            self._lsh = MinHashLSH(num_perm=num_perm, params=_lsh_params)
+            _lsh_params = _band_params(self.threshold, num_perm, lsh_weights)
+        self._lsh = MinHashLSH(num_perm=num_perm, params=_lsh_params)
         self._signatures = np.empty((64, num_perm), dtype=np.uint32)
         self._visits: list[int] = []
         self._token_hashes: dict[str, int] = {}
