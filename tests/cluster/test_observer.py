@@ -1,0 +1,231 @@
+"""The per-node observer on a real cluster: a 3-node pysyncobj (Raft) cluster is observed
+packet for packet; a killed observer never blackholes the SUT; observers reconnect to a
+restarted mediator. The mediator's side of the transport is its real BatchServer, in the
+root namespace on the run's host address (observers reach it through the gateway)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from mallory.mediator.receiver import BatchServer
+from mallory.timeline.event import Batch, ClockPair, Kind
+from nemesis.netns import NetnsCluster
+
+from .test_netns import CLIENT, ECHO, _wait_listening
+
+pytestmark = pytest.mark.root
+
+RAFT_NODE = str(Path(__file__).with_name("raft_node.py"))
+BATCH_PORT = 7191
+
+
+class CollectingSink:
+    """Keeps every clock pair and every batch (first copy of each (node, seq))."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.clocks: dict[str, ClockPair] = {}
+        self.clock_count = Counter()
+        self.batches: dict[tuple[str, int], Batch] = {}
+
+    def on_clock(self, clock: ClockPair) -> None:
+        with self.lock:
+            self.clocks[clock.node] = clock
+            self.clock_count[clock.node] += 1
+
+    def on_batch(self, batch: Batch) -> None:
+        with self.lock:
+            self.batches.setdefault((batch.node, batch.seq), batch)
+
+    def of(self, node: str) -> list[Batch]:
+        with self.lock:
+            return [b for (n, _), b in sorted(self.batches.items()) if n == node]
+
+    def events(self, kind: Kind) -> list[tuple[str, int, str, int]]:
+        """(node, id, data, ts) of every event of a kind."""
+        with self.lock:
+            return [(b.node, e.id, e.data, e.ts) for b in self.batches.values() for e in b.events if e.kind == kind]
+
+
+def _wait(predicate, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _start_observers(cluster: NetnsCluster, sink: CollectingSink, port: int, interval: float = 0.1) -> dict:
+    mediator = f"{cluster.layout.host_address}:{port}"
+    procs = {
+        node: cluster.spawn(
+            node,
+            [sys.executable, "-m", "mallory.cli", "observe", "--run", cluster.run, "--mediator", mediator, "--interval", str(interval)],
+            name="observer",
+        )
+        for node in cluster.nodes
+    }
+    # The clock pair is sent after the rules are installed: from then on the node is observed.
+    _wait(lambda: set(sink.clocks) == set(cluster.nodes), 10, "every observer's clock pair")
+    return procs
+
+
+def _stop(cluster: NetnsCluster, procs) -> None:
+    for proc in procs:
+        cluster.signal(proc, signal.SIGTERM)
+    for proc in procs:
+        assert cluster.wait(proc, 10) == 0, proc.log_path.read_text()
+
+
+def _forward_tcp_packets(cluster: NetnsCluster) -> int:
+    out = cluster.exec("gw", ["iptables", "-w", "-nvxL", "MALLORY-TEST-COUNT"]).stdout
+    return sum(int(line.split()[0]) for line in out.splitlines()[2:] if line.strip())
+
+
+def test_raft_cluster_is_observed_segment_for_segment(make_cluster):
+    cluster = make_cluster(3, "ob")
+    lay = cluster.layout
+    # Count, at the gateway, every TCP segment between two nodes (FORWARD sees them all).
+    cluster.exec("gw", ["iptables", "-w", "-N", "MALLORY-TEST-COUNT"])
+    for a in lay.nodes:
+        for b in lay.nodes:
+            if a != b:
+                cluster.exec("gw", ["iptables", "-w", "-A", "MALLORY-TEST-COUNT", "-s", a.address, "-d", b.address, "-p", "tcp"])
+    cluster.exec("gw", ["iptables", "-w", "-I", "FORWARD", "-j", "MALLORY-TEST-COUNT"])
+
+    sink = CollectingSink()
+    server = BatchServer(lay.host_address, BATCH_PORT, sink).start()
+    try:
+        observers = _start_observers(cluster, sink, BATCH_PORT)
+        addrs = {n.name: f"{n.address}:4321" for n in lay.nodes}
+        rafts = [
+            cluster.spawn(name, [sys.executable, RAFT_NODE, addr, *[a for a in addrs.values() if a != addr]], name="raft")
+            for name, addr in addrs.items()
+        ]
+
+        def agreed() -> bool:
+            last = []
+            for proc in rafts:
+                lines = proc.log_path.read_text().splitlines()
+                if not lines:
+                    return False
+                last.append(json.loads(lines[-1]))
+            leaders = {s["leader"] for s in last}
+            return len(leaders) == 1 and None not in leaders and min(s["value"] for s in last) >= 5
+
+        _wait(agreed, 30, "a leader all three nodes agree on, and 5 replicated increments")
+        for proc in rafts:
+            cluster.signal(proc, signal.SIGKILL)
+        for proc in rafts:
+            cluster.wait(proc, 5)
+        time.sleep(0.5)  # let the last segments (RSTs, FINs) cross
+        forwarded = _forward_tcp_packets(cluster)
+        _stop(cluster, observers.values())
+    finally:
+        server.close()
+
+    sends, recvs = sink.events(Kind.SEND), sink.events(Kind.RECV)
+    assert forwarded > 50
+    # Every segment the gateway forwarded was seen leaving its sender and entering its receiver.
+    assert len(sends) == forwarded and len(recvs) == forwarded
+    assert Counter((i, d) for _, i, d, _ in sends) == Counter((i, d) for _, i, d, _ in recvs)
+    sent_by = {i: n for n, i, _, _ in sends}
+    for node, ident, _, _ in recvs:
+        assert sent_by[ident] != node
+    # On the common time axis a segment arrives after it left (same machine: no skew).
+    sent_at = {i: sink.clocks[n].to_real(ts) for n, i, _, ts in sends}
+    for node, ident, _, ts in recvs:
+        assert sink.clocks[node].to_real(ts) >= sent_at[ident] - 1_000_000
+    # Batches: seq 0.. without gaps; no event earlier than the previous batch's until_ns.
+    for node in lay.names:
+        batches = sink.of(node)
+        assert [b.seq for b in batches] == list(range(len(batches)))
+        assert sum(b.lost for b in batches) == 0
+        for prev, cur in zip(batches, batches[1:]):
+            assert cur.until_ns >= prev.until_ns
+            assert all(e.ts >= prev.until_ns for e in cur.events)
+
+
+def _echo_ok(cluster: NetnsCluster, src: str, dst: str, port: int) -> bool:
+    result = cluster.exec(src, [sys.executable, "-c", CLIENT, cluster.node_address(dst), str(port)], check=False, timeout=10)
+    return result.stdout.strip() == "HELLO"
+
+
+def test_killed_observer_leaves_traffic_flowing(make_cluster):
+    cluster = make_cluster(2, "kb")
+    sink = CollectingSink()
+    server = BatchServer(cluster.layout.host_address, BATCH_PORT + 1, sink).start()
+    try:
+        observers = _start_observers(cluster, sink, BATCH_PORT + 1)
+        cluster.spawn("n2", [sys.executable, "-c", ECHO, "9000", "3"], name="echo")
+        _wait_listening(cluster, "n2", 9000)
+        assert _echo_ok(cluster, "n1", "n2", 9000)
+        _wait(lambda: len(sink.events(Kind.RECV)) >= 8, 5, "the first exchange observed")
+
+        cluster.signal(observers["n2"], signal.SIGKILL)
+        cluster.wait(observers["n2"], 5)
+        assert "NFQUEUE" in cluster.exec("n2", ["iptables-save"]).stdout  # its rules stay...
+        assert _echo_ok(cluster, "n1", "n2", 9000)  # ...and --queue-bypass lets traffic by
+
+        cluster.signal(observers["n1"], signal.SIGKILL)
+        cluster.wait(observers["n1"], 5)
+        assert _echo_ok(cluster, "n1", "n2", 9000)
+    finally:
+        server.close()
+
+
+def test_observer_removes_its_rules_on_sigterm(make_cluster):
+    cluster = make_cluster(2, "rt")
+    sink = CollectingSink()
+    server = BatchServer(cluster.layout.host_address, BATCH_PORT + 2, sink).start()
+    try:
+        observers = _start_observers(cluster, sink, BATCH_PORT + 2)
+        assert "MALLORY-OBS-IN" in cluster.exec("n1", ["iptables-save"]).stdout
+        _stop(cluster, observers.values())
+        assert "MALLORY-OBS" not in cluster.exec("n1", ["iptables-save"]).stdout
+    finally:
+        server.close()
+
+
+def test_observers_reconnect_after_a_mediator_restart_and_lose_nothing(make_cluster):
+    cluster = make_cluster(2, "rc")
+    port = BATCH_PORT + 3
+    sink = CollectingSink()
+    server = BatchServer(cluster.layout.host_address, port, sink).start()
+    observers = _start_observers(cluster, sink, port)
+    cluster.spawn("n2", [sys.executable, "-c", ECHO, "9000", "2"], name="echo")
+    _wait_listening(cluster, "n2", 9000)
+    try:
+        assert _echo_ok(cluster, "n1", "n2", 9000)
+        _wait(lambda: len(sink.events(Kind.RECV)) >= 8, 5, "the first exchange observed")
+        server.close()
+        time.sleep(0.3)
+        assert _echo_ok(cluster, "n1", "n2", 9000)  # observed while the mediator is away
+        time.sleep(0.5)
+
+        restarted = CollectingSink()
+        server = BatchServer(cluster.layout.host_address, port, restarted).start()
+        _wait(lambda: all(restarted.of(n) for n in cluster.nodes), 10, "batches from both observers after the restart")
+        assert set(restarted.clocks) == set(cluster.nodes)  # the clock pair again, first
+        time.sleep(0.5)
+        _stop(cluster, observers.values())
+    finally:
+        server.close()
+    total = {**sink.batches, **restarted.batches}
+    for node in cluster.nodes:
+        seqs = sorted(seq for n, seq in total if n == node)
+        assert seqs == list(range(len(seqs)))  # nothing missing across the outage
+        assert restarted.of(node)[0].seq > 0  # the sequence went on, it did not restart
+    sends = [e for b in total.values() for e in b.events if e.kind == Kind.SEND]
+    recvs = [e for b in total.values() for e in b.events if e.kind == Kind.RECV]
+    assert len(sends) == len(recvs) >= 16  # two whole exchanges, each seen at both ends
+    assert Counter(e.id for e in sends) == Counter(e.id for e in recvs)
