@@ -88,6 +88,8 @@ class CasRegister(Model):
     name = "cas-register"
 
     def __init__(self, initial: Any = None, flavor: str = "knossos") -> None:
+        if isinstance(initial, (dict, set, frozenset)):
+            raise ModelError(f"a {self.name} initial value must be a single value, got {initial!r}")
         self.initial = _freeze(initial)
         self.flavor = flavor
 
