@@ -1,0 +1,99 @@
+"""The log oracle: user-configurable patterns over node logs, and deaths by signal.
+
+Default patterns catch what usually means a bug in a distributed system's log: fatal
+errors, panics (Go, Rust), failed assertions, segfaults and aborts, uncaught exceptions,
+and "two leaders"-style split-brain messages. Users add their own as NAME=REGEX. Each
+match is a finding whose signature is the pattern name plus the normalised line (times,
+numbers, addresses, ids blanked), so the same message from another node, term or run is
+the same bug.
+
+`death_finding` turns a process's exit into a finding when it died by a signal the
+harness did not send (by default SIGKILL/SIGTERM/SIGINT are the harness's own).
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from mallory.errors import MalloryError
+from mallory.oracles.triage import Finding, normalise_message
+
+
+@dataclass(frozen=True)
+class LogPattern:
+    name: str
+    regex: re.Pattern[str]
+
+
+def _p(name: str, regex: str, flags: int = re.IGNORECASE) -> LogPattern:
+    return LogPattern(name, re.compile(regex, flags))
+
+
+DEFAULT_PATTERNS: tuple[LogPattern, ...] = (
+    _p("panic", r"\bpanic(?:ked)?\b[:(]|\bthread '.*' panicked at\b|\bkernel panic\b"),
+    _p("fatal", r"\bfatal\b(?: error)?[:\] ]|\[fatal\]|\bFATAL\b", re.IGNORECASE),
+    _p("assertion", r"assertion (?:`.*' )?failed|\bAssertion\b.*\bfailed\b|\bAssertionError\b|\bassert(?:ion)? failure\b"),
+    _p("segfault", r"segmentation fault|\bSIGSEGV\b|\bsegfault\b"),
+    _p("abort", r"\bSIGABRT\b|\baborted \(core dumped\)"),
+    _p("uncaught-exception", r"Traceback \(most recent call last\)|\buncaught exception\b|\bunhandled exception\b"),
+    _p("two-leaders", r"\btwo leaders\b|\bmultiple leaders\b|\bmore than one leader\b|\bsplit[- ]brain\b"),
+)
+
+
+def parse_pattern(spec: str) -> LogPattern:
+    """A user pattern written NAME=REGEX."""
+    name, sep, regex = spec.partition("=")
+    if not sep or not name.strip() or not regex:
+        raise MalloryError(f"log pattern {spec!r} must be NAME=REGEX")
+    try:
+        return LogPattern(name.strip(), re.compile(regex))
+    except re.error as exc:
+        raise MalloryError(f"log pattern {name.strip()!r}: bad regular expression: {exc}") from None
+
+
+def scan_log(lines: Iterable[str], node: str | None = None,
+             patterns: Iterable[LogPattern] = DEFAULT_PATTERNS) -> list[Finding]:
+    """One finding per matching line (the first pattern that matches names it)."""
+    pats = list(patterns)
+    out = []
+    for lineno, line in enumerate(lines, 1):
+        for pat in pats:
+            m = pat.regex.search(line)
+            if m is None:
+                continue
+            text = line.rstrip("\n")
+            message = normalise_message(text[m.start():])
+            out.append(Finding("log", pat.name, (message,), text.strip()[:300], node, {"line": lineno}))
+            break
+    return out
+
+
+HARNESS_SIGNALS = frozenset({signal.SIGKILL, signal.SIGTERM, signal.SIGINT})
+
+
+def death_finding(returncode: int | None, node: str | None = None,
+                  expected: frozenset[int] = HARNESS_SIGNALS) -> Finding | None:
+    """A finding when a process died by an unexpected signal.
+
+    returncode as subprocess reports it (negative = killed by that signal) or a shell's
+    exit status (128 + signal number).
+    """
+    if returncode is None:
+        return None
+    if returncode < 0:
+        signum = -returncode
+    elif 128 < returncode < 128 + 65:
+        signum = returncode - 128
+    else:
+        return None
+    if signum in expected:
+        return None
+    try:
+        name = signal.Signals(signum).name
+    except ValueError:
+        name = f"signal {signum}"
+    return Finding("signal", f"killed-by-{name}", (name,), f"process died by {name}", node,
+                   {"signal": signum})
