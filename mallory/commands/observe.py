@@ -36,6 +36,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--interval", type=float, default=0.1, help="batch interval in seconds (default 0.1)")
     parser.add_argument("--buffer-events", type=int, default=1_000_000, help="events buffered while the mediator is away (default 1e6)")
     parser.add_argument("--no-packets", action="store_true", help="do not capture packets (shm ring only)")
+    parser.add_argument("--shm", default=os.environ.get("MALLORY_SHM"), help="shm ring to create and drain (default $MALLORY_SHM; none: packets only)")
+    parser.add_argument("--ring-capacity", type=int, default=1 << 20, help="ring slots, a power of two (default 1Mi)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -63,20 +65,44 @@ def run(args: argparse.Namespace) -> int:
         # Bind first, then add the rules: no packet is ever queued to an unbound queue.
         queue = NfQueue(args.queue)
         iptables.install(args.queue, peers)
+    reader = None
+    if args.shm:
+        # The observer starts before the SUT and creates the ring the SUT's runtime opens
+        # (llvm-pass/RING.md); a stale ring of an earlier observer is replaced. The run's
+        # cleanup unlinks it: the SUT may outlive this process and still write to it.
+        from mallory.observer.ring import RingReader, create_ring
+
+        create_ring(args.shm, args.ring_capacity, exist_ok=True)
+        reader = RingReader(args.shm, node=args.node)
     sender = BatchSender(clock_pair(args.node), mediator, capacity_events=args.buffer_events).start()
-    observer = Observer(args.node, queue, sender, interval=args.interval)
-    print(f"observe {args.node}: queue {args.queue} peers {','.join(peers)} mediator {mediator[0]}:{mediator[1]}", flush=True)
+    observer = Observer(
+        args.node,
+        queue,
+        sender,
+        interval=args.interval,
+        ring=reader,
+        ring_lost=(lambda: reader.lost_total + reader.writer_drops) if reader else None,
+    )
+    print(
+        f"observe {args.node}: queue {args.queue} peers {','.join(peers)} ring {args.shm or '-'} "
+        f"mediator {mediator[0]}:{mediator[1]}",
+        flush=True,
+    )
     try:
         observer.run(stop)
     finally:
         if queue is not None:
             iptables.remove()
             queue.close()
+        if reader is not None:
+            reader.close()
         sender.flush(1.0)
         sender.close()
         print(
             f"observe {args.node}: {observer.packets} packets, {observer.batches} batches, "
-            f"{queue.lost if queue else 0} lost in the queue, {sender.stats.dropped_events} dropped while the mediator was away",
+            f"{observer.ring_events} ring events, {queue.lost if queue else 0} lost in the queue, "
+            f"{reader.lost_total if reader else 0} lost in the ring, "
+            f"{sender.stats.dropped_events} dropped while the mediator was away",
             file=sys.stderr,
         )
     return 0

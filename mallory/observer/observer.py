@@ -70,6 +70,7 @@ class Observer:
         if packet is None:
             return
         kind = Kind.SEND if hook == NF_INET_LOCAL_OUT else Kind.RECV
+        self.packets += 1
         self._events.append(Event(self.node, kind, ts, packet.id, packet.data))
 
     def cut(self) -> None:
@@ -84,7 +85,6 @@ class Observer:
                 events.extend(ring_events)
                 events.sort(key=lambda e: e.ts)
             until = now - RING_MARGIN_NS
-        self.packets += sum(1 for e in events if e.kind in (Kind.SEND, Kind.RECV))
         lost_total = (self.queue.lost if self.queue else 0) + (self.ring_lost() if self.ring_lost else 0)
         lost, self._lost_reported = lost_total - self._lost_reported, lost_total
         self.sender.submit(events, until, lost)

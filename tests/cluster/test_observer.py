@@ -229,3 +229,48 @@ def test_observers_reconnect_after_a_mediator_restart_and_lose_nothing(make_clus
     recvs = [e for b in total.values() for e in b.events if e.kind == Kind.RECV]
     assert len(sends) == len(recvs) >= 16  # two whole exchanges, each seen at both ends
     assert Counter(e.id for e in sends) == Counter(e.id for e in recvs)
+
+
+def _write_ring(name: str, events: list[tuple[int, int, int]]) -> None:
+    """Append (ts, id, kind) events to a ring the way one runtime writer does (RING.md:
+    claim a position, fill the slot, publish its stamp). Single-threaded, for the test."""
+    import numpy as np
+
+    from mallory.observer.ring import HEADER_SIZE, SLOT_DTYPE, shm_path, slot_check
+
+    with open(shm_path(name), "r+b") as f:
+        mm = __import__("mmap").mmap(f.fileno(), 0)
+    header = np.frombuffer(mm, dtype="<u8", count=HEADER_SIZE // 8)
+    capacity = int(header[2])
+    slots = np.frombuffer(mm, dtype=SLOT_DTYPE, count=capacity, offset=HEADER_SIZE)
+    for ts, ident, kind in events:
+        pos = int(header[8])
+        header[8] = pos + 1
+        slot = slots[pos & (capacity - 1)]
+        slot["ts"], slot["id"], slot["kind"] = ts, ident, kind
+        slot["check"] = slot_check(np.uint64(ts), np.uint64(ident), np.uint32(kind), np.uint64(pos))
+        slot["stamp"] = (pos + 1) << 1
+    del header, slots, slot
+    mm.close()
+
+
+def test_observer_drains_the_nodes_shm_ring(make_cluster):
+    cluster = make_cluster(2, "rg")
+    port = BATCH_PORT + 4
+    sink = CollectingSink()
+    server = BatchServer(cluster.layout.host_address, port, sink).start()
+    try:
+        observers = _start_observers(cluster, sink, port)
+        ring = cluster.shm_name("n1")
+        assert Path("/dev/shm", ring.lstrip("/")).exists()  # the observer created it
+        now = time.monotonic_ns()
+        written = [(now + i, 1000 + i, int(Kind.FUNC if i % 2 else Kind.BLOCK)) for i in range(500)]
+        _write_ring(ring, written)
+        _wait(lambda: sum(len(b.events) for b in sink.of("n1")) >= 500, 5, "the ring's events at the mediator")
+        _stop(cluster, observers.values())
+    finally:
+        server.close()
+    got = [(e.ts, e.id, int(e.kind)) for b in sink.of("n1") for e in b.events]
+    assert got == written
+    assert sum(b.lost for b in sink.of("n1")) == 0
+    assert not [e for b in sink.of("n2") for e in b.events]  # n2's ring stayed empty
