@@ -168,6 +168,11 @@ class RingReader:
     def writer_drops(self) -> int:
         return int(self._hdr[_W_WRITER_DROPS])
 
+    @property
+    def published(self) -> tuple[int, int]:
+        """(reader_cursor, reader_lost) as the header shows them to other tools."""
+        return int(self._hdr[_W_READER_CURSOR]), int(self._hdr[_W_READER_LOST])
+
     def _gather(self, column: np.ndarray | None, first: int, n: int) -> np.ndarray:
         source = self._slots if column is None else column
         start = first & self._mask
