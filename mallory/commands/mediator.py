@@ -18,8 +18,8 @@ from mallory.errors import MalloryError
 NAME = "mediator"
 HELP = "run the mediator (gateway firewall on NFQUEUE, batch ingest, HTTP API) in the gateway namespace"
 
-DEFAULT_API_PORT = 7400
-DEFAULT_BATCH_PORT = 7401
+DEFAULT_API_PORT = 7100
+DEFAULT_BATCH_PORT = 7101  # what `mallory observe --run` dials
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

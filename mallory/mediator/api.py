@@ -170,7 +170,7 @@ class ApiServer(ThreadingHTTPServer):
             self.reasons = (self.reasons + [reason])[-20:]
 
     def start(self) -> "ApiServer":
-        self._thread = threading.Thread(target=self.serve_forever, name="mediator-api", daemon=True)
+        self._thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.05}, name="mediator-api", daemon=True)
         self._thread.start()
         return self
 

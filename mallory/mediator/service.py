@@ -114,6 +114,8 @@ class Mediator:
 
     def test_end(self) -> dict:
         healed = self.firewall.heal(None)
+        if healed["links"]:
+            self.emit(Kind.FAULT, 0, "heal")
         ended, self.test = self.test, None
         self.emit(Kind.LOG, 0, "test-end")
         return {"test": ended, "healed": healed}
