@@ -105,10 +105,12 @@ class StateStore:
         _lsh_params: tuple[int, int] | None = None,
         _permutations: np.ndarray | None = None,
     ) -> None:
-        if not isinstance(num_perm, int) or num_perm < 16:
+        if isinstance(num_perm, bool) or not isinstance(num_perm, int) or num_perm < 16:
             raise MalloryError(f"num_perm must be an integer >= 16, got {num_perm!r}")
-        if not isinstance(threshold, (int, float)) or not 0.0 < threshold <= 1.0:
+        if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0.0 < threshold <= 1.0:
             raise MalloryError(f"state similarity threshold must be in (0, 1], got {threshold!r}")
+        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise MalloryError(f"MinHash seed must be a non-negative integer, got {seed!r}")
         self.num_perm = num_perm
         self.threshold = float(threshold)
         self.seed = seed
