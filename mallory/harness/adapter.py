@@ -28,6 +28,25 @@ from mallory.harness.workload import Workload
 from nemesis.backend import ClusterBackend, NodeProcess
 
 
+def _proc_state(pid: int) -> str | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0].decode()
+    except (OSError, IndexError):
+        return None
+
+
+def _await_state(pid: int, stopped: bool, timeout: float = 2.0) -> None:
+    """Signals are delivered asynchronously: wait (briefly) until /proc/<pid>/stat agrees,
+    so a pause is in force when pause() returns. Best effort where /proc cannot see the pid."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        state = _proc_state(pid)
+        if state is None or (state in ("T", "t")) == stopped:
+            return
+        time.sleep(0.002)
+
+
 class UnsupportedOperation(MalloryError):
     """The SUT cannot do this (check `capabilities` first)."""
 
@@ -157,10 +176,16 @@ class ProcessAdapter:
             self.kill(node)
 
     def pause(self, node: str) -> None:
-        self.backend.signal(self._running(node, "pause"), signals.SIGSTOP)
+        """SIGSTOP; returns once the kernel shows the process stopped."""
+        proc = self._running(node, "pause")
+        self.backend.signal(proc, signals.SIGSTOP)
+        _await_state(proc.pid, stopped=True)
 
     def resume(self, node: str) -> None:
-        self.backend.signal(self._running(node, "resume"), signals.SIGCONT)
+        """SIGCONT; returns once the process is no longer stopped."""
+        proc = self._running(node, "resume")
+        self.backend.signal(proc, signals.SIGCONT)
+        _await_state(proc.pid, stopped=False)
 
     def _running(self, node: str, what: str) -> NodeProcess:
         proc = self._procs.get(node)

@@ -87,7 +87,7 @@ class RedisClient:
             self.close()
             return info(value, "connection-lost", str(exc))
         except rex.ResponseError as exc:
-            return fail(value, "redis-error", str(exc))
+            return fail(value, "redis-error", _describe(exc))
 
     # -- register ------------------------------------------------------------------------
 
@@ -114,7 +114,7 @@ class RedisClient:
             return fail(txn, "unknown-mop", f"{self.workload} cannot run {txn!r}")
         results = self._multi_exec(commands)  # type: ignore[arg-type]
         if isinstance(results, Exception):
-            return fail(txn, "redis-error", str(results))
+            return fail(txn, "redis-error", _describe(results))
         broken = [r for r in results if isinstance(r, Exception)]
         if broken:
             # A runtime error inside EXEC: the other micro-ops did run. Nothing definite to say.
@@ -166,6 +166,11 @@ class RedisClient:
         if results is None:
             return first_error or rex.ResponseError("EXEC returned nil")
         return list(results)
+
+
+def _describe(exc: Exception) -> str:
+    """redis-py strips the error code (READONLY, EXECABORT) into the class: keep both."""
+    return f"{type(exc).__name__}: {exc}"
 
 
 def _int_or_none(raw: Any) -> int | None:
