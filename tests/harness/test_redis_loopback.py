@@ -191,6 +191,13 @@ def test_list_append_workload_on_real_redis(backend: LoopbackBackend, tmp_path: 
     nemesis_ops = [a for a in from_edn if a.process == "nemesis"]
     assert [a.type for a in nemesis_ops] == ["info"] * 4 and {a.f for a in nemesis_ops} == {"pause", "resume"}
 
+    # and the oracles' Elle-style checker finds a single Redis strict-serializable
+    from mallory.oracles.elle import check_elle
+
+    for history in (from_edn, from_json):
+        result = check_elle(history, "list-append")
+        assert result.valid is True, result.explanation
+
 
 def test_register_workload_on_real_redis_is_linearizable(backend: LoopbackBackend, tmp_path: Path) -> None:
     from mallory.oracles.linearizability import check_linearizable

@@ -1,0 +1,89 @@
+"""The harness on the network-namespace backend: a Redis primary with two replicas, a
+list-append workload through the gateway, nemesis faults in the history, and the oracles'
+readers and Elle-style checker on both written formats."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from mallory.harness.history import HistoryRecorder
+from mallory.harness.redis_sut import RedisReplicationAdapter
+from mallory.harness.runner import RunConfig, WorkloadRunner
+from mallory.harness.workload import KeySpace, ListAppendWorkload
+from mallory.oracles.elle import check_elle
+from mallory.oracles.history import read_history
+from tests.harness.redis_cluster import check_process_semantics, proc_state
+
+pytestmark = [pytest.mark.root, pytest.mark.timeout(180)]
+
+
+@pytest.fixture
+def cluster(tmp_path: Path):
+    if os.geteuid() != 0 or shutil.which("ip") is None:
+        pytest.skip("needs root and iproute2")
+    from nemesis.netns import NetnsCluster
+
+    c = NetnsCluster.up(f"th-{uuid.uuid4().hex[:6]}", 3, data_root=tmp_path / "data")
+    try:
+        yield c
+    finally:
+        c.down()
+
+
+def test_list_append_on_a_redis_replica_set_in_namespaces(cluster, tmp_path: Path) -> None:
+    adapter = RedisReplicationAdapter(cluster, port=6379, client_timeout=0.5)
+    for node in cluster.nodes:
+        adapter.start(node)
+    for node in cluster.nodes:
+        adapter.wait_ready(node)
+    assert adapter.primaries() == ["n1"]
+    assert adapter.capabilities.primaries
+
+    workload = ListAppendWorkload(KeySpace(key_count=5, max_writes_per_key=100))
+    recorder = HistoryRecorder.to_dir(tmp_path / "run")
+
+    def nemesis() -> None:
+        time.sleep(1.0)
+        recorder.nemesis("kill", ["n3"])
+        adapter.kill("n3")
+        recorder.nemesis("kill", {"n3": "killed"})
+        time.sleep(0.5)
+        recorder.nemesis("pause", ["n1"])
+        adapter.pause("n1")
+        assert proc_state(adapter.process("n1").pid) == "T"
+        recorder.nemesis("pause", {"n1": "paused"})
+        time.sleep(1.0)
+        recorder.nemesis("resume", ["n1"])
+        adapter.resume("n1")
+        recorder.nemesis("resume", {"n1": "resumed"})
+        recorder.nemesis("start", ["n3"])
+        adapter.start("n3")
+        recorder.nemesis("start", {"n3": "started"})
+
+    fault = threading.Thread(target=nemesis)
+    fault.start()
+    WorkloadRunner(
+        workload,
+        lambda w: adapter.client("n1", workload),  # clients reach the primary through the gateway
+        recorder,
+        RunConfig(concurrency=5, time_limit=4.5, rate=300),
+    ).run()
+    fault.join()
+    recorder.close()
+    adapter.wait_ready("n3")  # the restarted replica resynced from the primary
+
+    counts = check_process_semantics(recorder.ops)
+    assert counts["ok"] > 100 and counts["info"] >= 1 and counts["nemesis"] == 8
+    for name in ("history.edn", "history.jsonl"):
+        _, history = read_history(tmp_path / "run" / name)
+        assert len(history) == len(recorder.ops)
+        assert [op.f for op in history if op.process == "nemesis"] == ["kill"] * 2 + ["pause"] * 2 + ["resume"] * 2 + ["start"] * 2
+        result = check_elle(history, "list-append")
+        assert result.valid is True, result.explanation
