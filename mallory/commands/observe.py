@@ -10,6 +10,7 @@ import threading
 
 from mallory.errors import MalloryError
 from mallory.observer import iptables
+from mallory.observer.nflog import NfLog
 from mallory.observer.nfq import NfQueue
 from mallory.observer.observer import Observer, clock_pair
 from mallory.observer.sender import BatchSender
@@ -18,6 +19,7 @@ NAME = "observe"
 HELP = "observe one node: NFQUEUE on INPUT/OUTPUT (+ shm ring), batches to the mediator"
 
 DEFAULT_BATCH_PORT = 7101
+DEFAULT_MODE = "nfqueue"
 
 
 def _address(text: str) -> tuple[str, int]:
@@ -32,7 +34,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--run", help="netns run: take the peers and the mediator address from its layout")
     parser.add_argument("--mediator", type=_address, help=f"HOST:PORT of the mediator's batch port (default with --run: the node's gateway, port {DEFAULT_BATCH_PORT})")
     parser.add_argument("--peer", action="append", default=[], help="address or CIDR of another node (repeatable)")
-    parser.add_argument("--queue", type=int, default=0, help="NFQUEUE number in the node's namespace (default 0)")
+    parser.add_argument("--mode", choices=["nfqueue", "nflog"], default=DEFAULT_MODE,
+                        help=f"nfqueue: packets pass through the observer (accepted at once); nflog: the kernel sends "
+                        f"a copy and never waits (default {DEFAULT_MODE})")
+    parser.add_argument("--queue", type=int, default=0, help="NFQUEUE number / NFLOG group in the node's namespace (default 0)")
     parser.add_argument("--interval", type=float, default=0.1, help="batch interval in seconds (default 0.1)")
     parser.add_argument("--buffer-events", type=int, default=1_000_000, help="events buffered while the mediator is away (default 1e6)")
     parser.add_argument("--no-packets", action="store_true", help="do not capture packets (shm ring only)")
@@ -63,8 +68,8 @@ def run(args: argparse.Namespace) -> int:
     queue = None
     if not args.no_packets:
         # Bind first, then add the rules: no packet is ever queued to an unbound queue.
-        queue = NfQueue(args.queue)
-        iptables.install(args.queue, peers)
+        queue = NfLog(args.queue) if args.mode == "nflog" else NfQueue(args.queue)
+        iptables.install(args.queue, peers, args.mode)
     reader = None
     if args.shm:
         # The observer starts before the SUT and creates the ring the SUT's runtime opens
@@ -84,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
         ring_lost=(lambda: reader.lost_total + reader.writer_drops) if reader else None,
     )
     print(
-        f"observe {args.node}: queue {args.queue} peers {','.join(peers)} ring {args.shm or '-'} "
+        f"observe {args.node}: {args.mode} {args.queue} peers {','.join(peers)} ring {args.shm or '-'} "
         f"mediator {mediator[0]}:{mediator[1]}",
         flush=True,
     )

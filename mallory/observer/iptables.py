@@ -5,6 +5,7 @@ never touches anyone else's rules:
 
     MALLORY-OBS-OUT: -d PEER -p tcp|udp -j NFQUEUE --queue-num Q --queue-bypass
     MALLORY-OBS-IN:  -s PEER -p tcp|udp -j NFQUEUE --queue-num Q --queue-bypass
+    (or, in nflog mode, -j NFLOG --nflog-group Q --nflog-size 128: a copy, no verdict)
 
 Only traffic with the other nodes (PEER addresses) is queued: the observer's own batches
 to the mediator and the harness's client traffic are not inter-node and pass untouched.
@@ -21,15 +22,22 @@ from mallory.errors import MalloryError
 
 CHAIN_IN = "MALLORY-OBS-IN"
 CHAIN_OUT = "MALLORY-OBS-OUT"
+NFLOG_SIZE = 128  # bytes of each packet copied: headers + 4 payload bytes
 
 
 def _iptables(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(["iptables", "-w", *args], capture_output=True, text=True)
 
 
-def rules_script(queue: int, peers: Sequence[str]) -> str:
-    """The iptables-restore input that installs the chains and the jumps."""
-    target = f"-j NFQUEUE --queue-num {queue} --queue-bypass"
+def rules_script(queue: int, peers: Sequence[str], mode: str = "nfqueue") -> str:
+    """The iptables-restore input that installs the chains and the jumps. mode "nflog"
+    sends a copy to NFLOG group `queue` instead (truncated to the observer's copy range)."""
+    if mode == "nfqueue":
+        target = f"-j NFQUEUE --queue-num {queue} --queue-bypass"
+    elif mode == "nflog":
+        target = f"-j NFLOG --nflog-group {queue} --nflog-size {NFLOG_SIZE}"
+    else:
+        raise MalloryError(f"observer: unknown capture mode {mode!r} (nfqueue, nflog)")
     lines = ["*filter", f":{CHAIN_IN} - [0:0]", f":{CHAIN_OUT} - [0:0]"]
     for peer in peers:
         for proto in ("tcp", "udp"):
@@ -39,13 +47,13 @@ def rules_script(queue: int, peers: Sequence[str]) -> str:
     return "\n".join(lines)
 
 
-def install(queue: int, peers: Sequence[str]) -> None:
-    """Queue traffic with `peers` (addresses or CIDRs); replaces rules of an earlier run."""
+def install(queue: int, peers: Sequence[str], mode: str = "nfqueue") -> None:
+    """Capture traffic with `peers` (addresses or CIDRs); replaces rules of an earlier run."""
     if not peers:
         raise MalloryError("observer: no peer addresses to watch (give --peer or --run)")
     remove()
     result = subprocess.run(
-        ["iptables-restore", "-w", "--noflush"], input=rules_script(queue, peers), capture_output=True, text=True
+        ["iptables-restore", "-w", "--noflush"], input=rules_script(queue, peers, mode), capture_output=True, text=True
     )
     if result.returncode != 0:
         raise MalloryError(f"observer: iptables-restore failed: {result.stderr.strip()}")

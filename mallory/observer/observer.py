@@ -16,7 +16,7 @@ import threading
 import time
 from typing import Callable, Protocol
 
-from mallory.observer.nfq import NF_INET_LOCAL_OUT, NfQueue
+from mallory.observer.nfq import NF_INET_LOCAL_OUT
 from mallory.observer.packet import parse
 from mallory.timeline.event import ClockPair, Event, Kind
 
@@ -27,6 +27,16 @@ class EventSource(Protocol):
     """A shm ring reader (mallory/observer/ring.py) as the observer uses it."""
 
     def poll_events(self) -> list[Event]: ...
+
+
+class PacketSource(Protocol):
+    """NfQueue (mallory/observer/nfq.py) or NfLog (mallory/observer/nflog.py)."""
+
+    lost: int
+
+    def fileno(self) -> int: ...
+
+    def drain(self, on_packet: Callable[[int, int, bytes], None]) -> int: ...
 
 
 class Submitter(Protocol):
@@ -46,7 +56,7 @@ class Observer:
     def __init__(
         self,
         node: str,
-        queue: NfQueue | None,
+        capture: PacketSource | None,
         sender: Submitter,
         *,
         interval: float = 0.1,
@@ -54,7 +64,7 @@ class Observer:
         ring_lost: Callable[[], int] | None = None,
     ) -> None:
         self.node = node
-        self.queue = queue
+        self.capture = capture
         self.sender = sender
         self.interval = interval
         self.ring = ring
@@ -85,7 +95,7 @@ class Observer:
                 events.extend(ring_events)
                 events.sort(key=lambda e: e.ts)
             until = now - RING_MARGIN_NS
-        lost_total = (self.queue.lost if self.queue else 0) + (self.ring_lost() if self.ring_lost else 0)
+        lost_total = (self.capture.lost if self.capture else 0) + (self.ring_lost() if self.ring_lost else 0)
         lost, self._lost_reported = lost_total - self._lost_reported, lost_total
         self.sender.submit(events, until, lost)
         self.batches += 1
@@ -93,13 +103,13 @@ class Observer:
     def run(self, stop: threading.Event) -> None:
         """Read packets and cut batches until `stop` is set; cuts a last batch on the way out."""
         next_cut = time.monotonic() + self.interval
-        fds = [self.queue.fileno()] if self.queue else []
+        fds = [self.capture.fileno()] if self.capture else []
         while not stop.is_set():
             timeout = max(0.0, next_cut - time.monotonic())
             if fds:
                 readable, _, _ = select.select(fds, [], [], min(timeout, 0.05))
                 if readable:
-                    self.queue.drain(self._on_packet)
+                    self.capture.drain(self._on_packet)
             else:
                 stop.wait(min(timeout, 0.05))
             if time.monotonic() >= next_cut:
@@ -107,6 +117,6 @@ class Observer:
                 next_cut += self.interval
                 if next_cut < time.monotonic():  # we fell behind: do not cut in a burst
                     next_cut = time.monotonic() + self.interval
-        if self.queue:
-            self.queue.drain(self._on_packet)
+        if self.capture:
+            self.capture.drain(self._on_packet)
         self.cut()
