@@ -33,17 +33,26 @@ _W_MAGIC, _W_VERSION_SLOT, _W_CAPACITY, _W_HEADER_FLAGS = 0, 1, 2, 3
 _W_WRITER_DROPS, _W_READER_CURSOR, _W_READER_LOST, _W_WRITE_COUNTER = 4, 5, 6, 8
 
 SLOT_DTYPE = np.dtype([("ts", "<u8"), ("id", "<u8"), ("kind", "<u4"), ("check", "<u4"), ("stamp", "<u8")])
-#: What `RingReader.poll` returns: the ring position (global write order), then the event.
-EVENT_DTYPE = np.dtype([("pos", "<u8"), ("ts", "<u8"), ("id", "<u8"), ("kind", "<u4")])
+#: What `RingReader.poll` returns: the event and its ring position (the global claim order).
+#: It overlays the slot layout (pos where the stamp was), so whole chunks need no reshuffling.
+EVENT_DTYPE = np.dtype({"names": ["ts", "id", "kind", "pos"], "formats": ["<u8", "<u8", "<u4", "<u8"],
+                        "offsets": [0, 8, 16, 24], "itemsize": 32})
+_CHUNK = 1 << 16  # positions classified at once: big enough for numpy, small enough for the cache
 
 _CHECK_MUL = np.uint64(0x9E3779B97F4A7C15)
 
 
 def slot_check(ts: np.ndarray, ident: np.ndarray, kind: np.ndarray, pos: np.ndarray) -> np.ndarray:
-    """numpy twin of mallory_slot_check() in mallory_ring.h."""
+    """numpy twin of mallory_slot_check() in mallory_ring.h (in place on one temporary: it is hot)."""
+    x = ident << np.uint64(21)
+    x |= ident >> np.uint64(43)
+    x ^= ts
+    x ^= pos
+    x ^= kind.astype(np.uint64) << np.uint64(32)
     with np.errstate(over="ignore"):
-        x = ts ^ ((ident << np.uint64(21)) | (ident >> np.uint64(43))) ^ (kind.astype(np.uint64) << np.uint64(32)) ^ pos
-        return ((x * _CHECK_MUL) >> np.uint64(32)).astype(np.uint32)
+        x *= _CHECK_MUL
+    x >>= np.uint64(32)
+    return x.astype(np.uint32)
 
 
 def shm_path(name: str) -> str:
@@ -173,65 +182,62 @@ class RingReader:
         """(reader_cursor, reader_lost) as the header shows them to other tools."""
         return int(self._hdr[_W_READER_CURSOR]), int(self._hdr[_W_READER_LOST])
 
-    def _gather(self, column: np.ndarray | None, first: int, n: int) -> np.ndarray:
-        source = self._slots if column is None else column
-        start = first & self._mask
-        end = start + n
-        if end <= self.capacity:
-            return source[start:end].copy()
-        return np.concatenate((source[start:], source[: end - self.capacity]))
-
     def poll(self, max_events: int | None = None) -> PollResult:
         """New events since the cursor (at most `max_events`), and how many were lost."""
         lost = 0
-        chunks: list[np.ndarray] = []
-        while True:
-            written = self.write_counter
-            if written - self.cursor > self.capacity:
-                lost += written - self.capacity - self.cursor
-                self.cursor = written - self.capacity
-            n = written - self.cursor
-            if max_events is not None:
-                n = min(n, max_events - sum(len(c) for c in chunks))
-            if n <= 0:
-                break
-            got, decided, chunk_lost = self._read(self.cursor, n)
-            chunks.append(got)
-            lost += chunk_lost
+        written = self.write_counter
+        if written - self.cursor > self.capacity:
+            lost += written - self.capacity - self.cursor
+            self.cursor = written - self.capacity
+        budget = written - self.cursor
+        if max_events is not None:
+            budget = min(budget, max_events)
+        out = np.empty(max(budget, 0), SLOT_DTYPE)
+        filled = 0
+        while budget > 0:
+            start = self.cursor & self._mask
+            n = min(budget, _CHUNK, self.capacity - start)
+            kept, decided = self._read(self.cursor, start, n, out[filled:filled + n])
+            filled += kept
+            lost += decided - kept
             self.cursor += decided
-            if decided == n or not self._stalled(self.cursor):
-                break
-            lost += 1  # the stalled position's writer never finished: give up on it
-            self.cursor += 1
+            budget -= decided
+            if decided < n:
+                if not self._stalled(self.cursor):
+                    break
+                lost += 1  # the stalled position's writer never finished: give up on it
+                self.cursor += 1
+                budget -= 1
         self.lost_total += lost
         self._hdr[_W_READER_CURSOR] = self.cursor
         self._hdr[_W_READER_LOST] = self.lost_total
-        events = np.concatenate(chunks) if len(chunks) > 1 else (chunks[0] if chunks else np.empty(0, EVENT_DTYPE))
-        return PollResult(events, lost)
+        return PollResult(out[:filled].view(EVENT_DTYPE), lost)
 
-    def _read(self, first: int, n: int) -> tuple[np.ndarray, int, int]:
-        """Classify positions [first, first+n): returns (whole events, positions decided, lost)."""
+    def _read(self, first: int, start: int, n: int, dst: np.ndarray) -> tuple[int, int]:
+        """Classify positions [first, first+n) (ring slots [start, start+n)), copying whole events
+        to the front of `dst` with their position in place of the stamp. Returns (kept, decided):
+        positions before the first pending one are decided; decided - kept of them were lost."""
         # Seqlock-style read: stamps, then payload, then stamps again (x86-64 keeps loads in order).
-        before = self._gather(self._stamps, first, n)
-        slots = self._gather(None, first, n)
-        after = self._gather(self._stamps, first, n)
+        before = self._stamps[start:start + n].copy()
+        dst[:] = self._slots[start:start + n]
+        after = self._stamps[start:start + n].copy()
         pos = np.arange(first, first + n, dtype=np.uint64)
         want = (pos + np.uint64(1)) << np.uint64(1)
-        seq_now = np.maximum(before, after) >> np.uint64(1)
-        newer = seq_now > pos + np.uint64(1)
         stable = (before == want) & (after == want)
-        whole = stable & (slots["check"] == slot_check(slots["ts"], slots["id"], slots["kind"], pos))
+        whole = stable & (dst["check"] == slot_check(dst["ts"], dst["id"], dst["kind"], pos))
+        if whole.all():
+            dst["stamp"] = pos
+            return n, n
+        newer = (np.maximum(before, after) >> np.uint64(1)) > pos + np.uint64(1)
         torn = stable & ~whole
         pending = ~(whole | newer | torn)
         decided = int(np.argmax(pending)) if pending.any() else n
         take = whole[:decided]
-        out = np.empty(int(take.sum()), EVENT_DTYPE)
-        out["pos"] = pos[:decided][take]
-        for field in ("ts", "id", "kind"):
-            out[field] = slots[field][:decided][take]
-        n_torn = int(torn[:decided].sum())
-        self.torn_total += n_torn
-        return out, decided, decided - len(out)
+        kept = int(take.sum())
+        dst[:kept] = dst[:decided][take]
+        dst["stamp"][:kept] = pos[:decided][take]
+        self.torn_total += int(torn[:decided].sum())
+        return kept, decided
 
     def _stalled(self, position: int) -> bool:
         now = time.monotonic()
