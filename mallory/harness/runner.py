@@ -86,6 +86,7 @@ class WorkloadRunner:
         self._lock = threading.Lock()
         self._summary = RunSummary()
         self._pacer = _Pacer(config.rate)
+        self._crash: BaseException | None = None
 
     def stop(self) -> None:
         """Ask the workers to stop after their op in flight (e.g. from a signal handler)."""
@@ -103,6 +104,8 @@ class WorkloadRunner:
         for t in threads:
             t.join()
         self._summary.elapsed = time.monotonic() - start
+        if self._crash is not None:
+            raise self._crash
         return self._summary
 
     def _take_invoke_slot(self) -> bool:
@@ -129,6 +132,16 @@ class WorkloadRunner:
         return None
 
     def _worker(self, worker: int, deadline: float) -> None:
+        """Run one worker; a harness-side crash (workload, recorder) stops every worker and
+        is raised from run(), rather than dying silently in a thread."""
+        try:
+            self._work(worker, deadline)
+        except BaseException as exc:
+            with self._lock:
+                self._crash = self._crash or exc
+            self._stop.set()
+
+    def _work(self, worker: int, deadline: float) -> None:
         rng = random.Random(f"{self.config.seed}:{worker}")
         process = worker
         with self._lock:

@@ -196,3 +196,30 @@ def test_rate_limit_and_time_limit_hold() -> None:
     elapsed = time.monotonic() - t0
     assert 0.9 <= elapsed < 2.0
     assert 35 <= summary.invokes <= 52  # 50/s for 1 s, spread over 4 workers
+
+
+class FakeCrashingWorkload:
+    """A workload that breaks after a few ops: the run must fail loudly, not hang or hide it."""
+
+    name = "register"
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.lock = threading.Lock()
+
+    def next_op(self, rng: random.Random) -> dict[str, Any]:
+        with self.lock:
+            self.n += 1
+            if self.n > 10:
+                raise ZeroDivisionError("generator bug")
+        return {"f": "read", "value": None}
+
+
+def test_a_harness_crash_stops_the_run_and_is_raised() -> None:
+    rec = HistoryRecorder([])
+    runner = WorkloadRunner(FakeCrashingWorkload(), lambda w: FakeInstantClient(), rec, RunConfig(concurrency=3, time_limit=30))
+    t0 = time.monotonic()
+    with pytest.raises(ZeroDivisionError):
+        runner.run()
+    assert time.monotonic() - t0 < 5
+    assert sum(1 for o in rec.ops if o.type == "invoke") == 10

@@ -1,0 +1,55 @@
+"""One recorded run: start the SUT on every node, drive a workload, write the history.
+
+The campaign and `mallory workload` both use this; faults come from outside (the nemesis
+records its own ops into the same recorder).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+from mallory.harness.adapter import SutAdapter
+from mallory.harness.history import HistoryRecorder
+from mallory.harness.runner import RunConfig, RunSummary, WorkloadRunner
+from mallory.harness.workload import Workload
+
+
+def start_all(adapter: SutAdapter, timeout: float | None = None) -> None:
+    """Start the SUT on every node, then wait until every node is ready."""
+    for node in adapter.backend.nodes:
+        adapter.start(node)
+    for node in adapter.backend.nodes:
+        adapter.wait_ready(node, timeout)
+
+
+def teardown_all(adapter: SutAdapter) -> None:
+    for node in adapter.backend.nodes:
+        adapter.teardown(node)
+
+
+def client_node_for(adapter: SutAdapter) -> Callable[[int], str]:
+    """Which node worker i talks to: the primary when the SUT can say (clients of a
+    primary/replica system write there), else nodes in turn, as Jepsen assigns them."""
+    nodes = list(adapter.backend.nodes)
+    if adapter.capabilities.primaries:
+        primaries = adapter.primaries()
+        if primaries:
+            return lambda worker: primaries[0]
+    return lambda worker: nodes[worker % len(nodes)]
+
+
+def record_run(
+    adapter: SutAdapter,
+    workload: Workload,
+    config: RunConfig,
+    out_dir: Path,
+    recorder: HistoryRecorder | None = None,
+) -> RunSummary:
+    """Run `workload` against a started cluster; history.edn and history.jsonl go to out_dir."""
+    recorder = recorder or HistoryRecorder.to_dir(out_dir, keep=False)
+    node_for = client_node_for(adapter)
+    try:
+        return WorkloadRunner(workload, lambda w: adapter.client(node_for(w), workload), recorder, config).run()
+    finally:
+        recorder.close()
