@@ -81,7 +81,8 @@ class BatchServer:
                 conn.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
-        self._thread.join(2.0)
+        if self._thread.is_alive():
+            self._thread.join(2.0)
 
     def _accept_loop(self) -> None:
         while not self._closed:

@@ -24,6 +24,17 @@ MEDIATOR_NODE = "mediator"
 RECORDING_NAME = "events.jsonl"
 
 
+def recording_path(record_dir: Path) -> Path:
+    """events.jsonl, or events.N.jsonl after a restart: each mediator incarnation numbers
+    the batches it ingests from 0, so each writes a self-contained stream of its own."""
+    path = record_dir / RECORDING_NAME
+    n = 0
+    while path.exists():
+        n += 1
+        path = record_dir / f"events.{n}.jsonl"
+    return path
+
+
 class Mediator:
     def __init__(
         self,
@@ -42,7 +53,7 @@ class Mediator:
         self.queue_num = queue_num
         self.batch_interval = batch_interval
         self.firewall = Firewall(self.node_addresses)
-        self.recording_path = record_dir / RECORDING_NAME if record_dir is not None else None
+        self.recording_path = recording_path(record_dir) if record_dir is not None else None
         self._recording = None
         if self.recording_path is not None:
             self.recording_path.parent.mkdir(parents=True, exist_ok=True)

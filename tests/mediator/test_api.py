@@ -1,6 +1,7 @@
 """The mediator's HTTP API on a real server on 127.0.0.1 (no firewall queue: no root)."""
 
 import http.client
+import time
 
 import orjson
 import pytest
@@ -138,3 +139,31 @@ def test_observer_batches_are_ingested_joined_and_recorded(mediator, tmp_path):
         records = list(read_records(f))
     assert ClockPair("n1", 10, 1_000_000_000_000) in records
     assert any(isinstance(r, Batch) and r.node == "n2" and r.events[0].id == p.id for r in records)
+
+
+def test_recording_is_readable_by_mallory_analyze(tmp_path):
+    import subprocess
+    import sys
+
+    m = Mediator({"n1": "10.9.1.2", "n2": "10.9.2.2"}, token=TOKEN, api_address=("127.0.0.1", 0),
+                 batch_address=("127.0.0.1", 0), record_dir=tmp_path, batch_interval=0.01).start()
+    t0 = time.monotonic_ns()
+    try:
+        m.ingest.on_clock(ClockPair("n1", t0, time.time_ns()))
+        m.ingest.on_clock(ClockPair("n2", t0, time.time_ns()))
+        for k in range(5):
+            ts = t0 + k * 20_000_000
+            m.ingest.on_batch(Batch("n1", k, ts + 10_000_000, [Event("n1", Kind.SEND, ts, 1000 + k, "aa")]))
+            m.ingest.on_batch(Batch("n2", k, ts + 10_000_000, [Event("n2", Kind.RECV, ts + 1000, 1000 + k, "aa")]))
+        time.sleep(0.2)
+    finally:
+        m.stop()
+    second = Mediator({"n1": "10.9.1.2"}, token=TOKEN, api_address=("127.0.0.1", 0),
+                      batch_address=("127.0.0.1", 0), record_dir=tmp_path)
+    assert second.recording_path.name == "events.1.jsonl"  # a restart never mixes two streams
+    second.stop()
+    out = subprocess.run([sys.executable, "-m", "mallory.cli", "analyze", str(tmp_path / "events.jsonl"),
+                          "--window", "0.02", "--json"], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    windows = [orjson.loads(line) for line in out.stdout.splitlines() if line.strip()]
+    assert len(windows) >= 3, out.stdout

@@ -1,0 +1,145 @@
+"""Mediator forwarding rate: packets/s through the gateway's FORWARD queue with verdicts and
+ids (target >= 30,000 pps), and the in-process rates of parsing + packet id and of the
+whole per-packet decision.
+
+Run as root: `.venv/bin/python bench/bench_mediator_forwarding.py [--seconds 3]`.
+It brings up a 2-node netns run, floods UDP from n1 to n2 for a bounded time without
+and then with the mediator on the gateway, and removes the run. Numbers on a shared
+2-core machine are noisy; the ratios within one run are the thing to compare.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from mallory.mediator.firewall import Firewall  # noqa: E402
+from mallory.observer.packet import _IPV4, parse  # noqa: E402
+from tests.mediator.packets import tcp, udp  # noqa: E402
+
+
+def rate(fn, arg, n: int) -> float:
+    t0 = time.perf_counter()
+    for _ in range(n):
+        fn(arg)
+    return n / (time.perf_counter() - t0)
+
+
+class _BenchPacket:
+    """Stands in for netfilterqueue.Packet in the in-process measurement (accept is a no-op)."""
+
+    __slots__ = ("buf",)
+
+    def __init__(self, buf: bytes) -> None:
+        self.buf = buf
+
+    def get_payload(self) -> bytes:
+        return self.buf
+
+    def accept(self) -> None:
+        pass
+
+    def drop(self) -> None:
+        pass
+
+
+def in_process(n: int) -> None:
+    pkt = tcp("10.9.1.2", "10.9.2.2", 40000, 5000, 12345, b"x" * 100)
+    base = rate(_IPV4.unpack_from, pkt, n)
+    parsed = rate(parse, pkt, n)
+    print(f"in-process: header unpack only      {base:>12,.0f} /s  (baseline)")
+    print(f"in-process: parse + id + payload    {parsed:>12,.0f} /s  ({parsed / base:.2f} of baseline)")
+    fw = Firewall({"n1": "10.9.1.2", "n2": "10.9.2.2"})
+    bp = _BenchPacket(pkt)
+    plain = rate(fw.handle, bp, n)
+    fw.drop([("n1", "n2")])
+    dropped = rate(fw.handle, bp, n)
+    print(f"in-process: firewall decision       {plain:>12,.0f} /s  accept, {dropped:,.0f} /s drop rule")
+
+
+def rx_packets(cluster, node: str) -> int:
+    out = cluster.exec(node, ["cat", "/sys/class/net/eth0/statistics/rx_packets"]).stdout
+    return int(out)
+
+
+def flood(cluster, seconds: float) -> tuple[float, float]:
+    """UDP from n1 to n2 for `seconds`: (sent/s, received at n2's interface /s)."""
+    from tests.mediator.netns_helpers import udp_socket
+
+    rx = udp_socket(cluster, "n2")
+    tx = udp_socket(cluster, "n1")
+    target = rx.getsockname()
+    payload = b"m" * 32
+    before = rx_packets(cluster, "n2")
+    sent = 0
+    t0 = time.perf_counter()
+    deadline = t0 + seconds
+    try:
+        while time.perf_counter() < deadline:
+            for _ in range(200):
+                try:
+                    tx.sendto(payload, target)
+                    sent += 1
+                except OSError:
+                    pass  # ENOBUFS: the path is saturated
+        elapsed = time.perf_counter() - t0
+        time.sleep(0.3)
+        received = rx_packets(cluster, "n2") - before
+    finally:
+        rx.close()
+        tx.close()
+    return sent / elapsed, received / elapsed
+
+
+def through_queue(seconds: float) -> None:
+    from nemesis.netns import NetnsCluster
+    from tests.mediator.netns_helpers import MediatorProcess
+
+    cluster = NetnsCluster.up(f"bm-{uuid.uuid4().hex[:6]}", 2)
+    try:
+        sent0, recv0 = flood(cluster, seconds)
+        print(f"forwarding, no mediator:            sent {sent0:>10,.0f} pps, delivered {recv0:>10,.0f} pps  (baseline)")
+        mediator = MediatorProcess(cluster).start()
+        try:
+            seen_before = mediator.ok("GET", "/metrics")["firewall"]["seen"]
+            sent1, recv1 = flood(cluster, seconds)
+            fw = mediator.ok("GET", "/metrics")["firewall"]
+            seen = (fw["seen"] - seen_before) / seconds
+            print(f"forwarding, mediator (accept+id):   sent {sent1:>10,.0f} pps, delivered {recv1:>10,.0f} pps, "
+                  f"verdicts {seen:>10,.0f} pps  ({recv1 / recv0:.2f} of baseline; target >= 30,000)")
+            mediator.ok("POST", "/firewall/delay", {"links": ["n1->n2"], "ms": 1})
+            seen_before = fw["seen"]
+            sent2, recv2 = flood(cluster, seconds)
+            fw = mediator.ok("GET", "/metrics")["firewall"]
+            print(f"forwarding, mediator (1 ms delay):  sent {sent2:>10,.0f} pps, delivered {recv2:>10,.0f} pps, "
+                  f"verdicts {(fw['seen'] - seen_before) / seconds:>10,.0f} pps")
+        finally:
+            mediator.kill(signal.SIGTERM)
+    finally:
+        cluster.down()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--n", type=int, default=300_000, help="iterations of the in-process loops")
+    args = parser.parse_args()
+    in_process(args.n)
+    if os.geteuid() != 0:
+        print("forwarding: skipped (needs root for namespaces and NFQUEUE)")
+        return 0
+    through_queue(args.seconds)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
