@@ -8,14 +8,14 @@ value of each token is cached (the same tokens recur window after window).
 
 Two signatures belong to the same state when their estimated Jaccard similarity (the
 fraction of equal signature positions, `matches / num_perm`) is at least `threshold`. A
-new signature joins the NEAREST stored state: candidates come from datasketch's
-MinHashLSH, are verified by estimated Jaccard against the stored signatures, and the one
+new signature joins the NEAREST stored state: candidates come from a banded LSH index
+(`mallory.learner.lsh`, datasketch's MinHashLSH scheme with leaner bookkeeping), are verified by estimated Jaccard against the stored signatures, and the one
 with the most equal positions wins (ties go to the lowest state id, so the answer does not
 depend on set iteration order). If no candidate reaches the threshold, the signature
 becomes a new state with the next id and is itself the state's representative: a state is
 remembered by the signature of the first window that reached it.
 
-LSH bands are tuned for recall rather than datasketch's default balance: a missed
+LSH bands are tuned (by datasketch's optimiser) for recall rather than its default balance: a missed
 candidate silently splits one state into two (inflating "new state" rewards), while a
 false candidate only costs one vectorised comparison. With the defaults (threshold 0.7,
 128 permutations) the weights (0.1, 0.9) give 20 bands of 6 rows: a stored state at
@@ -34,11 +34,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from datasketch import MinHash, MinHashLSH
+from datasketch import MinHash
 from datasketch.hashfunc import sha1_hash32
 
 from mallory.errors import MalloryError
 from mallory.learner import checkpoint as ckpt
+from mallory.learner.lsh import BandIndex, band_params
 
 SCHEME = "affine32"
 _EMPTY = np.uint32(0xFFFFFFFF)
@@ -76,21 +77,6 @@ def _fmix32(h: np.ndarray) -> np.ndarray:
     return h ^ (h >> np.uint32(16))
 
 
-def _band_params(threshold: float, num_perm: int, weights: tuple[float, float]) -> tuple[int, int]:
-    """(bands, rows) minimising datasketch's weighted false-positive/negative areas.
-
-    datasketch refuses a single band, which its optimiser picks for thresholds near 1;
-    two bands of half the rows then find at least what the single band would.
-    """
-    try:
-        lsh = MinHashLSH(threshold=threshold, num_perm=num_perm, weights=weights)
-    except ValueError as exc:
-        if "bands" not in str(exc):
-            raise MalloryError(f"LSH weights {weights!r}: {exc}") from None
-        return 2, num_perm // 2
-    return lsh.b, lsh.r
-
-
 class StateStore:
     """Stored states (one representative signature each), their visit counts, and an LSH
     index over them."""
@@ -122,8 +108,11 @@ class StateStore:
         self._perm_a = self._permutations[0][np.newaxis, :]
         self._perm_b = self._permutations[1][np.newaxis, :]
         if _lsh_params is None:
-            _lsh_params = _band_params(self.threshold, num_perm, lsh_weights)
-        self._lsh = MinHashLSH(num_perm=num_perm, params=_lsh_params)
+            _lsh_params = band_params(self.threshold, num_perm, lsh_weights)
+        bands, rows = _lsh_params
+        if bands < 1 or rows < 1 or bands * rows > num_perm:
+            raise MalloryError(f"LSH params {bands} bands x {rows} rows do not fit num_perm {num_perm}")
+        self._lsh = BandIndex(bands, rows)
         self._signatures = np.empty((64, num_perm), dtype=np.uint32)
         self._visits: list[int] = []
         self._token_hashes: dict[str, int] = {}
@@ -193,7 +182,7 @@ class StateStore:
     def _nearest(self, signature: np.ndarray) -> tuple[int, int]:
         """(state id, equal positions) of the nearest LSH candidate reaching the threshold,
         or (-1, equal positions of the best candidate below it)."""
-        candidates = self._lsh.query(self._minhash(signature))
+        candidates = self._lsh.query(signature)
         if not candidates:
             return -1, 0
         ids = np.fromiter(candidates, dtype=np.int64, count=len(candidates))
@@ -203,9 +192,6 @@ class StateStore:
             return -1, best
         return int(ids[matches == best].min()), best
 
-    def _minhash(self, signature: np.ndarray) -> MinHash:
-        return MinHash(hashvalues=signature, permutations=self._permutations, scheme=SCHEME)
-
     def _add(self, signature: np.ndarray) -> int:
         state_id = len(self._visits)
         if state_id == len(self._signatures):
@@ -213,7 +199,7 @@ class StateStore:
             grown[:state_id] = self._signatures
             self._signatures = grown
         self._signatures[state_id] = signature
-        self._lsh.insert(state_id, self._minhash(signature), check_duplication=False)
+        self._lsh.insert(state_id, signature)
         return state_id
 
     # -- inspection ---------------------------------------------------------------------
@@ -238,7 +224,7 @@ class StateStore:
     @property
     def lsh_params(self) -> tuple[int, int]:
         """(bands, rows per band) of the LSH index."""
-        return self._lsh.b, self._lsh.r
+        return self._lsh.bands, self._lsh.rows
 
     # -- checkpoints --------------------------------------------------------------------
 

@@ -165,3 +165,26 @@ def test_bad_tokens_and_signatures_are_user_errors():
         store.lookup([b"bytes-token"])
     with pytest.raises(MalloryError, match="uint32"):
         store.lookup_signature(np.zeros(64, dtype=np.uint32))
+
+
+def test_band_index_proposes_exactly_datasketchs_candidates():
+    from datasketch import MinHashLSH
+
+    from mallory.learner.lsh import BandIndex
+
+    rng = random.Random(21)
+    store = StateStore()
+    bases = [random_summary(rng, rng.randrange(20, 150)) for _ in range(300)]
+    stored = [store.signature(b) for b in bases]
+    queries = [store.signature(with_jaccard(rng, rng.choice(bases), rng.random())) for _ in range(300)]
+    bands, rows = store.lsh_params
+    ours, theirs = BandIndex(bands, rows), MinHashLSH(num_perm=128, params=(bands, rows))
+    for i, signature in enumerate(stored):
+        ours.insert(i, signature)
+        theirs.insert(i, MinHash(hashvalues=signature, scheme="affine32"))
+    proposed = 0
+    for signature in queries + stored:
+        expected = set(theirs.query(MinHash(hashvalues=signature, scheme="affine32")))
+        assert ours.query(signature) == expected
+        proposed += len(expected)
+    assert proposed > len(stored)  # queries found real candidates, not just empty sets
