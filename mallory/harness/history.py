@@ -76,37 +76,41 @@ class HistorySink(Protocol):
     def close(self) -> None: ...
 
 
-class _LineFileSink:
-    """Appends one line per op to a file and flushes it at once."""
+class LineFileSink:
+    """Appends one encoded line per op to a file, with one unbuffered write(2) per op, so a
+    kill -9 of the harness loses nothing already recorded."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, encode: Callable[[Op], bytes]) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._encode = encode
         self._file: IO[bytes] = open(self.path, "ab", buffering=0)
 
-    def _line(self, op: Op) -> bytes:
-        raise NotImplementedError
-
     def write(self, op: Op) -> None:
-        # Unbuffered: one write(2) per op, so a kill -9 of the harness loses nothing written.
-        self._file.write(self._line(op))
+        self._file.write(self._encode(op))
 
     def close(self) -> None:
         self._file.close()
 
 
-class EdnHistoryWriter(_LineFileSink):
-    """Jepsen's history.edn: one EDN op map per line."""
-
-    def _line(self, op: Op) -> bytes:
-        return op.to_edn().encode("utf-8") + b"\n"
+def edn_line(op: Op) -> bytes:
+    """Jepsen's history.edn line: one EDN op map."""
+    return op.to_edn().encode("utf-8") + b"\n"
 
 
-class JsonlHistoryWriter(_LineFileSink):
-    """JSON lines with elle-cli's field names."""
+def json_line(op: Op) -> bytes:
+    """A JSON line with elle-cli's field names."""
+    return orjson.dumps(op.to_json(), option=orjson.OPT_APPEND_NEWLINE)
 
-    def _line(self, op: Op) -> bytes:
-        return orjson.dumps(op.to_json(), option=orjson.OPT_APPEND_NEWLINE)
+
+def edn_writer(path: Path) -> LineFileSink:
+    """Writes Jepsen's history.edn."""
+    return LineFileSink(path, edn_line)
+
+
+def jsonl_writer(path: Path) -> LineFileSink:
+    """Writes elle-cli JSON lines."""
+    return LineFileSink(path, json_line)
 
 
 class HistoryRecorder:
@@ -138,7 +142,7 @@ class HistoryRecorder:
         """A recorder writing `history.edn` and `history.jsonl` into `directory`."""
         directory = Path(directory)
         return cls(
-            [EdnHistoryWriter(directory / "history.edn"), JsonlHistoryWriter(directory / "history.jsonl")],
+            [edn_writer(directory / "history.edn"), jsonl_writer(directory / "history.jsonl")],
             keep=keep,
         )
 

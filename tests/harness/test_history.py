@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mallory.harness.edn import Keyword, dumps
-from mallory.harness.history import EdnHistoryWriter, HistoryRecorder, JsonlHistoryWriter, Op
+from mallory.harness.history import HistoryRecorder, Op, edn_writer, jsonl_writer
 from mallory.oracles import edn as oracle_edn
 
 
@@ -70,7 +70,7 @@ class FakeClock:
 def test_recorder_indices_times_and_pairing(tmp_path: Path) -> None:
     clock = FakeClock()
     rec = HistoryRecorder(
-        [EdnHistoryWriter(tmp_path / "history.edn"), JsonlHistoryWriter(tmp_path / "history.jsonl")], clock=clock
+        [edn_writer(tmp_path / "history.edn"), jsonl_writer(tmp_path / "history.jsonl")], clock=clock
     )
     clock.now = 1_500
     rec.invoke(0, "read", None)
@@ -136,3 +136,42 @@ def test_listeners_see_ops_in_order(tmp_path: Path) -> None:
     rec.complete(0, "fail", None, Keyword("timeout"))
     assert seen == [0, 1]
     assert rec.ops == []  # keep=False stores nothing
+
+
+RECORD_FOREVER = """
+import sys
+import time
+from pathlib import Path
+from mallory.harness.edn import Keyword
+from mallory.harness.history import HistoryRecorder
+rec = HistoryRecorder.to_dir(Path(sys.argv[1]), keep=False)
+print("go", flush=True)
+i = 0
+while True:
+    rec.invoke(i % 5, "txn", [[Keyword("append"), i % 7, i], [Keyword("r"), i % 7, None]])
+    rec.complete(i % 5, "ok", [[Keyword("append"), i % 7, i], [Keyword("r"), i % 7, list(range(i % 4))]])
+    i += 1
+    time.sleep(0.0005)  # keep the file small: the point is where the kill lands, not volume
+"""
+
+
+def test_a_killed_recorder_loses_at_most_the_op_in_flight(tmp_path: Path) -> None:
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from mallory.oracles.history import read_history
+
+    proc = subprocess.Popen([sys.executable, "-c", RECORD_FOREVER, str(tmp_path)], stdout=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == b"go\n"
+        time.sleep(0.5)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    _, edn_ops = read_history(tmp_path / "history.edn")  # every line whole: reads without error
+    _, json_ops = read_history(tmp_path / "history.jsonl")
+    assert len(edn_ops) > 100
+    assert len(edn_ops) - len(json_ops) in (0, 1)  # killed between the two writes of one op
+    assert [o.index for o in edn_ops] == list(range(len(edn_ops)))

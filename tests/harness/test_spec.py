@@ -106,3 +106,11 @@ def test_spec_error_is_a_mallory_error_with_a_nonzero_exit() -> None:
     with pytest.raises(MalloryError) as excinfo:
         parse_spec("name = 1", "x.toml")
     assert excinfo.value.exit_code != 0
+
+
+def test_the_shipped_example_specs_load() -> None:
+    specs = sorted((Path(__file__).parents[2] / "mallory" / "harness" / "specs").glob("*.toml"))
+    assert specs
+    for path in specs:
+        spec = load_spec(path)
+        assert spec.client is not None and spec.ready.timeout > 0
