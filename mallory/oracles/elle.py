@@ -180,6 +180,8 @@ class _Analysis:
         ta, tb = self.txns[a].call, self.txns[b].call
         if rel == PROCESS:
             return f"process {ta.process} executed it before"
+        if rel != REALTIME:
+            return f"of a {REL_WORD[rel]} dependency"
         return (
             f"it completed (op {ta.done.index if ta.done else '?'}) before the other was invoked "
             f"(op {tb.invoke.index}) in real time"
@@ -197,7 +199,6 @@ class ListAppendAnalysis(_Analysis):
         self.longest: dict[Hashable, list[Any]] = {}
         self.unobserved: dict[Hashable, list[Any]] = {}
         self.incompatible: set[tuple[int, Hashable]] = set()
-        self._index: dict[Hashable, dict[Any, int]] = {}
         self.found = found
         for call in failed:
             for f, k, v in call.invoke.value:
@@ -410,20 +411,30 @@ class ListAppendAnalysis(_Analysis):
                     for u in self.unobserved[k]:
                         g.add(t.node, writers[u], RW)
 
-    def _position(self, k: Hashable, e: Any) -> float:
-        index = self._index.get(k)
-        if index is None:
-            index = self._index[k] = {_hashable(x): i for i, x in enumerate(self.longest[k])}
-        return index.get(_hashable(e), float("inf"))
+    def _ww_pair(self, k: Hashable, a: int, b: int) -> tuple[Any, Any] | None:
+        """Elements (by a, by b) that made add_edges draw a -ww-> b on key k."""
+        writers = self.writer.get(k, {})
+        prev: tuple[Any, int] | None = None
+        for e in self.longest[k]:
+            w = writers.get(_hashable(e))
+            if w is None:
+                continue
+            if prev is not None and prev[1] == a and w == b:
+                return prev[0], e
+            prev = (e, w)
+        if prev is not None and prev[1] == a:
+            for u in self.unobserved[k]:
+                if writers[u] == b:
+                    return prev[0], u
+        return None
 
     def explain(self, a: int, rel: int, b: int) -> str:
         if rel == WW:
             for k in self.appends[a].keys() & self.appends[b].keys():
-                ea = max(self.appends[a][k], key=lambda e: self._position(k, e))
-                eb = min(self.appends[b][k], key=lambda e: self._position(k, e))
-                if self._position(k, ea) < self._position(k, eb):
-                    return (f"T{a} appended {edn.dumps(ea)} to {_k(k)} before T{b} appended {edn.dumps(eb)} "
-                            f"(ww: the version order of {_k(k)} puts it first)")
+                pair = self._ww_pair(k, a, b)
+                if pair is not None:
+                    return (f"T{a} appended {edn.dumps(pair[0])} to {_k(k)} and T{b} appended "
+                            f"{edn.dumps(pair[1])} next (ww: the version order of {_k(k)} puts T{a}'s first)")
         if rel == WR:
             for k, val in self.ext_reads[b].items():
                 if val and self.writer[k].get(_hashable(val[-1])) == a:

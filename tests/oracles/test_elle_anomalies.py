@@ -228,3 +228,15 @@ def test_tarjan_is_iterative_on_a_100k_cycle():
     for i in range(n - 1):
         g2.add(i, i + 1, WW)
     assert strongly_connected(g2, WW) == []
+
+
+@pytest.mark.parametrize("name,anomaly,bad,good,opts", LIST_APPEND_CASES, ids=[c[0] for c in LIST_APPEND_CASES])
+def test_every_cycle_edge_is_explained_by_its_key(name, anomaly, bad, good, opts):
+    result = la(bad, opts)
+    for kind, cases in result.anomalies.items():
+        for case in cases:
+            if "cycle" in case:
+                assert "dependency" not in case["text"], case["text"]
+                for step in case["cycle"]:
+                    if step["rel"] in ("ww", "wr", "rw"):
+                        assert f"({step['rel']}" in case["text"]
