@@ -87,3 +87,19 @@ def test_list_append_on_a_redis_replica_set_in_namespaces(cluster, tmp_path: Pat
         assert [op.f for op in history if op.process == "nemesis"] == ["kill"] * 2 + ["pause"] * 2 + ["resume"] * 2 + ["start"] * 2
         result = check_elle(history, "list-append")
         assert result.valid is True, result.explanation
+
+
+def test_workload_command_on_a_netns_run(cluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from mallory.cli import main
+
+    out = tmp_path / "run"
+    code = main([
+        "workload", "--sut", "redis-replication", "--run", cluster.run, "--workload", "register",
+        "--time-limit", "1.5", "--rate", "200", "--out", str(out),
+    ])  # fmt: skip
+    assert code == 0
+    assert "register on redis-replication (netns, 3 nodes)" in capsys.readouterr().out
+    _, history = read_history(out / "history.edn")
+    counts = check_process_semantics(history)
+    assert counts["ok"] > 50
+    assert not any(proc_state(p.pid) not in (None, "Z") for p in cluster.processes() if p.name == "sut")  # torn down
