@@ -1,10 +1,12 @@
 """A pysyncobj (Raft) node for the observer tests: argv = SELF_ADDR PEER_ADDR...
 
-Every 0.2 s it prints one JSON line: its address, the leader it knows and its counter; the
-leader also increments the replicated counter, so there is steady traffic between nodes.
+Every tick (0.2 s, or $RAFT_TICK seconds) it prints one JSON line: its address, the leader
+it knows and its counter; the leader also increments the replicated counter, so there is
+steady traffic between nodes.
 """
 
 import json
+import os
 import sys
 import time
 
@@ -25,8 +27,9 @@ class Counter(SyncObj):
 def main() -> None:
     me, peers = sys.argv[1], sys.argv[2:]
     node = Counter(me, peers)
+    tick = float(os.environ.get("RAFT_TICK", "0.2"))
     while True:
-        time.sleep(0.2)
+        time.sleep(tick)
         leader = node._getLeader()
         if node._isLeader():
             node.incr()
