@@ -19,14 +19,13 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from mallory.observer.event_ids import event_id, relative_path
+from mallory.observer.event_ids import relative_path
 
 _MARKER = re.compile(r"^\s*//\s*INSTRUMENT_(FUNC|BLOCK|BB)\b(.*)$")
 _TRAILING_MARKER = re.compile(r"\S.*//\s*INSTRUMENT_(FUNC|BLOCK|BB)\b")
 _INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^">]+)[">]')
 _LABEL_LINE = re.compile(r"^(case\b.*|default\s*|[A-Za-z_]\w*\s*):\s*$")
 _OPENER_LINE = re.compile(r"^(\{|else|else\s*\{|do|do\s*\{|\}\s*else\s*\{?)$")
-SOURCE_SUFFIXES = (".c", ".cc", ".cpp", ".cxx", ".c++", ".C", ".h", ".hh", ".hpp", ".hxx", ".inc")
 _FUNC_HEADER_SPAN = 12
 
 
@@ -200,7 +199,3 @@ def write_targets(path: str, targets: Iterable[Target], build_root: str) -> None
             rel = relative_path(t.path, build_root)
             f.write(f"{t.kind}\t{t.first}\t{t.last}\t{t.path}\t{rel}\t{t.label}\n")
 
-
-def expected_id(target: Target, build_root: str) -> int:
-    """The id the pass gives this target."""
-    return event_id(relative_path(target.path, build_root), target.first, target.kind)
