@@ -111,6 +111,12 @@ def start_observers(cluster: NetnsCluster, mode: str) -> list:
     return procs
 
 
+def cpu_seconds(pid: int) -> float:
+    """user + system CPU time of a process so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def observer_counts(procs: list) -> tuple[int, int]:
     """Packets the observers saw and copies/packets they know they missed, from the last
     line each observer logs on exit."""
@@ -158,13 +164,21 @@ def main() -> int:
             if mode in ("nflog", "both-nflog"):
                 procs += start_observers(cluster, "nflog")
             try:
+                cpu0 = {p.pid: cpu_seconds(p.pid) for p in procs}
                 results[mode] = measure(cluster, args.seconds, args.rounds)
+                cpu: dict[str, float] = {}
+                for p in procs:
+                    cpu[p.name] = cpu.get(p.name, 0.0) + cpu_seconds(p.pid) - cpu0[p.pid]
             finally:
                 stop(cluster, procs)
             r = results[mode]
             r["observed"], r["lost"] = observer_counts(procs)
+            r["cpu"] = cpu
             print(f"{mode:10s} rtt p50 {r['p50']:.3f} ms p99 {r['p99']:.3f} ms  tcp {r['mbit']:9.1f} Mbit/s  retransmits {r['retransmits']}"
                   f"  observed {r['observed']} lost {r['lost']}", flush=True)
+            for name, seconds in r["cpu"].items():
+                per = f", {seconds / r['observed'] * 1e6:.1f} us per observed packet" if name == "observer" and r["observed"] else ""
+                print(f"{'':10s} {name} cpu {seconds:.2f} s over the run{per}")
     finally:
         cluster.down()
     base = results.get("plain")
