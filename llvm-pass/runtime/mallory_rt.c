@@ -99,11 +99,12 @@ static void rt_init(void) {
 __attribute__((constructor)) static void rt_constructor(void) { rt_init(); }
 
 static void ring_write(uint64_t id, uint32_t kind) {
+    uint64_t pos = __atomic_fetch_add(&rt_header->write_counter, 1, __ATOMIC_SEQ_CST);
+    /* The time is read after the claim: an event claimed after a reader read write_counter
+     * then has ts >= the reader's clock at that read (RING.md "Completeness"). */
     struct timespec now;
     clock_gettime(CLOCK_MONOTONIC, &now);
     uint64_t ts = (uint64_t)now.tv_sec * 1000000000ULL + (uint64_t)now.tv_nsec;
-
-    uint64_t pos = __atomic_fetch_add(&rt_header->write_counter, 1, __ATOMIC_RELAXED);
     struct mallory_ring_slot *slot = &rt_slots[pos & rt_mask];
     uint64_t mine = (pos + 1) << 1;
 

@@ -126,6 +126,8 @@ class RingReader:
     """
 
     def __init__(self, shm_name: str, node: str = "", *, start: str = "beginning", stall_timeout: float = 0.5) -> None:
+        if start not in ("now", "beginning"):
+            raise ValueError(f"start must be 'beginning' or 'now', got {start!r}")
         self.name = shm_name
         self.node = node
         self.stall_timeout = stall_timeout
@@ -159,15 +161,16 @@ class RingReader:
         self._mask = capacity - 1
         self._slots = np.frombuffer(self._mm, dtype=SLOT_DTYPE, count=capacity, offset=HEADER_SIZE)
         self._stamps = self._slots["stamp"]
-        if start == "now":
-            self.cursor = self.write_counter
-        elif start == "beginning":
-            self.cursor = 0
-        else:
-            raise ValueError(f"start must be 'beginning' or 'now', got {start!r}")
+        read_ns = time.monotonic_ns()
+        self.cursor = self.write_counter if start == "now" else 0
         self.lost_total = 0
         self.torn_total = 0
         self._stall: tuple[int, float] | None = None
+        #: Every event this reader has not returned yet has ts >= this (CLOCK_MONOTONIC ns).
+        self.complete_until_ns = 0
+        # (write_counter, clock read just before it) of recent polls, oldest first.
+        self._reads: list[tuple[int, int]] = [(self.cursor, read_ns)] if start == "now" else []
+        self._note_read(self.cursor)
 
     @property
     def write_counter(self) -> int:
@@ -175,6 +178,7 @@ class RingReader:
 
     @property
     def writer_drops(self) -> int:
+        """Events writers abandoned; the reader already counts each of them in `lost_total`."""
         return int(self._hdr[_W_WRITER_DROPS])
 
     @property
@@ -185,7 +189,9 @@ class RingReader:
     def poll(self, max_events: int | None = None) -> PollResult:
         """New events since the cursor (at most `max_events`), and how many were lost."""
         lost = 0
+        read_ns = time.monotonic_ns()
         written = self.write_counter
+        self._reads.append((written, read_ns))
         if written - self.cursor > self.capacity:
             lost += written - self.capacity - self.cursor
             self.cursor = written - self.capacity
@@ -208,10 +214,21 @@ class RingReader:
                 lost += 1  # the stalled position's writer never finished: give up on it
                 self.cursor += 1
                 budget -= 1
+        self._note_read(self.cursor)
         self.lost_total += lost
         self._hdr[_W_READER_CURSOR] = self.cursor
         self._hdr[_W_READER_LOST] = self.lost_total
         return PollResult(out[:filled].view(EVENT_DTYPE), lost)
+
+    def _note_read(self, cursor: int) -> None:
+        """Advance `complete_until_ns`. Writers read the clock after claiming a position, so a
+        position claimed after a counter read that did not include it has ts >= that read's
+        clock: the latest read whose counter was <= the first unreturned position bounds every
+        event still to come."""
+        done = [r for r in self._reads if r[0] <= cursor]
+        if done:
+            self.complete_until_ns = max(self.complete_until_ns, done[-1][1])
+            self._reads = done[-1:] + [r for r in self._reads if r[0] > cursor]
 
     def _read(self, first: int, start: int, n: int, dst: np.ndarray) -> tuple[int, int]:
         """Classify positions [first, first+n) (ring slots [start, start+n)), copying whole events

@@ -160,3 +160,21 @@ def test_start_now_skips_earlier_events(small_ring, shm_name):
     with RingReader(shm_name, start="now") as late:
         writer.event(2, 2)
         assert late.poll().events["id"].tolist() == [2]
+
+
+def test_completeness_bound_waits_for_unfinished_positions(small_ring):
+    writer, reader = small_ring
+    assert reader.complete_until_ns == 0
+    writer.event(1, 1)
+    before = time.monotonic_ns()
+    reader.poll()
+    first_bound = reader.complete_until_ns
+    assert first_bound >= before
+    pos = writer.claim()  # claimed after that poll: its ts will be >= first_bound
+    writer.event(3, 3)
+    reader.poll()
+    assert reader.cursor == pos and reader.complete_until_ns == first_bound
+    writer.write_slot(pos, first_bound, 2, 1)
+    before = time.monotonic_ns()
+    assert reader.poll().events["id"].tolist() == [2, 3]
+    assert reader.complete_until_ns >= before

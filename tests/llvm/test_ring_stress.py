@@ -59,8 +59,13 @@ def test_small_ring_counts_every_lost_event_and_returns_no_torn_slot(stress_bina
         proc = subprocess.Popen([str(stress_binary), str(THREADS), str(FORKS), str(PER_WRITER)],
                                 env={**build_env, "MALLORY_SHM": shm_name})
         try:
+            bound = reader.complete_until_ns
             while proc.poll() is None:
-                chunks.append(reader.poll().events)
+                got = reader.poll().events
+                # Everything not returned by the previous poll was promised to be >= its bound.
+                assert (got["ts"] >= np.uint64(bound)).all()
+                bound = reader.complete_until_ns
+                chunks.append(got)
                 time.sleep(0.0005)
         finally:
             proc.wait(timeout=300)
