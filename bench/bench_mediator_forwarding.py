@@ -122,6 +122,24 @@ def through_queue(seconds: float) -> None:
             fw = mediator.ok("GET", "/metrics")["firewall"]
             print(f"forwarding, mediator (1 ms delay):  sent {sent2:>10,.0f} pps, delivered {recv2:>10,.0f} pps, "
                   f"verdicts {(fw['seen'] - seen_before) / seconds:>10,.0f} pps")
+            mediator.ok("POST", "/firewall/heal", {})
+            applied = []
+            done = threading.Event()
+
+            def changes() -> None:
+                time.sleep(0.3)
+                for _ in range(10):
+                    applied.append(mediator.ok("POST", "/firewall/drop", {"links": ["n2->n1"]})["applied_us"])
+                    applied.append(mediator.ok("POST", "/firewall/heal", {"links": ["n2->n1"]})["applied_us"])
+                done.set()
+
+            t = threading.Thread(target=changes)
+            t.start()
+            flood(cluster, seconds)
+            t.join()
+            applied.sort()
+            print(f"rule changes during the flood:      applied in median {applied[len(applied) // 2]:.0f} us, "
+                  f"max {applied[-1]:.0f} us over {len(applied)} changes (target: within 1 ms)")
         finally:
             mediator.kill(signal.SIGTERM)
     finally:

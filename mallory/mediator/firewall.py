@@ -27,12 +27,13 @@ import subprocess
 import threading
 import time
 from collections import deque
+from time import monotonic_ns
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 from mallory.errors import MalloryError
 from mallory.mediator.rules import Link, RuleTable
-from mallory.observer.packet import _ADDRS, ip_int, ip_str, parse
+from mallory.observer.packet import _ADDRS, id_and_data, ip_int, ip_str
 
 CHAIN = "MALLORY-MEDIATOR"
 _NO_ADDRESSES = (0, 0)
@@ -50,23 +51,30 @@ class PacketRecord(NamedTuple):
 
 
 class PacketLog:
-    """The last `capacity` packets the firewall saw, by packet id (for the ingest join)."""
+    """The last `capacity` packets the firewall saw, by packet id (for the ingest join).
+
+    Stored as plain tuples (ts, src, dst, data, verdict): the firewall adds one per packet.
+    """
 
     def __init__(self, capacity: int = 200_000) -> None:
         self.capacity = capacity
-        self._by_id: dict[int, PacketRecord] = {}
+        self._by_id: dict[int, tuple[int, str, str, str, str]] = {}
         self._order: deque[int] = deque()
 
-    def add(self, record: PacketRecord) -> None:
+    def add(self, packet_id: int, ts: int, src: str, dst: str, data: str, verdict: str) -> None:
         by_id = self._by_id
-        if record.id not in by_id:
-            self._order.append(record.id)
+        if packet_id not in by_id:
+            self._order.append(packet_id)
             if len(self._order) > self.capacity:
                 by_id.pop(self._order.popleft(), None)
-        by_id[record.id] = record
+        by_id[packet_id] = (ts, src, dst, data, verdict)
 
     def get(self, packet_id: int) -> PacketRecord | None:
-        return self._by_id.get(packet_id)
+        found = self._by_id.get(packet_id)
+        return None if found is None else PacketRecord(packet_id, *found)
+
+    def __contains__(self, packet_id: int) -> bool:
+        return packet_id in self._by_id
 
     def __len__(self) -> int:
         return len(self._by_id)
@@ -103,6 +111,7 @@ class Firewall:
         self.last_error = ""
         self.rule_changes = 0
         self._held: dict[Link, deque[_Held]] = {}
+        self._next_due: int | None = None  # release time of the first held packet (loop thread)
         self._raw: socket.socket | None = None
         self._commands: deque[tuple[Callable[[], dict], threading.Event, list]] = deque()
         self._wake_r, self._wake_w = os.pipe()
@@ -119,16 +128,17 @@ class Firewall:
         buf = packet.get_payload()
         counts = self.counts
         src_ip, dst_ip = _ADDRS.unpack_from(buf, 12) if len(buf) >= 20 else _NO_ADDRESSES
-        src = self.node_by_ip.get(src_ip)
-        dst = self.node_by_ip.get(dst_ip)
+        node_by_ip = self.node_by_ip
+        src = node_by_ip.get(src_ip)
+        dst = node_by_ip.get(dst_ip)
         if src is None or dst is None:
             counts["outside"] += 1
             packet.accept()
             return
         counts["seen"] += 1
-        now = time.monotonic_ns()
-        link = (src, dst)
-        rule = self.table.rules.get(link)
+        now = monotonic_ns()
+        rules = self.table.rules
+        rule = rules.get((src, dst)) if rules else None
         if rule is None:
             verdict = "accept"
         elif rule.drop:
@@ -139,11 +149,11 @@ class Firewall:
             verdict = "duplicate"
         else:
             verdict = "accept"
-        p = parse(buf)
-        if p is None:
+        found = id_and_data(buf)
+        if found is None:
             counts["no_id"] += 1
         else:
-            self.log.add(PacketRecord(p.id, now, src, dst, p.data, verdict))
+            self.log.add(found[0], now, src, dst, found[1], verdict)
         if verdict == "accept":
             counts["accepted"] += 1
             packet.accept()
@@ -153,6 +163,7 @@ class Firewall:
         elif verdict == "delay":
             counts["delayed"] += 1
             packet.retain()
+            link = (src, dst)
             queue = self._held.get(link)
             if queue is None:
                 queue = self._held[link] = deque()
@@ -160,10 +171,22 @@ class Firewall:
             if queue and queue[-1].due > due:
                 due = queue[-1].due  # never overtake an earlier packet on the link
             queue.append(_Held(due, packet, rule.copies, buf, dst_ip))
+            if self._next_due is None or due < self._next_due:
+                self._next_due = due
         else:
             counts["accepted"] += 1
             packet.accept()
             self._inject(buf, dst_ip, rule.copies)
+
+    def _on_queued(self, packet: Any) -> None:
+        """The queue callback. Under a flood nfq.run() keeps calling it without returning to
+        the loop, so rule changes and due releases are also served from here."""
+        self._safe_handle(packet)
+        if self._commands:
+            self._run_commands()
+            self._next_due = self.release_due()
+        elif self._next_due is not None and monotonic_ns() >= self._next_due:
+            self._next_due = self.release_due()
 
     def _safe_handle(self, packet: Any) -> None:
         """`handle` for the queue: a packet that breaks the code is accepted, not stuck."""
@@ -242,10 +265,11 @@ class Firewall:
 
     def apply(self, change: Callable[[], dict], timeout: float = 2.0) -> dict:
         """Run a change in the firewall thread (or here when no queue runs); its report plus
-        `applied_us`, the time from the request to the change taking effect."""
+        `applied_us`: from this call to the change being in effect for the next packet."""
         t0 = time.monotonic_ns()
         if not self._running:
             report = change()
+            report["applied_us"] = round((time.monotonic_ns() - t0) / 1000, 1)
         else:
             done = threading.Event()
             box: list = []
@@ -255,9 +279,9 @@ class Firewall:
                 raise MalloryError("the firewall thread did not apply the change in time")
             if isinstance(box[0], BaseException):
                 raise box[0]
-            report = box[0]
+            report, applied_ns = box[0]
+            report["applied_us"] = round((applied_ns - t0) / 1000, 1)
         self.rule_changes += 1
-        report["applied_us"] = round((time.monotonic_ns() - t0) / 1000, 1)
         report["links"] = [f"{s}->{d}" for s, d in report["links"]]
         return report
 
@@ -265,7 +289,7 @@ class Firewall:
         while self._commands:
             change, done, box = self._commands.popleft()
             try:
-                box.append(change())
+                box.append((change(), time.monotonic_ns()))
             except BaseException as exc:  # handed back to the API thread
                 box.append(exc)
             done.set()
@@ -277,7 +301,7 @@ class Firewall:
         from netfilterqueue import NetfilterQueue
 
         nfq = NetfilterQueue()
-        nfq.bind(queue_num, self._safe_handle, max_len=max_len)
+        nfq.bind(queue_num, self._on_queued, max_len=max_len)
         self._running = True
         self._thread = threading.Thread(target=self._loop, args=(nfq,), name="firewall", daemon=True)
         self._thread.start()
@@ -296,10 +320,10 @@ class Firewall:
 
     def _loop(self, nfq: Any) -> None:
         fd = nfq.get_fd()
-        next_due: int | None = None
         try:
             while not self._stop:
-                timeout = 0.5 if next_due is None else max(0.0, (next_due - time.monotonic_ns()) / 1e9)
+                next_due = self._next_due
+                timeout = 0.5 if next_due is None else max(0.0, (next_due - monotonic_ns()) / 1e9)
                 readable, _, _ = select.select([fd, self._wake_r], [], [], timeout)
                 if self._wake_r in readable:
                     try:
@@ -309,7 +333,7 @@ class Firewall:
                     self._run_commands()
                 if fd in readable:
                     nfq.run(block=False)
-                next_due = self.release_due()
+                self._next_due = self.release_due()
         except BaseException as exc:
             self.error = exc
             raise

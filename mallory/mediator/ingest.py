@@ -95,13 +95,13 @@ class Ingest:
             node.events += len(batch.events)
             node.lost += batch.lost
             if self.packets is not None:
-                get = self.packets.get
+                packets = self.packets
                 for e in batch.events:
                     if e.kind is Kind.SEND or e.kind is Kind.RECV:
-                        if get(e.id) is None:
-                            node.unjoined += 1
-                        else:
+                        if e.id in packets:
                             node.joined += 1
+                        else:
+                            node.unjoined += 1
             self._record(rebased)
             self._drain()
 

@@ -72,12 +72,13 @@ def packet_id(src: int, dst: int, proto: int, sport: int, dport: int, ident: int
     return int.from_bytes(blake2b(encoding, digest_size=8).digest(), "big")
 
 
-def parse(buf: bytes) -> Packet | None:
-    """The Packet of a raw IPv4 packet, or None for anything that is not a complete first
-    fragment of IPv4 TCP/UDP (other protocols, later fragments, truncated headers)."""
+def id_and_data(buf: bytes) -> tuple[int, str] | None:
+    """(packet id, payload abstraction) of a raw IPv4 packet, or None for anything that is
+    not a complete first fragment of IPv4 TCP/UDP (other protocols, later fragments,
+    truncated headers). The mediator's hot path: no object but the result is built."""
     if len(buf) < 20:
         return None
-    ver_ihl, total_len, _ident, frag, proto, src, dst = _IPV4.unpack_from(buf)
+    ver_ihl, total_len, _ident, frag, proto, _src, _dst = _IPV4.unpack_from(buf)
     ihl = (ver_ihl & 0x0F) * 4
     if ver_ihl >> 4 != 4 or ihl < 20 or frag & _FRAGMENT_OFFSET_MASK:
         return None
@@ -94,11 +95,20 @@ def parse(buf: bytes) -> Packet | None:
         offset = ihl + 8
     else:
         return None
-    sport, dport = _PORTS.unpack_from(buf, ihl)
     encoding = buf[12:20] + buf[9:10] + buf[ihl : ihl + 4] + buf[4:6] + tail
     ident = int.from_bytes(blake2b(encoding, digest_size=8).digest(), "big")
     data = buf[offset : min(offset + _PAYLOAD_BYTES, end)].hex() if offset < end else ""
-    return Packet(src, dst, proto, sport, dport, ident, data)
+    return ident, data
+
+
+def parse(buf: bytes) -> Packet | None:
+    """The Packet of a raw IPv4 packet, or None where `id_and_data` gives None."""
+    found = id_and_data(buf)
+    if found is None:
+        return None
+    src, dst = _ADDRS.unpack_from(buf, 12)
+    sport, dport = _PORTS.unpack_from(buf, (buf[0] & 0x0F) * 4)
+    return Packet(src, dst, buf[9], sport, dport, found[0], found[1])
 
 
 def addresses(buf: bytes) -> tuple[int, int] | None:

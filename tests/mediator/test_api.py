@@ -8,7 +8,6 @@ import pytest
 
 from mallory.mediator.service import Mediator
 from mallory.observer.packet import parse
-from mallory.mediator.firewall import PacketRecord
 from mallory.observer.sender import BatchSender
 from mallory.timeline.codec import read_records
 from mallory.timeline.event import Batch, ClockPair, Event, Kind
@@ -42,7 +41,7 @@ def call(m, method, path, body=None, token=TOKEN, raw=None, headers=None):
 def test_firewall_control_round_trip(mediator):
     status, out = call(mediator, "POST", "/firewall/drop", {"partition": [["n1"], ["n2", "n3"]]})
     assert status == 200 and sorted(out["links"]) == ["n1->n2", "n1->n3", "n2->n1", "n3->n1"]
-    assert out["applied_us"] < 1000
+    assert 0 <= out["applied_us"] < 100_000  # the in-thread bound is checked in test_netns_firewall
     status, out = call(mediator, "POST", "/firewall/delay", {"links": ["n2->n3", ["n3", "n2"]], "ms": 25})
     assert status == 200 and out["links"] == ["n2->n3", "n3->n2"]
     status, out = call(mediator, "POST", "/firewall/duplicate", {"links": ["n2->n3"], "copies": 2})
@@ -117,7 +116,7 @@ def test_observer_batches_are_ingested_joined_and_recorded(mediator, tmp_path):
 
     pkt = tcp(NODES["n1"], NODES["n2"], 1000, 2000, 77, b"hello")
     p = parse(pkt)
-    mediator.firewall.log.add(PacketRecord(p.id, 1, "n1", "n2", p.data, "accept"))
+    mediator.firewall.log.add(p.id, 1, "n1", "n2", p.data, "accept")
     senders = []
     try:
         for node in ("n1", "n2", "n3"):
