@@ -23,7 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from mallory.mediator.firewall import Firewall  # noqa: E402
-from mallory.observer.packet import _IPV4, parse  # noqa: E402
+from mallory.observer.packet import IPV4_HEADER, parse  # noqa: E402
 from tests.mediator.packets import tcp, udp  # noqa: E402
 
 
@@ -54,7 +54,7 @@ class _BenchPacket:
 
 def in_process(n: int) -> None:
     pkt = tcp("10.9.1.2", "10.9.2.2", 40000, 5000, 12345, b"x" * 100)
-    base = rate(_IPV4.unpack_from, pkt, n)
+    base = rate(IPV4_HEADER.unpack_from, pkt, n)
     parsed = rate(parse, pkt, n)
     print(f"in-process: header unpack only      {base:>12,.0f} /s  (baseline)")
     print(f"in-process: parse + id + payload    {parsed:>12,.0f} /s  ({parsed / base:.2f} of baseline)")

@@ -33,7 +33,7 @@ from typing import Any, NamedTuple
 
 from mallory.errors import MalloryError
 from mallory.mediator.rules import Link, RuleTable
-from mallory.observer.packet import _ADDRS, id_and_data, ip_int, ip_str
+from mallory.observer.packet import ADDRESSES, id_and_data, ip_int, ip_str
 
 CHAIN = "MALLORY-MEDIATOR"
 _NO_ADDRESSES = (0, 0)
@@ -127,7 +127,7 @@ class Firewall:
     def handle(self, packet: Any) -> None:
         buf = packet.get_payload()
         counts = self.counts
-        src_ip, dst_ip = _ADDRS.unpack_from(buf, 12) if len(buf) >= 20 else _NO_ADDRESSES
+        src_ip, dst_ip = ADDRESSES.unpack_from(buf, 12) if len(buf) >= 20 else _NO_ADDRESSES
         node_by_ip = self.node_by_ip
         src = node_by_ip.get(src_ip)
         dst = node_by_ip.get(dst_ip)

@@ -38,11 +38,12 @@ from typing import NamedTuple
 TCP = 6
 UDP = 17
 
-#: version/ihl, (tos), total length, identification, flags/fragment offset, (ttl), protocol,
-#: (checksum), source, destination: the whole 20-byte fixed IPv4 header in one unpack.
-_IPV4 = struct.Struct("!BxHHHxBxxII")
+#: The 20-byte fixed IPv4 header in one unpack: version/ihl, (tos), total length,
+#: identification, flags/fragment offset, (ttl), protocol, (checksum), source, destination.
+IPV4_HEADER = struct.Struct("!BxHHHxBxxII")
 _PORTS = struct.Struct("!HH")
-_ADDRS = struct.Struct("!II")
+#: Source and destination address at offset 12 (a hot path unpacks just these).
+ADDRESSES = struct.Struct("!II")
 _ID_FIELDS = struct.Struct("!IIBHHHI")
 _FRAGMENT_OFFSET_MASK = 0x1FFF
 _PAYLOAD_BYTES = 4
@@ -78,7 +79,7 @@ def id_and_data(buf: bytes) -> tuple[int, str] | None:
     truncated headers). The mediator's hot path: no object but the result is built."""
     if len(buf) < 20:
         return None
-    ver_ihl, total_len, _ident, frag, proto, _src, _dst = _IPV4.unpack_from(buf)
+    ver_ihl, total_len, _ident, frag, proto, _src, _dst = IPV4_HEADER.unpack_from(buf)
     ihl = (ver_ihl & 0x0F) * 4
     if ver_ihl >> 4 != 4 or ihl < 20 or frag & _FRAGMENT_OFFSET_MASK:
         return None
@@ -106,7 +107,7 @@ def parse(buf: bytes) -> Packet | None:
     found = id_and_data(buf)
     if found is None:
         return None
-    src, dst = _ADDRS.unpack_from(buf, 12)
+    src, dst = ADDRESSES.unpack_from(buf, 12)
     sport, dport = _PORTS.unpack_from(buf, (buf[0] & 0x0F) * 4)
     return Packet(src, dst, buf[9], sport, dport, found[0], found[1])
 
@@ -119,7 +120,7 @@ def addresses(buf: bytes) -> tuple[int, int] | None:
     """
     if len(buf) < 20 or buf[0] >> 4 != 4:
         return None
-    return _ADDRS.unpack_from(buf, 12)
+    return ADDRESSES.unpack_from(buf, 12)
 
 
 def ip_int(address: str) -> int:
