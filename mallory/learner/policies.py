@@ -189,23 +189,26 @@ class QLearningPolicy(_QPolicy):
 
     def probabilities(self, state: int, actions: Iterable[Action]) -> list[float]:
         """The softmax distribution `choose` samples from, in the order of `actions`."""
-        listed = _action_list(actions)
-        values = [self.q_value(state, a) for a in listed]
-        top = max(values)
-        weights = [math.exp((v - top) / self.temperature) for v in values]
+        weights = self._weights(state, _action_list(actions))
         total = math.fsum(weights)
         return [w / total for w in weights]
 
+    def _weights(self, state: int, actions: Sequence[Action]) -> list[float]:
+        values = [self.q_value(state, a) for a in actions]
+        top = max(values)
+        return [math.exp((v - top) / self.temperature) for v in values]
+
     def choose(self, state: int, actions: Iterable[Action]) -> Action:
         listed = _action_list(actions)
-        probabilities = self.probabilities(state, listed)
-        u = self.rng.random()
+        weights = self._weights(state, listed)
+        u = self.rng.random() * math.fsum(weights)
         cumulative = 0.0
-        for action, p in zip(listed, probabilities):
-            cumulative += p
+        for action, weight in zip(listed, weights):
+            cumulative += weight
             if u < cumulative:
                 return action
-        return listed[-1]  # u within rounding of 1.0
+        # u within rounding of the total: the last action that has any weight
+        return next(a for a, w in zip(reversed(listed), reversed(weights)) if w > 0.0)
 
     def params(self) -> dict[str, Any]:
         return {**super().params(), "temperature": self.temperature}

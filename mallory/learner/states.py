@@ -17,10 +17,13 @@ remembered by the signature of the first window that reached it.
 
 LSH bands are tuned (by datasketch's optimiser) for recall rather than its default balance: a missed
 candidate silently splits one state into two (inflating "new state" rewards), while a
-false candidate only costs one vectorised comparison. With the defaults (threshold 0.7,
-128 permutations) the weights (0.1, 0.9) give 20 bands of 6 rows: a stored state at
-estimated Jaccard 0.7 is a candidate with probability 0.92, at 0.75 with 0.98, at 0.8 with
-0.998, while one at 0.3 is a candidate with probability 0.015.
+false candidate only costs one row of a vectorised comparison. With the defaults
+(threshold 0.7, 128 permutations) the weights (0.02, 0.98) give 23 bands of 5 rows: a
+stored state at estimated Jaccard 0.7 is a candidate with probability 0.986, at 0.75 with
+0.998, at 0.8 with 0.9999, while one at 0.5 is a candidate with probability 0.52, at 0.3
+with 0.054 and at 0.2 with 0.007. (datasketch's default (0.5, 0.5) would give 14 x 9 and
+miss a state at 0.75 one time in three; (0.1, 0.9) gives 20 x 6 and missed 5 of 580
+matching queries in bench/bench_learner_lsh.py, where 23 x 5 missed none.)
 
 An empty summary (an idle window) has the all-ones signature, like an empty datasketch
 MinHash; every empty summary is therefore the same state.
@@ -46,7 +49,7 @@ _EMPTY = np.uint32(0xFFFFFFFF)
 #: The token-hash cache is dropped wholesale when it grows past this many tokens; it only
 #: speeds things up, so dropping it never changes an answer.
 _TOKEN_CACHE_LIMIT = 1 << 20
-DEFAULT_LSH_WEIGHTS = (0.1, 0.9)
+DEFAULT_LSH_WEIGHTS = (0.02, 0.98)
 
 
 @dataclass(frozen=True)
