@@ -17,8 +17,7 @@ Environment:
   MALLORY_AUTO=1          also instrument error paths, enum switch cases, and functions
                           whose names match the regex MALLORY_AUTO_FUNCS
   MALLORY_COV=1           AFL-style edge coverage into the MALLORY_COV_SHM bitmap
-  MALLORY_BUILD_ROOT      the root ids' paths are relative to (default: the nearest
-                          ancestor of the working directory holding .git, else the cwd)
+  MALLORY_BUILD_ROOT      the root ids' paths are relative to (default: see build_root)
   MALLORY_LLVM_CONFIG     which LLVM (default llvm-config-14)
 """
 
@@ -100,7 +99,14 @@ def parse(args: list[str]) -> Invocation:
     return inv
 
 
+_PROJECT_MARKERS = ("configure", "configure.ac", "CMakeLists.txt", "Makefile", "GNUmakefile", "meson.build")
+
+
 def build_root() -> str:
+    """The directory ids' paths are relative to: $MALLORY_BUILD_ROOT; else the nearest
+    ancestor of the cwd holding .git; else the highest directory reached from the cwd by
+    climbing through parents that look like a project (configure, CMakeLists.txt, Makefile,
+    ...), so recursive makes (src/) and CMake build directories (build/) share one root."""
     env = os.environ.get("MALLORY_BUILD_ROOT")
     if env:
         return os.path.realpath(env)
@@ -111,8 +117,14 @@ def build_root() -> str:
             return probe
         parent = os.path.dirname(probe)
         if parent == probe:
-            return here
+            break
         probe = parent
+    root = here
+    while True:
+        parent = os.path.dirname(root)
+        if parent == root or not any(os.path.exists(os.path.join(parent, m)) for m in _PROJECT_MARKERS):
+            return root
+        root = parent
 
 
 def command(lang: str, args: list[str], tc: toolchain.Toolchain, targets_file: str | None) -> tuple[list[str], dict[str, str]]:

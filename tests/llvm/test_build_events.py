@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 from pathlib import Path
+
+import pytest
 
 from conftest import code_line_after, copy_sample, run
 
@@ -182,3 +185,19 @@ def test_asan_option_builds_with_address_sanitizer(tmp_path, build_env):
     assert result.returncode != 0
     assert "ERROR: AddressSanitizer: heap-buffer-overflow" in result.stderr
     assert len(Catalogue.load(catalogue_path(tmp_path / "overflow"))) == 1
+
+
+@pytest.mark.skipif(shutil.which("cmake") is None, reason="cmake not installed")
+def test_cmake_out_of_tree_build(tmp_path, build_env, shm_name):
+    proj = copy_sample("cmake_proj", tmp_path)
+    run(["cmake", "-S", str(proj), "-B", str(proj / "build"), "-DCMAKE_C_COMPILER=mallory-cc"], proj, build_env)
+    run(["cmake", "--build", str(proj / "build"), "-j2"], proj, build_env)
+    binary = proj / "build" / "basic"
+    catalogue = Catalogue.load(catalogue_path(binary))
+    # Compiled from build/, ids are still relative to the source tree.
+    assert sorted(e.file for e in catalogue) == ["counter.c", "counter.h", "main.c", "main.c"]
+    rollback = event_id("main.c", code_line_after(proj / "main.c", "// INSTRUMENT_BLOCK rollback"), Kind.BLOCK)
+    stdout, events = read_run(binary, ["4"], shm_name, build_env)
+    assert stdout.splitlines()[-1] == "rollbacks 2 total 4"
+    assert [e.id for e in events].count(rollback) == 2
+    assert len(events) == 4 + 2 + 2 * 2  # snapshots, rollbacks, (odd-bump, counter_add) for i = 1, 3
