@@ -281,3 +281,41 @@ def find_cycle(graph: DepGraph, component: list[int], spec: CycleSpec, deadline:
                 if cycle is not None and classify(cycle) == spec.name:
                     return cycle
     return None
+
+
+_LABEL_ORDER = (WW, WR, RW, PROCESS, REALTIME)
+
+
+def any_cycle(graph: DepGraph, component: list[int], rels: int, deadline: float | None) -> list[Step]:
+    """A shortest cycle through the component's first node, whatever its shape: the
+    fallback witness that a strongly connected component is not serializable. Each edge
+    is labelled with its first relation in ww, wr, rw, process, realtime order."""
+    nodes = set(component)
+    start = component[0]
+    out = graph.out
+    parent: dict[int, tuple[int, int]] = {}
+    queue = deque([start])
+    pops = 0
+    while queue:
+        pops += 1
+        if pops & 0x3FF == 0 and deadline is not None and time.monotonic() > deadline:
+            raise SearchTimeout
+        u = queue.popleft()
+        for v, mask in out[u].items():
+            mask &= rels
+            if not mask or v not in nodes:
+                continue
+            label = next(bit for bit in _LABEL_ORDER if mask & bit)
+            if v == start:
+                path: list[Step] = [(u, label, start)]
+                cur = u
+                while cur != start:
+                    prev, rel = parent[cur]
+                    path.append((prev, rel, cur))
+                    cur = prev
+                path.reverse()
+                return path
+            if v not in parent:
+                parent[v] = (u, label)
+                queue.append(v)
+    raise AssertionError("a strongly connected component always holds a cycle")

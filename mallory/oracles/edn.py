@@ -42,16 +42,20 @@ class EdnError(MalloryError):
     """Malformed EDN; the message names the source and line."""
 
 
+# One token, after any whitespace, commas and comments; `eof` when only those remain.
 _TOKEN = re.compile(
     r"""
-    (?P<ws>[\s,]+|;[^\n]*)
-  | (?P<string>"(?:[^"\\]|\\.)*")
-  | (?P<open>\#\{|[\[({])
-  | (?P<close>[\])}])
-  | (?P<discard>\#_)
-  | (?P<tag>\#[A-Za-z][^\s,\[\](){}"]*)
-  | (?P<char>\\(?:newline|space|tab|return|u[0-9a-fA-F]{4}|.))
-  | (?P<atom>[^\s,\[\](){}";]+)
+    (?:[\s,]+|;[^\n]*)*
+    (?:
+        (?P<atom>[^\s,\[\](){}";\#\\][^\s,\[\](){}";]*)
+      | (?P<open>\#\{|[\[({])
+      | (?P<close>[\])}])
+      | (?P<string>"(?:[^"\\]|\\.)*")
+      | (?P<discard>\#_)
+      | (?P<tag>\#[A-Za-z][^\s,\[\](){}"]*)
+      | (?P<char>\\(?:newline|space|tab|return|u[0-9a-fA-F]{4}|.))
+      | (?P<eof>\Z)
+    )
     """,
     re.VERBOSE | re.DOTALL,
 )
@@ -70,19 +74,29 @@ def _unescape(match: re.Match[str]) -> str:
     return _ESCAPED.get(code, code)
 
 
+_KEYWORDS: dict[str, Keyword] = {}
+
+
 def _atom(text: str) -> Any:
-    if text == "nil":
+    first = text[0]
+    if first == ":":
+        kw = _KEYWORDS.get(text)
+        if kw is None:
+            if len(text) == 1:
+                raise ValueError("empty keyword")
+            kw = Keyword(text[1:])
+            if len(_KEYWORDS) < 100_000:
+                _KEYWORDS[text] = kw
+        return kw
+    if first.isdigit() or (first in "+-" and len(text) > 1 and text[1].isdigit()):
+        if _INT.match(text):
+            return int(text.rstrip("N"))
+    elif text == "nil":
         return None
-    if text == "true":
+    elif text == "true":
         return True
-    if text == "false":
+    elif text == "false":
         return False
-    if text[0] == ":":
-        if len(text) == 1:
-            raise ValueError("empty keyword")
-        return Keyword(text[1:])
-    if _INT.match(text):
-        return int(text.rstrip("N"))
     if _FLOAT.match(text):
         return float(text.rstrip("M"))
     if "/" in text and text[0].isdigit():
@@ -108,28 +122,35 @@ def iter_forms(text: str, source: str = "<edn>") -> Iterator[tuple[int, Any]]:
     discard = 0  # pending #_ markers, applying to the next complete form
     tags = 0  # pending #tag markers (value read as the tagged form itself)
     pos = 0
-    n = len(text)
     match = _TOKEN.match
-    while pos < n:
+    counted_pos, counted_line = 0, 1  # line numbers counted incrementally: forms come in order
+
+    def line_at(p: int) -> int:
+        nonlocal counted_pos, counted_line
+        if p >= counted_pos:
+            counted_line += text.count("\n", counted_pos, p)
+            counted_pos = p
+            return counted_line
+        return _line_of(text, p)
+
+    while True:
         m = match(text, pos)
         if m is None:
             raise EdnError(f"{source}:{_line_of(text, pos)}: unreadable EDN near {text[pos:pos + 20]!r}")
         kind = m.lastgroup
-        start = pos
         pos = m.end()
-        if kind == "ws":
+        if kind == "atom":
+            try:
+                value = _atom(m.group(kind))
+            except ValueError as exc:
+                raise EdnError(f"{source}:{_line_of(text, m.start(kind))}: {exc}") from None
+            form_start = m.start(kind)
+        elif kind == "open":
+            stack.append((m.group(kind), [], m.start(kind)))
             continue
-        if kind == "open":
-            stack.append((m.group(), [], start))
-            continue
-        if kind == "discard":
-            discard += 1
-            continue
-        if kind == "tag":
-            tags += 1
-            continue
-        if kind == "close":
-            closer = m.group()
+        elif kind == "close":
+            start = m.start(kind)
+            closer = m.group(kind)
             if not stack:
                 raise EdnError(f"{source}:{_line_of(text, start)}: unexpected {closer!r}")
             opener, items, ostart = stack.pop()
@@ -141,7 +162,7 @@ def iter_forms(text: str, source: str = "<edn>") -> Iterator[tuple[int, Any]]:
             if opener == "{":
                 if len(items) % 2:
                     raise EdnError(f"{source}:{_line_of(text, ostart)}: map with an odd number of forms")
-                value: Any = {}
+                value = {}
                 for i in range(0, len(items), 2):
                     key = items[i]
                     try:
@@ -154,18 +175,21 @@ def iter_forms(text: str, source: str = "<edn>") -> Iterator[tuple[int, Any]]:
                 value = items
             form_start = ostart
         elif kind == "string":
-            value = _STRING_ESCAPES.sub(_unescape, m.group()[1:-1])
-            form_start = start
-        elif kind == "char":
-            body = m.group()[1:]
+            raw = m.group(kind)[1:-1]
+            value = _STRING_ESCAPES.sub(_unescape, raw) if "\\" in raw else raw
+            form_start = m.start(kind)
+        elif kind == "eof":
+            break
+        elif kind == "discard":
+            discard += 1
+            continue
+        elif kind == "tag":
+            tags += 1
+            continue
+        else:  # char
+            body = m.group(kind)[1:]
             value = _CHARS.get(body) or (chr(int(body[1:], 16)) if len(body) == 5 and body[0] == "u" else body)
-            form_start = start
-        else:
-            try:
-                value = _atom(m.group())
-            except ValueError as exc:
-                raise EdnError(f"{source}:{_line_of(text, start)}: {exc}") from None
-            form_start = start
+            form_start = m.start(kind)
         # A complete form: consume pending tags, then pending discards.
         if tags:
             tags -= 1
@@ -175,7 +199,7 @@ def iter_forms(text: str, source: str = "<edn>") -> Iterator[tuple[int, Any]]:
         if stack:
             stack[-1][1].append(value)
         else:
-            yield _line_of(text, form_start), value
+            yield line_at(form_start), value
     if stack:
         opener, _, ostart = stack[-1]
         raise EdnError(f"{source}:{_line_of(text, ostart)}: {opener!r} is never closed")

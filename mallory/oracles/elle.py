@@ -39,9 +39,12 @@ from mallory.oracles.depgraph import (
     RW,
     WR,
     WW,
+    CycleSpec,
     DepGraph,
     SearchTimeout,
     Step,
+    any_cycle,
+    classify,
     cycle_specs,
     find_cycle,
     strongly_connected,
@@ -64,7 +67,8 @@ GARBAGE_NOTE = (
 class ElleOptions:
     consistency_models: tuple[str, ...] = ("strict-serializable",)
     anomalies: tuple[str, ...] = ()
-    time_limit: float | None = None  # seconds for the cycle search
+    time_limit: float | None = None  # seconds for the whole cycle search
+    cycle_search_timeout: float = 1.0  # seconds per anomaly shape per component, as Elle
     wfr_keys: bool = False  # rw-register: writes follow reads within a txn
     sequential_keys: bool = False  # rw-register: per-key process order orders versions
     linearizable_keys: bool = False  # rw-register: per-key real-time order orders versions
@@ -649,6 +653,45 @@ def _explain_cycle(analysis: ListAppendAnalysis | RwRegisterAnalysis, kind: str,
     }
 
 
+def _search_component(graph: DepGraph, comp: list[int], specs: list[CycleSpec], prohibited: set[str],
+                      analysis: ListAppendAnalysis | RwRegisterAnalysis, found: Found, rels: int,
+                      deadline: float | None, per_spec: float) -> None:
+    """Name the cycles of one strongly connected component.
+
+    First any cycle at all (cheap, so an invalid history is always reported as such), then
+    each prohibited shape, most severe first, skipping shapes implied by ones already
+    found here. Each shape gets `per_spec` seconds (Elle's per-SCC cycle-search timeout);
+    running out of it is recorded and the search moves on. Running past the overall
+    `deadline` raises SearchTimeout.
+    """
+    found_here: set[str] = set()
+    witness = any_cycle(graph, comp, rels, deadline)
+    name = classify(witness)
+    if name in prohibited:
+        found_here.add(name)
+        found.add(name, _explain_cycle(analysis, name, witness))
+    for spec in specs:
+        if spec.name in implied_anomalies(found_here):
+            continue
+        now = time.monotonic()
+        if deadline is not None and now > deadline:
+            raise SearchTimeout
+        spec_deadline = now + per_spec if deadline is None else min(deadline, now + per_spec)
+        try:
+            cycle = find_cycle(graph, comp, spec, spec_deadline)
+        except SearchTimeout:
+            if deadline is not None and time.monotonic() > deadline:
+                raise
+            found.add("cycle-search-timeout", {
+                "searching": spec.name, "scc_size": len(comp),
+                "text": f"gave up looking for {spec.name} after {per_spec:g} s in a strongly connected "
+                        f"component of {len(comp)} transactions"})
+            continue
+        if cycle is not None:
+            found_here.add(spec.name)
+            found.add(spec.name, _explain_cycle(analysis, spec.name, cycle))
+
+
 def check_elle(history: list[Op], kind: str, opts: ElleOptions | None = None, source: str = "<history>") -> CheckResult:
     """Check a list-append or rw-register history; see the module doc."""
     if kind not in ("list-append", "rw-register"):
@@ -679,25 +722,16 @@ def check_elle(history: list[Op], kind: str, opts: ElleOptions | None = None, so
         found.add("empty-transaction-graph", {"text": "no transaction completed ok: there is nothing to check"})
     inferred_at = time.monotonic()
     components = sorted(strongly_connected(graph, -1), key=len)
-    timed_out = False
+    rels = WW | WR | RW | PROCESS | REALTIME
     for comp in components:
-        found_here: set[str] = set()
-        for spec in specs:
-            if spec.name in implied_anomalies(found_here):
-                continue
-            try:
-                cycle = find_cycle(graph, comp, spec, deadline)
-            except SearchTimeout:
-                found.add("cycle-search-timeout", {
-                    "searching": spec.name, "scc_size": len(comp),
-                    "text": f"the cycle search ran out of time looking for {spec.name} in a strongly connected "
-                            f"component of {len(comp)} transactions"})
-                timed_out = True
-                break
-            if cycle is not None:
-                found_here.add(spec.name)
-                found.add(spec.name, _explain_cycle(analysis, spec.name, cycle))
-        if timed_out:
+        try:
+            _search_component(graph, comp, specs, prohibited, analysis, found, rels, deadline,
+                              opts.cycle_search_timeout)
+        except SearchTimeout:
+            found.add("cycle-search-timeout", {
+                "scc_size": len(comp),
+                "text": f"the time limit ran out while searching a strongly connected component of "
+                        f"{len(comp)} transactions ({len(components)} components in all)"})
             break
     reportable = prohibited | UNKNOWN_TYPES
     types = sorted(t for t in found.cases if t in reportable)
