@@ -12,7 +12,7 @@ Every argument is passed through to clang (of the LLVM chosen by toolchain.py). 
 Invocations that neither compile a source nor link (-E, -M, -fsyntax-only, --version,
 -print-*, no inputs) run unchanged, so configure's probes see plain clang.
 
-Environment:
+Environment (or the wrapper-only switches --asan, --auto, --cov):
   MALLORY_ASAN=1          build and link with AddressSanitizer (for the ASan oracle)
   MALLORY_AUTO=1          also instrument error paths, enum switch cases, and functions
                           whose names match the regex MALLORY_AUTO_FUNCS
@@ -162,7 +162,15 @@ def _scan(inv: Invocation, root: str, targets_path: str) -> None:
     annotations.write_targets(targets_path, found, root)
 
 
+#: Wrapper-only switches (clang has none of these), the same as setting the variable to 1.
+_SWITCHES = {"--auto": "MALLORY_AUTO", "--asan": "MALLORY_ASAN", "--cov": "MALLORY_COV"}
+
+
 def run(lang: str, args: list[str]) -> int:
+    for switch, variable in _SWITCHES.items():
+        if switch in args:
+            os.environ[variable] = "1"
+    args = [a for a in args if a not in _SWITCHES]
     tc = toolchain.ensure_built()
     inv = parse(args)
     if not inv.compiles and not inv.links:

@@ -1,7 +1,7 @@
 """Finds the LLVM to instrument with and builds the pass plugin and runtime for it, once.
 
 `make -C llvm-pass LLVM_CONFIG=...` writes llvm-pass/build/llvm-<major>/{MalloryPass.so,
-libmallory_rt.a}; `ensure_built` runs it under a file lock when those are missing or older
+libmallory_rt.a,libmallory_rt.so}; `ensure_built` runs it under a file lock when those are missing or older
 than their sources, so the first `mallory-cc` of a parallel `make -j` builds it and the
 others wait.
 
@@ -37,6 +37,11 @@ class Toolchain:
     @property
     def runtime(self) -> Path:
         return self.build_dir / "libmallory_rt.a"
+
+    @property
+    def runtime_shared(self) -> Path:
+        """The runtime as a shared library (for ctypes writers: Python-level instrumentation)."""
+        return self.build_dir / "libmallory_rt.so"
 
     @property
     def cc(self) -> Path:
@@ -81,7 +86,7 @@ def toolchain(llvm_config: str | None = None) -> Toolchain:
 
 
 def _stale(tc: Toolchain) -> bool:
-    outputs = [tc.plugin, tc.runtime]
+    outputs = [tc.plugin, tc.runtime, tc.runtime_shared]
     if not all(p.exists() for p in outputs):
         return True
     newest_source = max((pass_dir() / s).stat().st_mtime for s in _SOURCES)

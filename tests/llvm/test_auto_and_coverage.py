@@ -51,10 +51,13 @@ def test_auto_finds_error_path_enum_cases_and_named_functions(tmp_path, build_en
         assert names == ["auto:enum-case:role::FOLLOWER", "auto:error-path:perror", "auto:func"]
 
 
-def test_without_auto_nothing_is_instrumented(tmp_path, build_env):
+def test_without_auto_nothing_is_instrumented_and_the_switch_turns_it_on(tmp_path, build_env):
     proj = copy_sample("auto", tmp_path)
     run(["mallory-cc", "-O1", "-o", "auto", "auto.c"], proj, build_env)
     assert not (proj / "auto.mallory.json").exists()
+    run(["mallory-cc", "--auto", "-O1", "-o", "auto", "auto.c"], proj, build_env)
+    labels = {e.label for e in Catalogue.load(catalogue_path(proj / "auto"))}
+    assert "auto:error-path:perror" in labels and "auto:enum-case:role::LEADER" in labels
 
 
 @pytest.fixture

@@ -178,3 +178,27 @@ def test_completeness_bound_waits_for_unfinished_positions(small_ring):
     before = time.monotonic_ns()
     assert reader.poll().events["id"].tolist() == [2, 3]
     assert reader.complete_until_ns >= before
+
+
+def test_python_writer_through_the_shared_runtime(tc, shm_name):
+    """Python-level instrumentation can write through libmallory_rt.so with event_ids' ids."""
+    import subprocess
+    import sys
+
+    from mallory.observer.event_ids import event_id
+
+    create_ring(shm_name, 64)
+    code = (
+        "import ctypes, sys\n"
+        "from mallory.observer.event_ids import event_id\n"
+        "lib = ctypes.CDLL(sys.argv[1])\n"
+        "lib.__mallory_event.argtypes = (ctypes.c_uint64, ctypes.c_uint32)\n"
+        "for line in (12, 30):\n"
+        "    lib.__mallory_event(event_id('app/raft.py', line, 'FUNC'), 1)\n"
+    )
+    env = {**os.environ, "MALLORY_SHM": shm_name}
+    with RingReader(shm_name, node="py") as reader:
+        subprocess.run([sys.executable, "-c", code, str(tc.runtime_shared)], env=env, check=True)
+        events = reader.poll_events()
+    assert [(e.kind, e.id) for e in events] == [
+        (Kind.FUNC, event_id("app/raft.py", 12, "FUNC")), (Kind.FUNC, event_id("app/raft.py", 30, "FUNC"))]
