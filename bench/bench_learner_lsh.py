@@ -96,9 +96,11 @@ def compare_with_datasketch(stored: np.ndarray, queries: list[np.ndarray], param
     theirs_query = time.perf_counter() - t0
     same = sum(a == b for a, b in zip(ours_found, theirs_found))
     n, m = len(stored), len(queries)
-    print(f"index only, {n} signatures, {m} queries: BandIndex insert {ours_insert / n * 1e6:.1f} us, "
-          f"query {ours_query / m * 1e6:.1f} us; datasketch MinHashLSH insert {theirs_insert / n * 1e6:.1f} us, "
-          f"query {theirs_query / m * 1e6:.1f} us (MinHash objects prebuilt); same candidates {same}/{m}")
+    print(
+        f"index only, {n} signatures, {m} queries: BandIndex insert {ours_insert / n * 1e6:.1f} us, "
+        f"query {ours_query / m * 1e6:.1f} us; datasketch MinHashLSH insert {theirs_insert / n * 1e6:.1f} us, "
+        f"query {theirs_query / m * 1e6:.1f} us (MinHash objects prebuilt); same candidates {same}/{m}"
+    )
 
 
 def main() -> int:
@@ -123,13 +125,13 @@ def main() -> int:
             if len(store) == states:
                 break
     tokens = sum(len(s) for s in stored)
-    print(f"stored {len(store)} states ({tokens / len(stored):.0f} tokens each on average) "
-          f"in {build:.1f} s of lookups ({len(store) / build:,.0f} inserting lookups/s incl. signatures)")
+    print(
+        f"stored {len(store)} states ({tokens / len(stored):.0f} tokens each on average) "
+        f"in {build:.1f} s of lookups ({len(store) / build:,.0f} inserting lookups/s incl. signatures)"
+    )
 
     picks = synth.rng.integers(0, len(stored), QUERIES_NEAR + QUERIES_RELATIVE)
-    query_sets = [
-        synth.like(stored[p], float(synth.rng.choice([0.75, 0.85, 0.95]))) for p in picks[:QUERIES_NEAR]
-    ]
+    query_sets = [synth.like(stored[p], float(synth.rng.choice([0.75, 0.85, 0.95]))) for p in picks[:QUERIES_NEAR]]
     query_sets += [synth.like(stored[p], 0.5) for p in picks[QUERIES_NEAR:]]
     query_sets += [synth.family() for _ in range(QUERIES_FRESH)]
     summaries = [synth.summary(q) for q in query_sets]
@@ -155,20 +157,27 @@ def main() -> int:
     matched = sum(b >= 0 for b in linear_answers)
     lsh_rate, linear_rate = n / lsh_time, n / linear_time
     end_to_end = n / (lsh_time + signature_time)
-    print(f"queries: {n} ({QUERIES_NEAR} near-duplicates, {QUERIES_RELATIVE} relatives at Jaccard 0.5, "
-          f"{QUERIES_FRESH} fresh); the linear scan matches {matched} of them")
+    print(
+        f"queries: {n} ({QUERIES_NEAR} near-duplicates, {QUERIES_RELATIVE} relatives at Jaccard 0.5, "
+        f"{QUERIES_FRESH} fresh); the linear scan matches {matched} of them"
+    )
     print(f"signatures:          {n / signature_time:12,.0f} /s")
     print(f"LSH lookup:          {lsh_rate:12,.0f} lookups/s (from signatures)")
     print(f"LSH end to end:      {end_to_end:12,.0f} lookups/s (signature + lookup)")
     print(f"linear scan lookup:  {linear_rate:12,.0f} lookups/s (numpy over {len(matrix)} signatures)")
-    print(f"ratio LSH / linear:  {lsh_rate / linear_rate:12.1f}x   (end to end: {end_to_end / linear_rate:.1f}x; "
-          f"target >= 20x)")
+    print(
+        f"ratio LSH / linear:  {lsh_rate / linear_rate:12.1f}x   (end to end: {end_to_end / linear_rate:.1f}x; "
+        f"target >= 20x)"
+    )
     print(f"agreement:           {agree}/{n} = {agree / n:.2%}")
     for a, b, q in zip(lsh_ids, linear_answers, range(n)):
         if a != b:
-            print(f"  disagreement on query {q}: LSH {a}, linear {b} "
-                  f"(linear best similarity {np.count_nonzero(matrix[b] == signatures[q]) / 128:.3f})"
-                  if b >= 0 else f"  disagreement on query {q}: LSH {a}, linear new")
+            print(
+                f"  disagreement on query {q}: LSH {a}, linear {b} "
+                f"(linear best similarity {np.count_nonzero(matrix[b] == signatures[q]) / 128:.3f})"
+                if b >= 0
+                else f"  disagreement on query {q}: LSH {a}, linear new"
+            )
     compare_with_datasketch(matrix[:DATASKETCH_SUBSET], signatures, store.lsh_params)
     print(f"took {time.perf_counter() - started:.0f} s")
     return 0

@@ -82,4 +82,3 @@ class BandIndex:
             else:
                 candidates.add(bucket)
         return candidates
-

@@ -126,9 +126,7 @@ class _QPolicy(Policy):
 
     def to_state(self) -> dict[str, Any]:
         rows = [
-            [state, ckpt.encode_action(action), value]
-            for state, row in self.q.items()
-            for action, value in row.items()
+            [state, ckpt.encode_action(action), value] for state, row in self.q.items() for action, value in row.items()
         ]
         rows.sort(key=lambda r: (r[0], repr(r[1])))
         return {**super().to_state(), "q": rows}
@@ -239,9 +237,7 @@ class EpsilonGreedyPolicy(_QPolicy):
         return {**super().params(), "epsilon": self.epsilon}
 
 
-POLICIES: dict[str, type[Policy]] = {
-    cls.name: cls for cls in (QLearningPolicy, EpsilonGreedyPolicy, RandomPolicy)
-}
+POLICIES: dict[str, type[Policy]] = {cls.name: cls for cls in (QLearningPolicy, EpsilonGreedyPolicy, RandomPolicy)}
 
 
 def make_policy(name: str, seed: int = 0, **params: Any) -> Policy:

@@ -9,21 +9,22 @@ value of each token is cached (the same tokens recur window after window).
 Two signatures belong to the same state when their estimated Jaccard similarity (the
 fraction of equal signature positions, `matches / num_perm`) is at least `threshold`. A
 new signature joins the NEAREST stored state: candidates come from a banded LSH index
-(`mallory.learner.lsh`, datasketch's MinHashLSH scheme with leaner bookkeeping), are verified by estimated Jaccard against the stored signatures, and the one
-with the most equal positions wins (ties go to the lowest state id, so the answer does not
+(`mallory.learner.lsh`: datasketch's MinHashLSH scheme with leaner bookkeeping), are
+verified by estimated Jaccard against the stored signatures, and the one with the most
+equal positions wins (ties go to the lowest state id, so the answer does not
 depend on set iteration order). If no candidate reaches the threshold, the signature
 becomes a new state with the next id and is itself the state's representative: a state is
 remembered by the signature of the first window that reached it.
 
-LSH bands are tuned (by datasketch's optimiser) for recall rather than its default balance: a missed
-candidate silently splits one state into two (inflating "new state" rewards), while a
-false candidate only costs one row of a vectorised comparison. With the defaults
-(threshold 0.7, 128 permutations) the weights (0.02, 0.98) give 23 bands of 5 rows: a
-stored state at estimated Jaccard 0.7 is a candidate with probability 0.986, at 0.75 with
-0.998, at 0.8 with 0.9999, while one at 0.5 is a candidate with probability 0.52, at 0.3
-with 0.054 and at 0.2 with 0.007. (datasketch's default (0.5, 0.5) would give 14 x 9 and
-miss a state at 0.75 one time in three; (0.1, 0.9) gives 20 x 6 and missed 5 of 580
-matching queries in bench/bench_learner_lsh.py, where 23 x 5 missed none.)
+LSH bands are tuned (by datasketch's optimiser) for recall rather than its default
+balance: a missed candidate silently splits one state into two (inflating "new state"
+rewards), while a false candidate only costs one row of a vectorised comparison. With
+the defaults (threshold 0.7, 128 permutations) the weights (0.02, 0.98) give 23 bands of
+5 rows: a stored state at estimated Jaccard 0.7 is a candidate with probability 0.986, at
+0.75 with 0.998, at 0.8 with 0.9999, while one at 0.5 is a candidate with probability
+0.52, at 0.3 with 0.054 and at 0.2 with 0.007. (datasketch's default (0.5, 0.5) would give
+14 x 9 and miss a state at 0.75 one time in three; (0.1, 0.9) gives 20 x 6 and missed 5
+of 580 matching queries in bench/bench_learner_lsh.py, where 23 x 5 missed none.)
 
 An empty summary (an idle window) has the all-ones signature, like an empty datasketch
 MinHash; every empty summary is therefore the same state.
@@ -257,9 +258,7 @@ class StateStore:
         )
         if permutations.shape != (2, num_perm) or not np.all(permutations[0] & 1):
             raise ckpt.CheckpointError(f"{where}.permutations are not {num_perm} affine32 permutations")
-        signatures = ckpt.decode_array(
-            ckpt.field(state, "signatures", dict, where), f"{where}.signatures", "uint32", 2
-        )
+        signatures = ckpt.decode_array(ckpt.field(state, "signatures", dict, where), f"{where}.signatures", "uint32", 2)
         visits = ckpt.field(state, "visits", list, where)
         if signatures.shape != (len(visits), num_perm):
             raise ckpt.CheckpointError(

@@ -153,7 +153,10 @@ def test_lsh_bands_are_tuned_for_recall():
     assert StateStore(threshold=0.9).lsh_params != (bands, rows)
 
 
-@pytest.mark.parametrize("kwargs", [{"threshold": 0}, {"threshold": 1.5}, {"num_perm": 4}, {"threshold": "x"}, {"threshold": True}, {"seed": -1}])
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"threshold": 0}, {"threshold": 1.5}, {"num_perm": 4}, {"threshold": "x"}, {"threshold": True}, {"seed": -1}],
+)
 def test_bad_parameters_are_user_errors(kwargs):
     with pytest.raises(MalloryError):
         StateStore(**kwargs)
