@@ -262,3 +262,51 @@ def test_replication_adapter_knows_primaries_and_promotes(tmp_path: Path) -> Non
         assert adapter.primaries() == ["n2"]
     finally:
         backend.destroy()
+
+
+@pytest.mark.parametrize("persistent", [False, True], ids=["no-persistence", "aof-fsync-always"])
+def test_kill_and_restart_the_oracles_judge_what_redis_kept(
+    backend: LoopbackBackend, tmp_path: Path, persistent: bool
+) -> None:
+    """The whole pipeline on a real fault: kill -9 the only Redis mid-run and restart it.
+    Without persistence it comes back empty, so reads after the restart are not extensions
+    of reads before it, and Elle says so; with an fsynced AOF nothing acknowledged is lost."""
+    from mallory.oracles.elle import check_elle
+
+    port = free_port([backend.node_address("n1")])
+    text = redis_spec_text(port)
+    if persistent:
+        text = text.replace('"--appendonly", "no"', '"--appendonly", "yes", "--appendfsync", "always"')
+    adapter = SpecAdapter(parse_spec(text, "redis.toml"), backend)
+    adapter.start("n1")
+    adapter.wait_ready("n1")
+    workload = ListAppendWorkload(KeySpace(key_count=3, distribution="uniform", max_writes_per_key=None))
+    recorder = HistoryRecorder.to_dir(tmp_path / "run")
+
+    def nemesis() -> None:
+        time.sleep(1.0)
+        recorder.nemesis("kill", ["n1"])
+        adapter.kill("n1")
+        recorder.nemesis("kill", {"n1": "killed"})
+        time.sleep(0.5)
+        recorder.nemesis("start", ["n1"])
+        adapter.start("n1")
+        adapter.wait_ready("n1")
+        recorder.nemesis("start", {"n1": "started"})
+
+    fault = threading.Thread(target=nemesis)
+    fault.start()
+    WorkloadRunner(
+        workload, lambda w: adapter.client("n1", workload), recorder, RunConfig(concurrency=5, time_limit=3.0, rate=300)
+    ).run()
+    fault.join()
+    recorder.close()
+    check_process_semantics(recorder.ops)
+
+    _, history = read_history(tmp_path / "run" / "history.jsonl")
+    result = check_elle(history, "list-append")
+    if persistent:
+        assert result.valid is True, result.explanation
+    else:
+        assert result.valid is False
+        assert "incompatible-order" in result.anomaly_types
