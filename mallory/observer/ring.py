@@ -117,7 +117,12 @@ class PollResult(NamedTuple):
 
 
 class RingReader:
-    """Reads new events from a ring since its own cursor.
+    """Reads new events from a ring since its own cursor (one reader per ring).
+
+    poll() -> (numpy EVENT_DTYPE array, lost since last poll); poll_events() -> [Event].
+    lost_total counts every position not returned (laps, overwrites, torn slots, stalls;
+    writer_drops are among them); torn_total the torn ones; complete_until_ns bounds the
+    ts of every event not returned yet (see RING.md "Completeness").
 
     start: "beginning" (position 0: events before attaching count as lost if lapped) or
            "now" (only events written from now on).
