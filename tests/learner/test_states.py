@@ -102,6 +102,19 @@ def linear_nearest(store: StateStore, signature: np.ndarray) -> int:
     return int(np.flatnonzero(matches == best)[0]) if best >= store.min_matches else -1
 
 
+def variants(rng: random.Random, base: frozenset[str], drops: list[float]) -> list[frozenset[str]]:
+    """Variants of base that each replace a different, disjoint slice of it with fresh
+    tokens: each is close to base, further from the others."""
+    tokens = sorted(base)
+    rng.shuffle(tokens)
+    out, start = [], 0
+    for drop in drops:
+        cut = round(drop * len(tokens))
+        out.append(frozenset(tokens[:start] + tokens[start + cut :]) | random_summary(rng, cut))
+        start += cut
+    return out
+
+
 def test_lsh_nearest_equals_linear_scan_nearest():
     rng = random.Random(11)
     store = StateStore(threshold=0.7)
@@ -114,11 +127,20 @@ def test_lsh_nearest_equals_linear_scan_nearest():
             member = with_jaccard(rng, family, 0.65)
             store.lookup(member)
             stored.append(member)
-    assert len(store) > 1000
+    # clusters whose variants are ~0.67-0.7 alike (mostly distinct states) while their
+    # common base is 0.79-0.85 alike to each: querying the base, the NEAREST one must win
+    bases = []
+    for _ in range(100):
+        base = random_summary(rng, rng.randrange(100, 200))
+        for variant in variants(rng, base, [0.08, 0.1, 0.12]):
+            store.lookup(variant)
+        bases.append(base)
+    assert len(store) > 1300
     queries = [with_jaccard(rng, rng.choice(stored), rng.choice([0.8, 0.9, 0.95])) for _ in range(400)]
     queries += [with_jaccard(rng, rng.choice(stored), 0.4) for _ in range(100)]
     queries += [random_summary(rng, 50) for _ in range(50)]
-    found = new = 0
+    queries += bases
+    found = new = contested = 0
     for query in queries:
         signature = store.signature(query)
         expected = linear_nearest(store, signature)
@@ -126,7 +148,9 @@ def test_lsh_nearest_equals_linear_scan_nearest():
         assert (-1 if answer.is_new else answer.state_id) == expected
         found += expected >= 0
         new += expected < 0
-    assert found >= 350 and new >= 100  # both kinds of answer were exercised
+        contested += np.count_nonzero(np.count_nonzero(store.signatures == signature, axis=1) >= store.min_matches) > 1
+    # all kinds of answer were exercised, including queries with several states in reach
+    assert found >= 400 and new >= 100 and contested >= 50
 
 
 def test_peek_records_nothing_and_lookup_counts_visits():
