@@ -1,0 +1,86 @@
+"""A small client for the mediator's HTTP API (see mallory/mediator/api.py).
+
+Stdlib only (urllib), so the nemesis and the campaign can drive the gateway firewall from
+the controller. Every call sends the token header and has a timeout; a refused request
+(4xx/5xx) raises MalloryError carrying the server's own reason, an unreachable mediator
+raises MalloryError naming the address.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from mallory.errors import MalloryError
+from mallory.mediator.api import TOKEN_HEADER
+
+Link = tuple[str, str]
+
+
+def link_strings(links: Iterable[Link]) -> list[str]:
+    return [f"{src}->{dst}" for src, dst in links]
+
+
+class MediatorClient:
+    def __init__(self, host: str, port: int, token: str, timeout: float = 5.0) -> None:
+        self.base = f"http://{host}:{port}"
+        self.token = token
+        self.timeout = timeout
+
+    def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(self.base + path, data=data, method=method)
+        request.add_header(TOKEN_HEADER, self.token)
+        if data is not None:
+            request.add_header("Content-Type", "application/json")
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                return json.loads(response.read() or b"{}")
+        except urllib.error.HTTPError as exc:
+            try:
+                reason = json.loads(exc.read()).get("error", exc.reason)
+            except ValueError:
+                reason = exc.reason
+            raise MalloryError(f"mediator {method} {path}: {exc.code} {reason}") from None
+        except (urllib.error.URLError, OSError) as exc:
+            raise MalloryError(f"mediator at {self.base} unreachable ({method} {path}): {exc}") from None
+
+    # -- reading -------------------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        return self._call("GET", "/status")
+
+    def metrics(self) -> dict[str, Any]:
+        return self._call("GET", "/metrics")
+
+    def rules(self) -> list[dict[str, Any]]:
+        """The firewall's active link rules (empty when every link forwards plainly)."""
+        return list(self.metrics()["firewall"]["rules"])
+
+    # -- the firewall ----------------------------------------------------------------------
+
+    def drop(self, links: Sequence[Link]) -> dict[str, Any]:
+        return self._call("POST", "/firewall/drop", {"links": link_strings(links)})
+
+    def partition(self, groups: Sequence[Sequence[str]]) -> dict[str, Any]:
+        return self._call("POST", "/firewall/drop", {"partition": [list(g) for g in groups]})
+
+    def delay(self, links: Sequence[Link], ms: float) -> dict[str, Any]:
+        return self._call("POST", "/firewall/delay", {"links": link_strings(links), "ms": ms})
+
+    def duplicate(self, links: Sequence[Link], copies: int = 1) -> dict[str, Any]:
+        return self._call("POST", "/firewall/duplicate", {"links": link_strings(links), "copies": copies})
+
+    def heal(self, links: Sequence[Link] | None = None) -> dict[str, Any]:
+        return self._call("POST", "/firewall/heal", {} if links is None else {"links": link_strings(links)})
+
+    # -- tests -----------------------------------------------------------------------------
+
+    def test_start(self, name: str) -> dict[str, Any]:
+        return self._call("POST", "/test/start", {"name": name})
+
+    def test_end(self) -> dict[str, Any]:
+        return self._call("POST", "/test/end", {})
