@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Callable, Iterable, Literal, Protocol
+from typing import IO, Any, Callable, Iterable, Iterator, Literal, Protocol
 
 import orjson
 
@@ -183,6 +184,23 @@ class HistoryRecorder:
         """
         with self._lock:
             return self._append("info", NEMESIS, f, value, error)
+
+    @contextmanager
+    def nemesis_action(self, f: str, value: Any = None) -> Iterator[dict[str, Any]]:
+        """Wrap one fault in Jepsen's pair of :nemesis :info ops.
+
+        The first op carries `value` (what is asked); the body may set `outcome["value"]`
+        (what happened) for the second, which defaults to `value`. If the body raises, the
+        second op carries the error and the exception propagates.
+        """
+        outcome: dict[str, Any] = {"value": value}
+        self.nemesis(f, value)
+        try:
+            yield outcome
+        except Exception as exc:
+            self.nemesis(f, value, [Keyword("nemesis-error"), f"{type(exc).__name__}: {exc}"])
+            raise
+        self.nemesis(f, outcome["value"])
 
     def close(self) -> None:
         with self._lock:

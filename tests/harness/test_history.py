@@ -175,3 +175,21 @@ def test_a_killed_recorder_loses_at_most_the_op_in_flight(tmp_path: Path) -> Non
     assert len(edn_ops) > 100
     assert len(edn_ops) - len(json_ops) in (0, 1)  # killed between the two writes of one op
     assert [o.index for o in edn_ops] == list(range(len(edn_ops)))
+
+
+def test_nemesis_action_records_jepsens_pair_and_errors() -> None:
+    rec = HistoryRecorder([])
+    with rec.nemesis_action("kill", ["n1"]) as outcome:
+        outcome["value"] = {"n1": "killed"}
+    with pytest.raises(OSError):
+        with rec.nemesis_action("pause", ["n2"]):
+            raise OSError("no such process")
+    ops = rec.ops
+    assert [(o.type, o.process, o.f, o.value) for o in ops] == [
+        ("info", "nemesis", "kill", ["n1"]),
+        ("info", "nemesis", "kill", {"n1": "killed"}),
+        ("info", "nemesis", "pause", ["n2"]),
+        ("info", "nemesis", "pause", ["n2"]),
+    ]
+    assert ops[3].error == ["nemesis-error", "OSError: no such process"]
+    assert ops[3].to_edn().endswith(':error [:nemesis-error "OSError: no such process"]}')

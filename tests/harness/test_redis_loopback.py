@@ -123,13 +123,11 @@ def test_unsupported_membership_is_refused(backend: LoopbackBackend) -> None:
 def _pause_nemesis(adapter: SpecAdapter, recorder: HistoryRecorder, at: float, length: float) -> threading.Thread:
     def run() -> None:
         time.sleep(at)
-        recorder.nemesis("pause", ["n1"])
-        adapter.pause("n1")
-        recorder.nemesis("pause", {"n1": "paused"})
+        with recorder.nemesis_action("pause", ["n1"]):
+            adapter.pause("n1")
         time.sleep(length)
-        recorder.nemesis("resume", ["n1"])
-        adapter.resume("n1")
-        recorder.nemesis("resume", {"n1": "resumed"})
+        with recorder.nemesis_action("resume", ["n1"]):
+            adapter.resume("n1")
 
     t = threading.Thread(target=run)
     t.start()
@@ -285,14 +283,12 @@ def test_kill_and_restart_the_oracles_judge_what_redis_kept(
 
     def nemesis() -> None:
         time.sleep(1.0)
-        recorder.nemesis("kill", ["n1"])
-        adapter.kill("n1")
-        recorder.nemesis("kill", {"n1": "killed"})
+        with recorder.nemesis_action("kill", ["n1"]):
+            adapter.kill("n1")
         time.sleep(0.5)
-        recorder.nemesis("start", ["n1"])
-        adapter.start("n1")
-        adapter.wait_ready("n1")
-        recorder.nemesis("start", {"n1": "started"})
+        with recorder.nemesis_action("start", ["n1"]):
+            adapter.start("n1")
+            adapter.wait_ready("n1")
 
     fault = threading.Thread(target=nemesis)
     fault.start()

@@ -51,21 +51,17 @@ def test_list_append_on_a_redis_replica_set_in_namespaces(cluster, tmp_path: Pat
 
     def nemesis() -> None:
         time.sleep(1.0)
-        recorder.nemesis("kill", ["n3"])
-        adapter.kill("n3")
-        recorder.nemesis("kill", {"n3": "killed"})
+        with recorder.nemesis_action("kill", ["n3"]):
+            adapter.kill("n3")
         time.sleep(0.5)
-        recorder.nemesis("pause", ["n1"])
-        adapter.pause("n1")
-        assert proc_state(adapter.process("n1").pid) == "T"
-        recorder.nemesis("pause", {"n1": "paused"})
+        with recorder.nemesis_action("pause", ["n1"]) as outcome:
+            adapter.pause("n1")
+            outcome["value"] = {"n1": proc_state(adapter.process("n1").pid)}
         time.sleep(1.0)
-        recorder.nemesis("resume", ["n1"])
-        adapter.resume("n1")
-        recorder.nemesis("resume", {"n1": "resumed"})
-        recorder.nemesis("start", ["n3"])
-        adapter.start("n3")
-        recorder.nemesis("start", {"n3": "started"})
+        with recorder.nemesis_action("resume", ["n1"]):
+            adapter.resume("n1")
+        with recorder.nemesis_action("start", ["n3"]):
+            adapter.start("n3")
 
     fault = threading.Thread(target=nemesis)
     fault.start()
@@ -87,6 +83,8 @@ def test_list_append_on_a_redis_replica_set_in_namespaces(cluster, tmp_path: Pat
         assert [op.f for op in history if op.process == "nemesis"] == ["kill"] * 2 + ["pause"] * 2 + ["resume"] * 2 + ["start"] * 2
         result = check_elle(history, "list-append")
         assert result.valid is True, result.explanation
+    paused = [op for op in recorder.ops if op.process == "nemesis" and op.f == "pause"]
+    assert paused[1].value == {"n1": "T"}  # the primary really was stopped
 
 
 def test_workload_command_on_a_netns_run(cluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
