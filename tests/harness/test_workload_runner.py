@@ -195,7 +195,7 @@ def test_rate_limit_and_time_limit_hold() -> None:
     ).run()
     elapsed = time.monotonic() - t0
     assert 0.9 <= elapsed < 2.0
-    assert 35 <= summary.invokes <= 52  # 50/s for 1 s, spread over 4 workers
+    assert 25 <= summary.invokes <= 51  # at most 50/s for 1 s over 4 workers (+1 at t=0)
 
 
 class FakeCrashingWorkload:
