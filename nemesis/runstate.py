@@ -147,9 +147,11 @@ class RunRecord:
 def register_run(
     name: str, root: Path | None = None, data: Path | None = None, index_free: Callable[[int], bool] = lambda i: True
 ) -> RunRecord:
-    """Claim a run name and the lowest index no run holds and `index_free` accepts (the
-    backend uses it to skip indices whose resources exist outside any registry, e.g. a
-    run of another state root). MalloryError if the name is taken."""
+    """Claim a run name and an index no run holds and `index_free` accepts (the backend
+    uses it to skip indices whose resources exist outside any registry, e.g. a run of
+    another state root). Indices are handed out round robin, so the addresses of a run
+    just removed are not reused at once (stale ARP/conntrack entries, and observers of
+    the old run that still retry). MalloryError if the name is taken."""
     check_run_name(name)
     root = root or state_root()
     data = data or data_root()
@@ -160,9 +162,16 @@ def register_run(
                 f"run {name!r} already exists ({state_dir}); `mallory cluster down {name}` or `mallory cleanup` first"
             )
         used = {run.index for run in list_runs(root)}
-        free = [i for i in range(MAX_RUNS) if i not in used and index_free(i)]
+        cursor_path = root / ".next-index"
+        try:
+            start = int(cursor_path.read_text()) % MAX_RUNS
+        except (FileNotFoundError, ValueError):
+            start = 0
+        order = [(start + k) % MAX_RUNS for k in range(MAX_RUNS)]
+        free = [i for i in order if i not in used and index_free(i)]
         if not free:
             raise MalloryError(f"all {MAX_RUNS} run slots in {root} are taken; `mallory cleanup` stale runs")
+        cursor_path.write_text(str((free[0] + 1) % MAX_RUNS))
         state_dir.mkdir()
         record = RunRecord(name, free[0], state_dir, data)
         (state_dir / "run.json").write_text(

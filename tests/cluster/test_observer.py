@@ -188,6 +188,60 @@ def test_killed_observer_leaves_traffic_flowing(make_cluster):
         server.close()
 
 
+BULK_SERVER = """
+import socket, sys
+s = socket.create_server(("0.0.0.0", int(sys.argv[1])))
+c, _ = s.accept()
+total = 0
+while True:
+    d = c.recv(65536)
+    if not d:
+        break
+    total += len(d)
+c.sendall(str(total).encode())
+c.close()
+"""
+BULK_CLIENT = """
+import socket, sys
+s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=20)
+s.sendall(b"x" * 200_000)
+s.shutdown(socket.SHUT_WR)
+print(s.recv(100).decode())
+"""
+
+
+def test_stalled_observer_fails_open(make_cluster):
+    """A stopped observer holds at most a full queue of packets; past that the kernel lets
+    packets through (FAIL_OPEN) instead of dropping them, so TCP retransmissions get by."""
+    cluster = make_cluster(2, "fo")
+    sink = CollectingSink()
+    server = BatchServer(cluster.layout.host_address, BATCH_PORT + 5, sink).start()
+    try:
+        observer = cluster.spawn(
+            "n2",
+            [sys.executable, "-m", "mallory.cli", "observe", "--run", cluster.run, "--queue-maxlen", "8",
+             "--mediator", f"{cluster.layout.host_address}:{BATCH_PORT + 5}"],
+            name="observer",
+        )
+        _wait(lambda: "n2" in sink.clocks, 10, "the observer")
+        cluster.spawn("n2", [sys.executable, "-c", BULK_SERVER, "9000"], name="bulk")
+        _wait_listening(cluster, "n2", 9000)
+        cluster.signal(observer, signal.SIGSTOP)
+        # Fill the stopped observer's queue with UDP datagrams (they are queued too), so
+        # the test does not wait for SYN retransmissions to fill it.
+        fill = "import socket,sys; s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM); [s.sendto(b'f',(sys.argv[1],9999)) for _ in range(20)]"
+        cluster.exec("n1", [sys.executable, "-c", fill, cluster.node_address("n2")])
+        result = cluster.exec(
+            "n1", [sys.executable, "-c", BULK_CLIENT, cluster.node_address("n2"), "9000"], timeout=30, check=False
+        )
+        assert result.stdout.strip() == "200000", result.stderr
+        cluster.signal(observer, signal.SIGCONT)
+        cluster.signal(observer, signal.SIGTERM)
+        assert cluster.wait(observer, 10) == 0
+    finally:
+        server.close()
+
+
 def test_observer_removes_its_rules_on_sigterm(make_cluster):
     cluster = make_cluster(2, "rt")
     sink = CollectingSink()

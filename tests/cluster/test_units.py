@@ -9,7 +9,7 @@ import pytest
 from mallory.errors import MalloryError
 from mallory.observer.iptables import rules_script
 from nemesis.netns import ClusterLayout
-from nemesis.runstate import check_run_name, list_runs, load_run, register_run
+from nemesis.runstate import check_run_name, cleanup_run, list_runs, load_run, register_run
 
 
 def test_layout_gives_every_node_its_own_lan_inside_the_run_supernet():
@@ -45,6 +45,10 @@ def test_registry_allocates_distinct_indices_and_skips_torn_journal_lines(tmp_pa
     a = register_run("a", tmp_path, tmp_path / "data")
     b = register_run("b", tmp_path, tmp_path / "data", index_free=lambda i: i != 1)
     assert (a.index, b.index) == (0, 2)
+    # Round robin: a freed index is not handed out again at once.
+    c = register_run("c", tmp_path, tmp_path / "data")
+    cleanup_run(c)
+    assert register_run("d", tmp_path, tmp_path / "data").index == c.index + 1
     with pytest.raises(MalloryError):
         register_run("a", tmp_path)
     a.record(netns="mal-a-gw")
@@ -52,7 +56,7 @@ def test_registry_allocates_distinct_indices_and_skips_torn_journal_lines(tmp_pa
         f.write('{"netns": "mal-a-n')  # a kill -9 mid-write
     assert a.entries() == [{"netns": "mal-a-gw"}]
     assert load_run("a", tmp_path).index == 0
-    assert [r.name for r in list_runs(tmp_path)] == ["a", "b"]
+    assert [r.name for r in list_runs(tmp_path)] == ["a", "b", "d"]
     with pytest.raises(MalloryError):
         load_run("zz", tmp_path)
 
