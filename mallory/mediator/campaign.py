@@ -1,0 +1,333 @@
+"""The campaign's observe-orient-decide-act loop.
+
+A campaign is a sequence of schedules. A schedule starts from a healthy cluster, observes
+one window to know where it is, then takes `steps` steps: the learner picks an action, the
+nemesis enacts it, the loop waits one window while the workload keeps running, asks the
+timeline for that window's summary, and the learner turns it into a state and a reward.
+Then everything is healed and the cluster is reset, the schedule's record is written, the
+checks run, and the learner is checkpointed: a killed campaign loses at most the schedule
+in flight.
+
+Faults accumulate within a schedule (a partition, then a kill while it lasts); besides the
+nemesis's actions the learner may choose `heal` (heal every active fault, Jepsen's :stop)
+or `noop`.
+
+The loop does no I/O of its own beyond the campaign directory: the window source (the
+mediator's timeline), the nemesis, the checks and the clock are handed in, so the same loop
+runs against a live cluster and, in tests, against named fakes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from mallory.learner.learner import Learner
+from mallory.mediator.campaign_dir import CampaignDir
+
+HEAL = "heal"
+NOOP = "noop"
+
+
+@dataclass(frozen=True)
+class Window:
+    """What the timeline says about [start, end): its summary and whether it was complete."""
+
+    summary: frozenset[str]
+    events: int
+    complete: bool
+
+
+class WindowSource(Protocol):
+    def now_ns(self) -> int:
+        """Now, on the timeline's common axis."""
+        ...
+
+    def window(self, start_ns: int, end_ns: int, wait_s: float) -> Window:
+        """The window's summary, waiting up to `wait_s` for the timeline to complete it."""
+        ...
+
+
+class Nemesis(Protocol):
+    def actions(self) -> list[str]: ...
+
+    def enact(self, action: str, rng: random.Random) -> Any:
+        """Enact the fault; return its report (JSON-able, or with `to_json()`)."""
+        ...
+
+    def heal(self, report: Any) -> None: ...
+
+    def reset(self) -> Any:
+        """Heal everything, restart what is dead, check the cluster is healthy."""
+        ...
+
+
+@dataclass
+class Finding:
+    """A bug found by a check: the signature deduplicates, the report explains."""
+
+    signature: str
+    report: dict[str, Any]
+    files: list = field(default_factory=list)
+
+
+class Checker(Protocol):
+    def check_schedule(self, index: int, record: dict[str, Any]) -> list[Finding]: ...
+
+
+class Sleeper(Protocol):
+    def sleep(self, seconds: float) -> None: ...
+
+
+class RealSleeper:
+    def sleep(self, seconds: float) -> None:
+        if seconds > 0:
+            time.sleep(seconds)
+
+
+@dataclass
+class LoopConfig:
+    steps: int = 12
+    window_s: float = 2.5
+    reset_s: float = 5.0
+    #: how long after a window ends its feedback may take before the step counts as late
+    feedback_timeout_s: float = 1.0
+    seed: int = 0
+
+
+def schedule_seed(root_seed: int, index: int) -> int:
+    """Each schedule's seed, derived from the campaign's root seed (stable across runs)."""
+    digest = hashlib.blake2b(f"{root_seed}:{index}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") >> 1
+
+
+def report_json(report: Any) -> Any:
+    if report is None:
+        return None
+    if hasattr(report, "to_json"):
+        return report.to_json()
+    if hasattr(report, "__dataclass_fields__"):
+        from dataclasses import asdict
+
+        return asdict(report)
+    return report
+
+
+@dataclass
+class Progress:
+    """Counters the status screen and fuzzer_stats show."""
+
+    started: float = field(default_factory=time.time)
+    elapsed_before_s: float = 0.0  # from earlier incarnations of a resumed campaign
+    schedules_done: int = 0
+    steps_done: int = 0
+    late_steps: int = 0
+    states: int = 0
+    last_new_state_s: float | None = None
+    bugs: int = 0
+    last_bug_s: float | None = None
+    current_fault: str = "-"
+    feedback_ms: list[float] = field(default_factory=list)
+
+    def elapsed_s(self) -> float:
+        return self.elapsed_before_s + time.time() - self.started
+
+    def feedback_percentile(self, p: float) -> float | None:
+        if not self.feedback_ms:
+            return None
+        ordered = sorted(self.feedback_ms[-10_000:])
+        return round(ordered[min(len(ordered) - 1, int(p * len(ordered)))], 1)
+
+
+class Campaign:
+    def __init__(
+        self,
+        directory: CampaignDir,
+        learner: Learner,
+        source: WindowSource,
+        nemesis: Nemesis,
+        config: LoopConfig,
+        checker: Checker | None = None,
+        sleeper: Sleeper | None = None,
+        on_update: Callable[[Progress], None] | None = None,
+    ) -> None:
+        self.dir = directory
+        self.learner = learner
+        self.source = source
+        self.nemesis = nemesis
+        self.config = config
+        self.checker = checker
+        self.sleeper = sleeper or RealSleeper()
+        self.on_update = on_update or (lambda progress: None)
+        self.progress = Progress()
+        self._restore_progress()
+
+    def _restore_progress(self) -> None:
+        """Counters of a resumed campaign continue from what its directory holds."""
+        p = self.progress
+        for record in self.dir.read_schedules():
+            p.schedules_done += 1
+            p.steps_done += len(record.get("steps", []))
+            p.late_steps += sum(1 for s in record.get("steps", []) if s.get("late"))
+        p.states = len(self.learner.store)
+        p.bugs = len(self.dir.known_bugs())
+        stats = self.dir.read_stats()
+        try:
+            p.elapsed_before_s = float(stats.get("run_time", 0))
+        except ValueError:
+            p.elapsed_before_s = 0.0
+
+    def actions(self) -> list[str]:
+        offered = [a for a in self.nemesis.actions() if a not in (HEAL, NOOP)]
+        return [*offered, HEAL, NOOP]
+
+    def run(self, schedules: int | None = None, duration_s: float | None = None, stop: Callable[[], bool] | None = None) -> Progress:
+        """Run schedules until `schedules` more are done, `duration_s` of total campaign time
+        has passed, or `stop()` says so (checked between steps)."""
+        stop = stop or (lambda: False)
+        done = 0
+        while (schedules is None or done < schedules) and not stop():
+            if duration_s is not None and self.progress.elapsed_s() >= duration_s:
+                break
+            self.run_schedule(self.progress.schedules_done, stop)
+            done += 1
+        return self.progress
+
+    def run_schedule(self, index: int, stop: Callable[[], bool] = lambda: False) -> dict[str, Any]:
+        cfg = self.config
+        seed = schedule_seed(cfg.seed, index)
+        rng = random.Random(seed)
+        window_ns = int(cfg.window_s * 1e9)
+        record: dict[str, Any] = {"index": index, "seed": seed, "started_ns": self.source.now_ns(), "steps": []}
+
+        # Orient: where does the schedule start from?
+        end = self.source.now_ns()
+        first = self._feedback(end - window_ns, end)
+        if first.complete:
+            match, _ = self.learner.observe(first.summary)
+            record["initial_state"] = match.state_id
+        else:
+            record["initial_state"] = None
+            self.learner.observe(frozenset())  # an unknown start is the idle state, not a guess
+        active: list[Any] = []
+        try:
+            for step in range(cfg.steps):
+                if stop():
+                    break
+                record["steps"].append(self._step(step, rng, window_ns, active))
+        finally:
+            for report in active:
+                self.nemesis.heal(report)
+            self.learner.end_schedule()
+            self.progress.current_fault = "reset"
+            self.on_update(self.progress)
+            record["reset"] = report_json(self.nemesis.reset())
+            self.sleeper.sleep(cfg.reset_s)
+            record["ended_ns"] = self.source.now_ns()
+            self._finish(index, record)
+        return record
+
+    def _feedback(self, start_ns: int, end_ns: int) -> Window:
+        asked = time.monotonic()
+        window = self.source.window(start_ns, end_ns, self.config.feedback_timeout_s)
+        if window.complete:
+            self.progress.feedback_ms.append((time.monotonic() - asked) * 1e3)
+        return window
+
+    def _step(self, step: int, rng: random.Random, window_ns: int, active: list[Any]) -> dict[str, Any]:
+        action = self.learner.next_action(self.actions())
+        self.progress.current_fault = action
+        self.on_update(self.progress)
+        t0 = self.source.now_ns()
+        report = None
+        if action == HEAL:
+            for old in active:
+                self.nemesis.heal(old)
+            active.clear()
+        elif action != NOOP:
+            report = self.nemesis.enact(action, rng)
+            active.append(report)
+        self.sleeper.sleep(max(0.0, (t0 + window_ns - self.source.now_ns()) / 1e9))
+        t1 = max(self.source.now_ns(), t0 + window_ns)
+        window = self._feedback(t0, t1)
+        entry: dict[str, Any] = {
+            "step": step,
+            "action": action,
+            "report": report_json(report),
+            "window_ns": [t0, t1],
+            "events": window.events,
+            "late": not window.complete,
+        }
+        p = self.progress
+        p.steps_done += 1
+        if window.complete:
+            match, reward = self.learner.observe(window.summary)
+            entry.update(state=match.state_id, new=match.is_new, reward=reward, summary_size=len(window.summary))
+            if match.is_new:
+                p.last_new_state_s = p.elapsed_s()
+        else:
+            # Late feedback teaches nothing: no state, no reward, and it is not folded into
+            # the next window either. The learner keeps its previous state.
+            p.late_steps += 1
+            entry.update(state=None, new=None, reward=None)
+        p.states = len(self.learner.store)
+        self.dir.append_plot(
+            {
+                "relative_time_s": round(p.elapsed_s(), 3),
+                "schedules_done": p.schedules_done,
+                "steps_done": p.steps_done,
+                "distinct_states": p.states,
+                "bugs": p.bugs,
+                "late_steps": p.late_steps,
+                "action": action,
+                "state": entry["state"] if entry["state"] is not None else "",
+                "new_state": int(bool(entry["new"])),
+                "feedback_ms": round(p.feedback_ms[-1], 1) if window.complete and p.feedback_ms else "",
+            }
+        )
+        self.dir.write_stats(self.stats())
+        self.on_update(p)
+        return entry
+
+    def _finish(self, index: int, record: dict[str, Any]) -> None:
+        p = self.progress
+        findings = self.checker.check_schedule(index, record) if self.checker else []
+        record["findings"] = [f.signature for f in findings]
+        known = self.dir.known_bugs()
+        for finding in findings:
+            bundle = self.dir.record_bug(finding.signature, finding.report, record, finding.files)
+            if bundle.name not in known:
+                known.add(bundle.name)
+                p.bugs += 1
+                p.last_bug_s = p.elapsed_s()
+        # Order matters for resume: the schedule file marks the schedule done, so the
+        # learner it trained is saved first.
+        self.dir.save_learner(self.learner.to_checkpoint())
+        self.dir.write_schedule(index, record)
+        p.schedules_done += 1
+        self.dir.write_stats(self.stats())
+        self.on_update(p)
+
+    def stats(self) -> dict[str, Any]:
+        p = self.progress
+        return {
+            "start_time": int(p.started),
+            "last_update": int(time.time()),
+            "run_time": round(p.elapsed_s(), 1),
+            "schedules_done": p.schedules_done,
+            "steps_done": p.steps_done,
+            "late_steps": p.late_steps,
+            "distinct_states": p.states,
+            "last_new_state": "-" if p.last_new_state_s is None else round(p.last_new_state_s, 1),
+            "states_per_hour": round(p.states / max(p.elapsed_s(), 1e-9) * 3600, 1),
+            "bugs_found": p.bugs,
+            "last_bug": "-" if p.last_bug_s is None else round(p.last_bug_s, 1),
+            "current_fault": p.current_fault,
+            "feedback_ms_p50": p.feedback_percentile(0.5),
+            "feedback_ms_p99": p.feedback_percentile(0.99),
+            "policy": type(self.learner.policy).__name__,
+        }
