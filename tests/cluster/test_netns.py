@@ -66,8 +66,15 @@ from nemesis.netns import NetnsCluster
 c = NetnsCluster.up(sys.argv[1], 3, data_root=Path(sys.argv[2]))
 for node in [*c.nodes, "gw"]:
     c.spawn(node, ["sleep", "300"], name="sleeper")
+# Real observers: each creates its node's shm ring and iptables rules (its mediator is
+# away: it buffers).
 for node in c.nodes:
-    Path("/dev/shm", c.shm_name(node).lstrip("/")).write_bytes(b"x")
+    c.spawn(node, [sys.executable, "-m", "mallory.cli", "observe", "--run", c.run, "--mediator", "127.0.0.1:9"],
+            name="observer")
+deadline = time.monotonic() + 20
+while not all(Path("/dev/shm", c.shm_name(n).lstrip("/")).exists() for n in c.nodes) and time.monotonic() < deadline:
+    time.sleep(0.05)
+time.sleep(0.5)
 print(c.layout.index, " ".join(str(p.pid) for p in c.processes()), flush=True)
 time.sleep(300)
 """
@@ -85,7 +92,9 @@ def test_kill9_of_the_controller_then_cleanup_leaves_nothing(tmp_path):
         controller.wait()
     pids = [int(p) for p in pids]
     prefix, link = f"10.{100 + int(index)}.", f"mal{index}c"
-    assert len(leftovers(run, link, prefix, pids).processes) == 4  # the sleepers outlive it
+    before = leftovers(run, link, prefix, pids)
+    assert len(before.processes) == 7  # sleepers and observers outlive it
+    assert len(before.shm) == 3 and len(before.iptables) == 3  # rings and observer rules
 
     out = subprocess.run([sys.executable, "-m", "mallory.cli", "cleanup", run], capture_output=True, text=True, cwd=REPO)
     assert out.returncode == 0, out.stderr
