@@ -26,9 +26,10 @@ def read_run(binary: Path, args: list[str], shm: str, env: dict[str, str], node:
     return result.stdout, events
 
 
-def test_c_program_via_make_reports_exact_events(tmp_path, build_env, shm_name):
+@pytest.mark.parametrize("opt", ["-O0", "-O1", "-O2"])
+def test_c_program_via_make_reports_exact_events(tmp_path, build_env, shm_name, opt):
     proj = copy_sample("basic", tmp_path)
-    run(["make", "CC=mallory-cc"], proj, build_env)
+    run(["make", "CC=mallory-cc", f"CFLAGS={opt}"], proj, build_env)
     snap = code_line_after(proj / "main.c", "// INSTRUMENT_FUNC snapshot-taken")
     rollback = code_line_after(proj / "main.c", "// INSTRUMENT_BLOCK rollback")
     odd = code_line_after(proj / "counter.h", "// INSTRUMENT_BB odd-bump")
