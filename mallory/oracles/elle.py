@@ -32,7 +32,7 @@ from typing import Any
 
 from mallory.errors import MalloryError
 from mallory.oracles import edn
-from mallory.oracles.consistency import boundary, prohibited_anomalies
+from mallory.oracles.consistency import boundary, implied_anomalies, prohibited_anomalies
 from mallory.oracles.depgraph import (
     PROCESS,
     REALTIME,
@@ -49,7 +49,6 @@ from mallory.oracles.depgraph import (
     find_cycle,
     strongly_connected,
 )
-from mallory.oracles.consistency import implied_anomalies
 from mallory.oracles.history import Call, Op, pair_calls
 from mallory.oracles.result import CheckResult
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mallory.oracles.history import Call, Op, pair_calls
-from mallory.oracles.models import INF, LinOp, Model
+from mallory.oracles.models import LinOp, Model
 from mallory.oracles.result import CheckResult
 
 DEFAULT_MAX_STATES = 2_000_000

@@ -240,3 +240,13 @@ def test_every_cycle_edge_is_explained_by_its_key(name, anomaly, bad, good, opts
                 for step in case["cycle"]:
                     if step["rel"] in ("ww", "wr", "rw"):
                         assert f"({step['rel']}" in case["text"]
+
+
+def test_linearizable_keys_orders_versions_by_real_time():
+    # Elle's rw_register_test: wx1, then rx2, then rx1, with :linearizable-keys? is cyclic-versions.
+    b = HistoryBuilder(register=True)
+    b.txn(0, "wx1").txn(1, "rx2").txn(2, "rx1")
+    opts = ElleOptions(consistency_models=("serializable",), linearizable_keys=True)
+    result = rw(b.ops, opts)
+    assert_flags(result, "cyclic-versions")
+    assert "cyclic-versions" not in rw(b.ops, SER).anomaly_types

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import random
 
-import pytest
 
 from mallory.oracles.edn import Keyword
 from mallory.oracles.history import Op, read_history_text
