@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from mallory.mediator.firewall import Firewall  # noqa: E402
 from mallory.observer.packet import IPV4_HEADER, parse  # noqa: E402
-from tests.mediator.packets import tcp, udp  # noqa: E402
+from tests.mediator.packets import tcp  # noqa: E402
 
 
 def rate(fn, arg, n: int) -> float:
@@ -34,21 +34,16 @@ def rate(fn, arg, n: int) -> float:
     return n / (time.perf_counter() - t0)
 
 
-class _BenchPacket:
-    """Stands in for netfilterqueue.Packet in the in-process measurement (accept is a no-op)."""
+class _NoVerdicts:
+    """Stands in for ForwardQueue in the in-process measurement: verdicts go nowhere."""
 
-    __slots__ = ("buf",)
-
-    def __init__(self, buf: bytes) -> None:
-        self.buf = buf
-
-    def get_payload(self) -> bytes:
-        return self.buf
-
-    def accept(self) -> None:
+    def accept(self, packet_id: int) -> None:
         pass
 
-    def drop(self) -> None:
+    def drop(self, packet_id: int) -> None:
+        pass
+
+    def accept_upto(self, packet_id: int) -> None:
         pass
 
 
@@ -59,10 +54,12 @@ def in_process(n: int) -> None:
     print(f"in-process: header unpack only      {base:>12,.0f} /s  (baseline)")
     print(f"in-process: parse + id + payload    {parsed:>12,.0f} /s  ({parsed / base:.2f} of baseline)")
     fw = Firewall({"n1": "10.9.1.2", "n2": "10.9.2.2"})
-    bp = _BenchPacket(pkt)
-    plain = rate(fw.handle, bp, n)
+    fw.queue = _NoVerdicts()
+    drain = [(i, pkt) for i in range(1, 257)]
+    rounds = max(1, n // len(drain))
+    plain = rate(fw.process, drain, rounds) * len(drain)
     fw.drop([("n1", "n2")])
-    dropped = rate(fw.handle, bp, n)
+    dropped = rate(fw.process, drain, rounds) * len(drain)
     print(f"in-process: firewall decision       {plain:>12,.0f} /s  accept, {dropped:,.0f} /s drop rule")
 
 

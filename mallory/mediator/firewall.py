@@ -7,15 +7,18 @@ says: accept, drop, hold for a delay then accept (in order per link), or accept 
 copies through a raw socket (the copy leaves the gateway through OUTPUT, so it is not
 queued again).
 
-Threading: one thread owns the queue. It waits in select() on the NFQUEUE socket and a
-wake pipe, with a timeout at the next held packet's release time; so a delayed packet is
+Verdicts (`process`): accepts are gathered and given as ONE batch verdict per drain of the
+queue (mediator/queue.py), which is what makes the firewall fast; drops are given at once.
+A held packet stays in the kernel's queue until its own accept, and a batch verdict would
+release it too, so while any packet is held, accepts are given one by one.
+
+Threading: one thread owns the queue. It waits in select() on the queue socket and a wake
+pipe, with a timeout at the next held packet's release time; so a delayed packet is
 released within a fraction of a millisecond of its due time, and a rule change (queued by
-the API thread, which then wakes the loop) takes effect before the next packet. NFQUEUE
-allows the verdict of a retained packet after its callback returned, from the same thread.
+the API thread, which then wakes the loop) takes effect before the next drain.
 
 Without the queue (unit tests, a mediator started with --no-firewall) `apply` runs changes
-directly; `handle` is the per-packet decision and takes any object with NFQUEUE's packet
-methods (get_payload, accept, drop, retain).
+directly; `process` takes any object with the queue's verdict methods.
 """
 
 from __future__ import annotations
@@ -29,9 +32,10 @@ import time
 from collections import deque
 from time import monotonic_ns
 from collections.abc import Callable, Mapping
-from typing import Any, NamedTuple
+from typing import NamedTuple, Protocol
 
 from mallory.errors import MalloryError
+from mallory.mediator.queue import ForwardQueue
 from mallory.mediator.rules import Link, RuleTable
 from mallory.observer.packet import ADDRESSES, id_and_data, ip_int, ip_str
 
@@ -81,14 +85,24 @@ class PacketLog:
 
 
 class _Held:
-    __slots__ = ("due", "packet", "copies", "buf", "dst")
+    __slots__ = ("due", "packet_id", "copies", "buf", "dst")
 
-    def __init__(self, due: int, packet: Any, copies: int, buf: bytes, dst: int) -> None:
+    def __init__(self, due: int, packet_id: int, copies: int, buf: bytes, dst: int) -> None:
         self.due = due
-        self.packet = packet
+        self.packet_id = packet_id
         self.copies = copies
         self.buf = buf
         self.dst = dst
+
+
+class Verdicts(Protocol):
+    """What the firewall needs of a queue (ForwardQueue in mallory/mediator/queue.py)."""
+
+    def accept(self, packet_id: int) -> None: ...
+
+    def drop(self, packet_id: int) -> None: ...
+
+    def accept_upto(self, packet_id: int) -> None: ...
 
 
 class Firewall:
@@ -111,7 +125,10 @@ class Firewall:
         self.last_error = ""
         self.rule_changes = 0
         self._held: dict[Link, deque[_Held]] = {}
+        self._held_count = 0
         self._next_due: int | None = None  # release time of the first held packet (loop thread)
+        #: Where verdicts go: the ForwardQueue once `start`ed (tests may set another).
+        self.queue: Verdicts | None = None
         self._raw: socket.socket | None = None
         self._commands: deque[tuple[Callable[[], dict], threading.Event, list]] = deque()
         self._wake_r, self._wake_w = os.pipe()
@@ -124,81 +141,74 @@ class Firewall:
 
     # -- the per-packet decision ------------------------------------------------------------
 
-    def handle(self, packet: Any) -> None:
-        buf = packet.get_payload()
+    def process(self, packets: list[tuple[int, bytes]]) -> None:
+        """Decide and give verdicts for packets read from the queue, in queue order."""
+        queue = self.queue
+        assert queue is not None, "no queue to give verdicts to"
         counts = self.counts
-        src_ip, dst_ip = ADDRESSES.unpack_from(buf, 12) if len(buf) >= 20 else _NO_ADDRESSES
         node_by_ip = self.node_by_ip
-        src = node_by_ip.get(src_ip)
-        dst = node_by_ip.get(dst_ip)
-        if src is None or dst is None:
-            counts["outside"] += 1
-            packet.accept()
-            return
-        counts["seen"] += 1
-        now = monotonic_ns()
+        log_add = self.log.add
+        held = self._held
         rules = self.table.rules
-        rule = rules.get((src, dst)) if rules else None
-        if rule is None:
-            verdict = "accept"
-        elif rule.drop:
-            verdict = "drop"
-        elif rule.delay_ns:
-            verdict = "delay"
-        elif rule.copies:
-            verdict = "duplicate"
-        else:
-            verdict = "accept"
-        found = id_and_data(buf)
-        if found is None:
-            counts["no_id"] += 1
-        else:
-            self.log.add(found[0], now, src, dst, found[1], verdict)
-        if verdict == "accept":
-            counts["accepted"] += 1
-            packet.accept()
-        elif verdict == "drop":
-            counts["dropped"] += 1
-            packet.drop()
-        elif verdict == "delay":
-            counts["delayed"] += 1
-            packet.retain()
-            link = (src, dst)
-            queue = self._held.get(link)
-            if queue is None:
-                queue = self._held[link] = deque()
-            due = now + rule.delay_ns
-            if queue and queue[-1].due > due:
-                due = queue[-1].due  # never overtake an earlier packet on the link
-            queue.append(_Held(due, packet, rule.copies, buf, dst_ip))
-            if self._next_due is None or due < self._next_due:
-                self._next_due = due
-        else:
-            counts["accepted"] += 1
-            packet.accept()
-            self._inject(buf, dst_ip, rule.copies)
-
-    def _on_queued(self, packet: Any) -> None:
-        """The queue callback. Under a flood nfq.run() keeps calling it without returning to
-        the loop, so rule changes and due releases are also served from here."""
-        self._safe_handle(packet)
-        if self._commands:
-            self._run_commands()
-            self._next_due = self.release_due()
-        elif self._next_due is not None and monotonic_ns() >= self._next_due:
-            self._next_due = self.release_due()
-
-    def _safe_handle(self, packet: Any) -> None:
-        """`handle` for the queue: a packet that breaks the code is accepted, not stuck."""
-        try:
-            self.handle(packet)
-        except Exception as exc:
-            self.counts["errors"] += 1
-            self.last_error = f"{type(exc).__name__}: {exc}"
-            try:
-                packet.accept()
-            except Exception:
-                pass  # its verdict was already given
+        now = monotonic_ns()
+        batch_upto = 0  # accepts not yet given: every queued id <= this one
+        copies_after: list[tuple[bytes, int, int]] = []
+        for packet_id, buf in packets:
+            src_ip, dst_ip = ADDRESSES.unpack_from(buf, 12) if len(buf) >= 20 else _NO_ADDRESSES
+            src = node_by_ip.get(src_ip)
+            dst = node_by_ip.get(dst_ip)
+            if src is None or dst is None:
+                counts["outside"] += 1
+                rule = None
+            else:
+                counts["seen"] += 1
+                rule = rules.get((src, dst)) if rules else None
+                if rule is None:
+                    verdict = "accept"
+                elif rule.drop:
+                    verdict = "drop"
+                elif rule.delay_ns:
+                    verdict = "delay"
+                elif rule.copies:
+                    verdict = "duplicate"
+                else:
+                    verdict = "accept"
+                found = id_and_data(buf)
+                if found is None:
+                    counts["no_id"] += 1
+                else:
+                    log_add(found[0], now, src, dst, found[1], verdict)
+            if rule is None or not (rule.drop or rule.delay_ns):
+                counts["accepted"] += 1
+                if self._held_count:
+                    queue.accept(packet_id)
+                else:
+                    batch_upto = packet_id
+                if rule is not None and rule.copies:
+                    copies_after.append((buf, dst_ip, rule.copies))
+            elif rule.drop:
+                counts["dropped"] += 1
+                queue.drop(packet_id)
+            else:
+                counts["delayed"] += 1
+                if batch_upto:
+                    queue.accept_upto(batch_upto)  # before this packet is held, never after
+                    batch_upto = 0
+                link = (src, dst)
+                waiting = held.get(link)
+                if waiting is None:
+                    waiting = held[link] = deque()
+                due = now + rule.delay_ns
+                if waiting and waiting[-1].due > due:
+                    due = waiting[-1].due  # never overtake an earlier packet on the link
+                waiting.append(_Held(due, packet_id, rule.copies, buf, dst_ip))
+                self._held_count += 1
+                if self._next_due is None or due < self._next_due:
+                    self._next_due = due
+        if batch_upto:
+            queue.accept_upto(batch_upto)
+        for buf, dst_ip, copies in copies_after:
+            self._inject(buf, dst_ip, copies)
 
     def _inject(self, buf: bytes, dst_ip: int, copies: int) -> None:
         if self._raw is None:
@@ -213,34 +223,38 @@ class Firewall:
 
     def release_due(self, now: int | None = None) -> int | None:
         """Accept held packets whose time has come; the next due time (ns) or None."""
+        queue = self.queue
         if now is None:
-            now = time.monotonic_ns()
+            now = monotonic_ns()
         next_due = None
-        for queue in self._held.values():
-            while queue and queue[0].due <= now:
-                held = queue.popleft()
-                held.packet.accept()
+        for waiting in self._held.values():
+            while waiting and waiting[0].due <= now:
+                entry = waiting.popleft()
+                self._held_count -= 1
+                queue.accept(entry.packet_id)
                 self.counts["released"] += 1
-                if held.copies:
-                    self._inject(held.buf, held.dst, held.copies)
-            if queue and (next_due is None or queue[0].due < next_due):
-                next_due = queue[0].due
+                if entry.copies:
+                    self._inject(entry.buf, entry.dst, entry.copies)
+            if waiting and (next_due is None or waiting[0].due < next_due):
+                next_due = waiting[0].due
+        self._next_due = next_due
         return next_due
 
     def held(self) -> int:
-        return sum(len(q) for q in self._held.values())
+        return self._held_count
 
     def _flush_held(self, links: list[Link], accept: bool) -> int:
         n = 0
         for link in links:
-            queue = self._held.pop(link, None)
-            while queue:
-                held = queue.popleft()
+            waiting = self._held.pop(link, None)
+            while waiting:
+                entry = waiting.popleft()
+                self._held_count -= 1
                 if accept:
-                    held.packet.accept()
+                    self.queue.accept(entry.packet_id)
                     self.counts["released"] += 1
                 else:
-                    held.packet.drop()
+                    self.queue.drop(entry.packet_id)
                     self.counts["dropped"] += 1
                 n += 1
         return n
@@ -296,14 +310,12 @@ class Firewall:
 
     # -- the queue loop ---------------------------------------------------------------------
 
-    def start(self, queue_num: int, max_len: int = 8192) -> None:
+    def start(self, queue_num: int, fail_open: bool = True) -> None:
         """Bind NFQUEUE `queue_num` and serve it from a thread until `stop`."""
-        from netfilterqueue import NetfilterQueue
-
-        nfq = NetfilterQueue()
-        nfq.bind(queue_num, self._on_queued, max_len=max_len)
+        queue = ForwardQueue(queue_num, fail_open=fail_open)
+        self.queue = queue
         self._running = True
-        self._thread = threading.Thread(target=self._loop, args=(nfq,), name="firewall", daemon=True)
+        self._thread = threading.Thread(target=self._loop, args=(queue,), name="firewall", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
@@ -318,8 +330,8 @@ class Firewall:
         except OSError:
             pass
 
-    def _loop(self, nfq: Any) -> None:
-        fd = nfq.get_fd()
+    def _loop(self, queue: ForwardQueue) -> None:
+        fd = queue.fileno()
         try:
             while not self._stop:
                 next_due = self._next_due
@@ -330,10 +342,21 @@ class Firewall:
                         os.read(self._wake_r, 4096)
                     except BlockingIOError:
                         pass
+                # Drain in bounded slices so rule changes and releases are served between them.
+                while True:
                     self._run_commands()
-                if fd in readable:
-                    nfq.run(block=False)
-                self._next_due = self.release_due()
+                    packets = queue.read()
+                    if packets:
+                        try:
+                            self.process(packets)
+                        except Exception as exc:  # never leave packets without a verdict
+                            self.counts["errors"] += len(packets)
+                            self.last_error = f"{type(exc).__name__}: {exc}"
+                            queue.accept_upto(packets[-1][0])
+                    if self._next_due is not None and monotonic_ns() >= self._next_due:
+                        self.release_due()
+                    if not packets:
+                        break
         except BaseException as exc:
             self.error = exc
             raise
@@ -341,10 +364,10 @@ class Firewall:
             self._running = False
             self._run_commands()
             self._flush_held(list(self._held), True)
-            nfq.unbind()
+            queue.close()
 
     def stats(self) -> dict[str, object]:
-        return {**self.counts, "held": self.held(), "rule_changes": self.rule_changes, "rules": self.table.to_json()}
+        return {**self.counts, "bypassed": getattr(self.queue, "bypassed", 0), "held": self.held(), "rule_changes": self.rule_changes, "rules": self.table.to_json()}
 
 
 # -- iptables -------------------------------------------------------------------------------
