@@ -20,7 +20,7 @@ from typing import Any
 
 from mallory.errors import MalloryError
 from mallory.learner import checkpoint as ckpt
-from mallory.learner.policies import Action, Policy, make_policy, policy_from_state
+from mallory.learner.policies import Action, Policy, canonical_actions, make_policy, policy_from_state
 from mallory.learner.rewards import Reward, make_reward, reward_from_state
 from mallory.learner.states import StateMatch, StateStore
 
@@ -69,7 +69,7 @@ class Learner:
         """Learn from the last transition, then choose the action for the current state."""
         if self.state is None:
             raise MalloryError("the learner must observe a window before it can choose an action")
-        listed = list(actions)
+        listed = list(canonical_actions(actions))
         self._flush(listed)
         self._action = self.policy.choose(self.state, listed)
         self._acted = True

@@ -28,7 +28,9 @@ Action = Hashable
 DEFAULT_TEMPERATURE = 0.05
 
 
-def _action_list(actions: Iterable[Action]) -> Sequence[Action]:
+def canonical_actions(actions: Iterable[Action]) -> Sequence[Action]:
+    """`actions` as a sequence whose order does not depend on the process: sets and
+    frozensets are sorted by `repr`, sequences keep their order. Empty is an error."""
     if isinstance(actions, (set, frozenset)):
         listed: Sequence[Action] = sorted(actions, key=repr)
     elif isinstance(actions, (list, tuple)):
@@ -85,7 +87,7 @@ class RandomPolicy(Policy):
     name = "random"
 
     def choose(self, state: int, actions: Iterable[Action]) -> Action:
-        listed = _action_list(actions)
+        listed = canonical_actions(actions)
         return listed[self.rng.randrange(len(listed))]
 
     def update(
@@ -187,7 +189,7 @@ class QLearningPolicy(_QPolicy):
 
     def probabilities(self, state: int, actions: Iterable[Action]) -> list[float]:
         """The softmax distribution `choose` samples from, in the order of `actions`."""
-        weights = self._weights(state, _action_list(actions))
+        weights = self._weights(state, canonical_actions(actions))
         total = math.fsum(weights)
         return [w / total for w in weights]
 
@@ -197,7 +199,7 @@ class QLearningPolicy(_QPolicy):
         return [math.exp((v - top) / self.temperature) for v in values]
 
     def choose(self, state: int, actions: Iterable[Action]) -> Action:
-        listed = _action_list(actions)
+        listed = canonical_actions(actions)
         weights = self._weights(state, listed)
         u = self.rng.random() * math.fsum(weights)
         cumulative = 0.0
@@ -225,7 +227,7 @@ class EpsilonGreedyPolicy(_QPolicy):
         self.epsilon = _number(epsilon, "epsilon-greedy: epsilon", 0.0, 1.0)
 
     def choose(self, state: int, actions: Iterable[Action]) -> Action:
-        listed = _action_list(actions)
+        listed = canonical_actions(actions)
         if self.rng.random() < self.epsilon:
             return listed[self.rng.randrange(len(listed))]
         values = [self.q_value(state, a) for a in listed]

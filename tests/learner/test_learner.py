@@ -178,3 +178,37 @@ def test_truncated_checkpoint_is_a_user_error():
     data = learner.to_checkpoint()
     with pytest.raises(MalloryError, match="bad learner checkpoint"):
         Learner.from_checkpoint(data[: len(data) // 2])
+
+
+DRIVER = """
+import hashlib, random, sys
+from mallory.learner.learner import Learner
+from tests.learner.test_learner import ACTIONS, windows
+learner = Learner.create(policy=sys.argv[1], reward="novelty", seed=4)
+trace = []
+for step, summary in enumerate(windows(8, 120)):
+    match, reward = learner.observe(summary)
+    trace.append((match.state_id, reward, learner.next_action(frozenset(ACTIONS))))
+    if step % 12 == 11:
+        learner.end_schedule()
+print(hashlib.sha256(repr(trace).encode() + learner.to_checkpoint()).hexdigest())
+"""
+
+
+@pytest.mark.parametrize("policy", ["qlearning", "epsilon-greedy"])
+def test_runs_are_identical_across_processes_with_different_hash_seeds(policy):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    digests = set()
+    for hash_seed in ("1", "2", "3"):
+        env = {**os.environ, "PYTHONHASHSEED": hash_seed, "PYTHONPATH": str(root)}
+        done = subprocess.run(
+            [sys.executable, "-c", DRIVER, policy], env=env, cwd=root, capture_output=True, text=True, timeout=120
+        )
+        assert done.returncode == 0, done.stderr
+        digests.add(done.stdout.strip())
+    assert len(digests) == 1
