@@ -27,6 +27,8 @@ from mallory.oracles.models import LinOp, Model
 from mallory.oracles.result import CheckResult
 
 DEFAULT_MAX_STATES = 2_000_000
+#: Memory the memo table may use, estimated per entry from the bitset width.
+DEFAULT_MEMORY_LIMIT = 512 * 2**20
 
 
 class _Entry:
@@ -54,9 +56,15 @@ class PartitionResult:
 
 
 class _Budget:
-    def __init__(self, deadline: float | None, max_states: int) -> None:
+    def __init__(self, deadline: float | None, max_states: int, memory_limit: int) -> None:
         self.deadline = deadline
         self.max_states = max_states
+        self.memory_limit = memory_limit
+
+    def states_for(self, n_ops: int) -> int:
+        """The memo-table cap for a partition of n_ops: a (bitset, state) entry costs roughly
+        150 bytes of tuple, set slot and state plus the bitset's n_ops / 8 bytes."""
+        return max(1, min(self.max_states, self.memory_limit // (150 + n_ops // 8)))
 
 
 def _build_list(ops: list[LinOp]) -> _Entry:
@@ -111,6 +119,7 @@ def check_partition(model: Model, ops: list[LinOp], key: Hashable, budget: _Budg
     best: list[int] = []
     best_state = state
     step = model.step
+    max_states = budget.states_for(len(ops))
     entry = head.next
     iterations = 0
     while head.next is not None:
@@ -127,9 +136,10 @@ def check_partition(model: Model, ops: list[LinOp], key: Hashable, budget: _Budg
                 memo = (new_lin, new_state)
                 if memo not in cache:
                     cache.add(memo)
-                    if len(cache) > budget.max_states:
+                    if len(cache) > max_states:
                         return PartitionResult(
-                            "unknown", key, len(ops), reason=f"more than {budget.max_states} states", states=len(cache)
+                            "unknown", key, len(ops), reason=f"more than {max_states} states (memory budget)",
+                            states=len(cache),
                         )
                     stack.append((entry, state))
                     if len(stack) > len(best):
@@ -174,6 +184,7 @@ def check_linearizable(
     model: Model,
     time_limit: float | None = None,
     max_states: int = DEFAULT_MAX_STATES,
+    memory_limit: int = DEFAULT_MEMORY_LIMIT,
     source: str = "<history>",
 ) -> CheckResult:
     """Is the client part of `history` linearizable with respect to `model`?"""
@@ -182,7 +193,7 @@ def check_linearizable(
     partitions: dict[Hashable, list[LinOp]] = defaultdict(list)
     for op in ops:
         partitions[op.key].append(op)
-    budget = _Budget(None if time_limit is None else time.monotonic() + time_limit, max_states)
+    budget = _Budget(None if time_limit is None else time.monotonic() + time_limit, max_states, memory_limit)
     started = time.monotonic()
     results: list[PartitionResult] = []
     for key in sorted(partitions, key=repr):

@@ -134,6 +134,8 @@ def test_budget_exhaustion_is_unknown():
     assert "states" in r.explanation[0]
     r = check_linearizable(ops, cas(), time_limit=0.0)
     assert r.valid == "unknown"
+    r = check_linearizable(ops, cas(), memory_limit=1_000_000)
+    assert r.valid == "unknown" and "memory" in r.explanation[0]
 
 
 def _random_register_history(seed: int) -> list[Op]:
