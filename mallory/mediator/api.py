@@ -13,6 +13,8 @@ counted (`api_rejected`), and the mediator keeps running.
     POST /firewall/heal       {"links": LINKS} or {} for every link
     POST /firewall/delay      {"links": LINKS, "ms": 50}
     POST /firewall/duplicate  {"links": LINKS, "copies": 1}
+    POST /window       {"start_ns": T0, "end_ns": T1, "wait_ms": 1000, "abstraction": "event-history"}
+                       the timeline's summary of [T0, T1) once complete (or "complete": false)
 
 LINKS is a list of "n1->n2" strings or ["n1", "n2"] pairs (directed). Firewall answers
 say which links changed, how many held packets the change released or dropped, and
@@ -162,6 +164,7 @@ class ApiServer(ThreadingHTTPServer):
             ("POST", "/firewall/heal"): self._heal,
             ("POST", "/firewall/delay"): self._delay,
             ("POST", "/firewall/duplicate"): self._duplicate,
+            ("POST", "/window"): self._window,
         }
 
     def count_rejected(self, reason: str) -> None:
@@ -216,6 +219,20 @@ class ApiServer(ThreadingHTTPServer):
         if type(ms) not in (int, float) or not 0 <= ms <= 60_000:
             raise BadRequest(f"'ms' must be a number of milliseconds in [0, 60000], got {ms!r}")
         return self.mediator.fault("delay", lambda fw: fw.delay(links, int(ms * 1_000_000)))
+
+    def _window(self, body: dict) -> dict:
+        start = _field(body, "start_ns", int)
+        end = _field(body, "end_ns", int)
+        wait_ms = body.get("wait_ms", 1000)
+        if type(wait_ms) not in (int, float) or not 0 <= wait_ms <= 60_000:
+            raise BadRequest(f"'wait_ms' must be in [0, 60000], got {wait_ms!r}")
+        abstraction = body.get("abstraction", "event-history")
+        if type(abstraction) is not str:
+            raise BadRequest("'abstraction' must be a string")
+        try:
+            return self.mediator.windows.window(start, end, wait_ms / 1000, abstraction)
+        except ValueError as exc:
+            raise BadRequest(str(exc)) from None
 
     def _duplicate(self, body: dict) -> dict:
         links = parse_links(body.get("links"))

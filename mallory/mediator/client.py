@@ -9,6 +9,7 @@ raises MalloryError naming the address.
 from __future__ import annotations
 
 import json
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterable, Sequence
@@ -16,6 +17,7 @@ from typing import Any
 
 from mallory.errors import MalloryError
 from mallory.mediator.api import TOKEN_HEADER
+from mallory.mediator.campaign import Window
 
 Link = tuple[str, str]
 
@@ -84,3 +86,33 @@ class MediatorClient:
 
     def test_end(self) -> dict[str, Any]:
         return self._call("POST", "/test/end", {})
+
+    # -- the timeline ----------------------------------------------------------------------
+
+    def window(self, start_ns: int, end_ns: int, wait_s: float, abstraction: str = "event-history") -> dict[str, Any]:
+        """The timeline's summary of [start_ns, end_ns), waiting up to wait_s for it to complete."""
+        body = {"start_ns": start_ns, "end_ns": end_ns, "wait_ms": round(wait_s * 1000), "abstraction": abstraction}
+        saved, self.timeout = self.timeout, max(self.timeout, wait_s + 5.0)
+        try:
+            return self._call("POST", "/window", body)
+        finally:
+            self.timeout = saved
+
+
+class TimelineWindows:
+    """The campaign loop's window source: the mediator's live timeline over its API.
+
+    The common time axis is real time (observers map their monotonic clocks onto it), and
+    the controller runs on the same machine, so `now_ns` is this machine's real time.
+    """
+
+    def __init__(self, client: MediatorClient, abstraction: str = "event-history") -> None:
+        self.client = client
+        self.abstraction = abstraction
+
+    def now_ns(self) -> int:
+        return time.time_ns()
+
+    def window(self, start_ns: int, end_ns: int, wait_s: float) -> Window:
+        answer = self.client.window(start_ns, end_ns, wait_s, self.abstraction)
+        return Window(frozenset(answer["summary"]), int(answer["events"]), bool(answer["complete"]))

@@ -120,6 +120,10 @@ class Ingest:
         for subscriber in self.subscribers:
             subscriber(entries)
 
+    def frontier_ns(self) -> int | None:
+        with self._lock:
+            return self.builder.frontier_ns
+
     def stats(self) -> dict[str, object]:
         with self._lock:
             lags = sorted(self.lags_ns)

@@ -17,6 +17,7 @@ from mallory.mediator.api import ApiServer
 from mallory.mediator.firewall import Firewall, install_queue_rules, remove_queue_rules
 from mallory.mediator.ingest import Ingest
 from mallory.mediator.receiver import BatchServer
+from mallory.mediator.windows import WindowService
 from mallory.timeline.builder import TimelineBuilder
 from mallory.timeline.event import Batch, ClockPair, Event, Kind
 
@@ -60,6 +61,8 @@ class Mediator:
             self._recording = open(self.recording_path, "ab")
         self.builder = TimelineBuilder(skew_ns=skew_ns, nodes=[*self.nodes, MEDIATOR_NODE])
         self.ingest = Ingest(self.builder, self.firewall.log, self._recording)
+        self.windows = WindowService(self.ingest.frontier_ns)
+        self.ingest.subscribers.append(self.windows.on_commit)
         self.receiver = BatchServer(*batch_address, self.ingest)
         self.api = ApiServer(api_address, token, self)
         self.test: dict[str, object] | None = None

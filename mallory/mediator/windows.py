@@ -1,0 +1,74 @@
+"""Window summaries served from the mediator's live timeline.
+
+The campaign loop asks, at the end of each step, "summarise everything in [t0, t1)". The
+answer can only be given once the timeline's frontier has passed t1 (every event before t1
+is committed); `WindowService.window` waits for that up to a deadline and otherwise says the
+window is incomplete, so the loop records the step as late instead of learning from half a
+window. Entries are kept from the moment they commit until a window after them is taken.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+from mallory.timeline.abstraction import ABSTRACTIONS
+from mallory.timeline.builder import Committed
+from mallory.timeline.window import summarize
+
+#: entries older than this behind the newest request are dropped even if no window took them
+#: (a campaign that stops asking must not grow the mediator without bound)
+RETAIN_NS = 120_000_000_000
+
+
+class WindowService:
+    """Subscribe `on_commit` to the ingest; call `window` from the API."""
+
+    def __init__(self, frontier: Callable[[], int | None], retain_ns: int = RETAIN_NS) -> None:
+        self._frontier = frontier
+        self._entries: list[Committed] = []
+        self._cond = threading.Condition()
+        self.retain_ns = retain_ns
+        self.served = 0
+        self.incomplete = 0
+
+    def on_commit(self, entries: list[Committed]) -> None:
+        with self._cond:
+            self._entries.extend(entries)
+            self._cond.notify_all()
+
+    def window(self, start_ns: int, end_ns: int, wait_s: float, abstraction: str = "event-history") -> dict:
+        if abstraction not in ABSTRACTIONS:
+            raise ValueError(f"unknown abstraction {abstraction!r}; choose one of {sorted(ABSTRACTIONS)}")
+        if end_ns <= start_ns:
+            raise ValueError("a window needs end_ns > start_ns")
+        deadline = time.monotonic() + max(0.0, wait_s)
+        while True:
+            # Read the frontier without holding our lock: the ingest holds its own lock while
+            # it hands us entries, so taking them in the other order could deadlock. Entries
+            # committed before the frontier moved are already ours when we read it.
+            frontier = self._frontier()
+            complete = frontier is not None and frontier >= end_ns
+            remaining = deadline - time.monotonic()
+            if complete or remaining <= 0:
+                break
+            with self._cond:
+                self._cond.wait(min(remaining, 0.02))
+        with self._cond:
+            inside = [e for e in self._entries if start_ns <= e.real_ns < end_ns]
+            if complete:
+                # Release what this window covered and anything older.
+                self._entries = [e for e in self._entries if e.real_ns >= end_ns]
+            else:
+                cutoff = end_ns - self.retain_ns
+                self._entries = [e for e in self._entries if e.real_ns >= cutoff]
+        self.served += 1
+        self.incomplete += not complete
+        summary = summarize(inside, abstraction)
+        return {
+            "complete": complete,
+            "events": len(inside),
+            "frontier_ns": frontier,
+            "summary": sorted(summary),
+        }

@@ -1,0 +1,78 @@
+"""The window endpoint on a real in-process mediator and HTTP server (no firewall: no root)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from mallory.errors import MalloryError
+from mallory.mediator.client import MediatorClient, TimelineWindows
+from mallory.mediator.service import Mediator
+from mallory.timeline.event import Batch, ClockPair, Event, Kind
+
+NODES = {"n1": "10.9.1.2", "n2": "10.9.2.2"}
+TOKEN = "window-test"
+
+
+@pytest.fixture
+def mediator(tmp_path):
+    m = Mediator(NODES, token=TOKEN, api_address=("127.0.0.1", 0), batch_address=("127.0.0.1", 0),
+                 batch_interval=0.02).start()
+    yield m
+    m.stop()
+
+
+def client(m: Mediator) -> MediatorClient:
+    host, port = m.api.server_address[:2]
+    return MediatorClient(host, port, TOKEN)
+
+
+def feed(m: Mediator, base: int) -> None:
+    """Two nodes whose clocks map mono 0 to real `base`; n1 sends to n2 inside [base, base + 1 s)."""
+    for n in NODES:
+        m.ingest.on_clock(ClockPair(n, 0, base))
+    m.ingest.on_batch(Batch("n1", 0, 2_000_000_000, [Event("n1", Kind.FUNC, 100, 7), Event("n1", Kind.SEND, 200, 99, "abcd")]))
+    m.ingest.on_batch(Batch("n2", 0, 2_000_000_000, [Event("n2", Kind.RECV, 300, 99, "abcd"), Event("n2", Kind.FUNC, 400, 8)]))
+
+
+def test_window_waits_for_completion_then_summarises(mediator):
+    base = time.time_ns() - 10_000_000_000
+    feed(mediator, base)
+    source = TimelineWindows(client(mediator))
+    window = source.window(base, base + 1_000_000_000, wait_s=5.0)
+    assert window.complete and window.events == 4
+    assert "n2|SEND:abcd|FUNC:8" in window.summary, "the message carries n1's history to n2"
+    assert "n1|FUNC:7|SEND:abcd" in window.summary
+
+
+def test_incomplete_window_says_so_after_the_wait(mediator):
+    base = time.time_ns() - 10_000_000_000
+    feed(mediator, base)
+    started = time.monotonic()
+    answer = client(mediator).window(base, base + 5_000_000_000, wait_s=0.3)
+    assert not answer["complete"] and 0.25 < time.monotonic() - started < 3
+    # ... and it completes once the nodes' streams pass its end, while the caller waits
+    late = threading.Timer(0.3, lambda: [
+        mediator.ingest.on_batch(Batch(n, 1, 6_000_000_000, [])) for n in NODES
+    ])
+    late.start()
+    answer = client(mediator).window(base, base + 5_000_000_000, wait_s=5.0)
+    late.join()
+    assert answer["complete"] and answer["events"] == 4
+
+
+@pytest.mark.parametrize(
+    "body, reason",
+    [
+        ({"end_ns": 5}, "missing field 'start_ns'"),
+        ({"start_ns": 5, "end_ns": 5}, "end_ns > start_ns"),
+        ({"start_ns": 1, "end_ns": 5, "wait_ms": -1}, "wait_ms"),
+        ({"start_ns": 1, "end_ns": 5, "abstraction": "nope"}, "unknown abstraction"),
+    ],
+)
+def test_bad_window_requests_are_rejected_with_a_reason(mediator, body, reason):
+    with pytest.raises(MalloryError, match=reason):
+        client(mediator)._call("POST", "/window", body)
+    assert mediator.api.rejected == 1
