@@ -1,0 +1,1 @@
+"""Fault families: one module each (partition, process, packet, clock, disk, membership)."""

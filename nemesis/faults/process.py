@@ -1,0 +1,84 @@
+"""Process faults through the SUT adapter: kill (SIGKILL; healed by starting the node
+again) and pause (SIGSTOP; healed by SIGCONT), with Jepsen's node specs.
+
+Covers every SUT with an adapter (any process); `:primaries` needs an adapter that can
+name its primaries. The evidence is read from /proc, not from the adapter: a killed node's
+process is gone (or a zombie), a paused one is in state T.
+"""
+
+from __future__ import annotations
+
+import random
+
+from mallory.errors import MalloryError
+from nemesis.faults.base import FaultContext, FaultReport, check_spec
+from nemesis.faults.targets import NODE_SPECS, pick_nodes
+from nemesis.runstate import proc_state
+
+
+def sut_pid(ctx: FaultContext, node: str) -> int | None:
+    proc = ctx.adapter.process(node)
+    return None if proc is None else proc.pid
+
+
+class ProcessFaults:
+    """`kind` is "kill" or "pause": the family name and the label's first word."""
+
+    specs = NODE_SPECS
+
+    def __init__(self, kind: str) -> None:
+        if kind not in ("kill", "pause"):
+            raise MalloryError(f"process fault kind {kind!r}: use kill or pause")
+        self.family = kind
+
+    def unsupported(self, ctx: FaultContext, spec: str) -> str | None:
+        check_spec(self, spec)
+        if spec == "primaries" and not ctx.adapter.capabilities.primaries:
+            return f"{ctx.adapter.name} cannot tell which nodes are primaries"
+        return None
+
+    def enact(self, ctx: FaultContext, spec: str, rng: random.Random) -> FaultReport:
+        check_spec(self, spec)
+        primaries = ctx.adapter.primaries() if spec == "primaries" else []
+        targets = pick_nodes(spec, ctx.nodes, rng, primaries)
+        report = FaultReport(action=f"{self.family}:{spec}", family=self.family, spec=spec)
+        states: dict[str, str | None] = {}
+        skipped: dict[str, str] = {}
+        for node in targets:
+            if not ctx.adapter.is_running(node):
+                skipped[node] = "not running"
+                continue
+            pid = sut_pid(ctx, node)
+            if self.family == "kill":
+                ctx.adapter.kill(node)
+            else:
+                if pid is not None and proc_state(pid) in ("T", "t"):
+                    skipped[node] = "already paused"
+                    continue
+                ctx.adapter.pause(node)
+            report.nodes.append(node)
+            report.params.setdefault("pids", {})[node] = pid
+            states[node] = proc_state(pid) if pid is not None else None
+        want = (None, "Z") if self.family == "kill" else ("T", "t")
+        report.evidence = {"proc_state": states, "skipped": skipped, "targets": targets}
+        report.verified = all(s in want for s in states.values())
+        return report
+
+    def heal(self, ctx: FaultContext, report: FaultReport) -> None:
+        result: dict[str, str | None] = {}
+        for node in report.nodes:
+            if self.family == "kill":
+                if not ctx.adapter.is_running(node):
+                    ctx.adapter.start(node)
+                try:
+                    ctx.adapter.wait_ready(node, ctx.ready_timeout)
+                    result[node] = "ready"
+                except MalloryError as exc:
+                    result[node] = f"not ready: {exc}"
+            else:
+                pid = report.params["pids"][node]
+                if ctx.adapter.is_running(node) and sut_pid(ctx, node) == pid:
+                    ctx.adapter.resume(node)
+                result[node] = proc_state(pid) if pid is not None else None
+        report.heal_evidence = {"nodes": result}
+        report.healed = True

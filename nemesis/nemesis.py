@@ -1,0 +1,192 @@
+"""The nemesis: the fault catalogue of one campaign, offered to the learner as actions.
+
+Built from the enabled fault families and their specs (per campaign: `enabled` takes
+labels like "partition" for a whole family or "kill:one" for one spec; default: every
+family). Labels a SUT/cluster cannot receive are refused: asked for explicitly, they raise
+MalloryError with the reason; under the default they are left out and listed in `refused`.
+
+    actions()          the learner's labels: "partition:majority", "kill:one", ..., "noop"
+    enact(label, rng)  enact one fault; its FaultReport (with the evidence it took effect)
+    heal(report)       undo that fault
+    reset()            heal everything, clear clock/disk controls, resume paused and
+                       restart dead nodes, then check the cluster is healthy
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+from mallory.errors import MalloryError
+from nemesis.faults.base import FaultContext, FaultFamily, FaultReport
+from nemesis.faults.clock import ClockFaults
+from nemesis.faults.disk import DiskFaults
+from nemesis.faults.membership import MembershipFaults
+from nemesis.faults.packet import PacketFaults
+from nemesis.faults.partition import PartitionFaults
+from nemesis.faults.process import ProcessFaults, sut_pid
+from nemesis.runstate import proc_state
+
+NOOP = "noop"
+
+
+def default_families() -> list[FaultFamily]:
+    return [
+        PartitionFaults(),
+        ProcessFaults("kill"),
+        ProcessFaults("pause"),
+        PacketFaults("delay"),
+        PacketFaults("drop"),
+        PacketFaults("duplicate"),
+        ClockFaults(),
+        DiskFaults(),
+        MembershipFaults(),
+    ]
+
+
+@dataclass
+class ResetReport:
+    healed: list[str] = field(default_factory=list)
+    resumed: list[str] = field(default_factory=list)
+    restarted: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def healthy(self) -> bool:
+        return not self.problems
+
+    def to_json(self) -> dict[str, Any]:
+        return {"healed": self.healed, "resumed": self.resumed, "restarted": self.restarted,
+                "problems": self.problems, "healthy": self.healthy}
+
+
+class Nemesis:
+    def __init__(self, ctx: FaultContext, enabled: list[str] | None = None, families: list[FaultFamily] | None = None) -> None:
+        self.ctx = ctx
+        self.families = {f.family: f for f in (families or default_families())}
+        self.refused: dict[str, str] = {}
+        self.active: list[FaultReport] = []
+        self._labels: list[str] = []
+        explicit = enabled is not None
+        for family, spec in self._expand(enabled):
+            label = f"{family}:{spec}"
+            reason = self._unsupported(family, spec)
+            if reason is None:
+                self._labels.append(label)
+            elif explicit and label in enabled:
+                raise MalloryError(f"fault {label} refused: {reason}")
+            else:
+                self.refused[label] = reason
+
+    def _unsupported(self, family: str, spec: str) -> str | None:
+        try:
+            return self.families[family].unsupported(self.ctx, spec)
+        except MalloryError as exc:
+            return str(exc)
+
+    def _expand(self, enabled: list[str] | None) -> list[tuple[str, str]]:
+        if enabled is None:
+            return [(f.family, s) for f in self.families.values() for s in f.specs]
+        out = []
+        for label in enabled:
+            family, _, spec = label.partition(":")
+            if family == NOOP:
+                continue
+            if family not in self.families:
+                raise MalloryError(f"unknown fault family {family!r} in {label!r} (families: {', '.join(self.families)})")
+            specs = self.families[family].specs
+            if spec and spec not in specs:
+                raise MalloryError(f"unknown spec {spec!r} in {label!r} ({family} specs: {', '.join(specs)})")
+            out += [(family, s) for s in ([spec] if spec else specs) if (family, s) not in out]
+        return out
+
+    # -- what the learner sees -------------------------------------------------------------
+
+    def actions(self) -> list[str]:
+        return [*self._labels, NOOP]
+
+    def enact(self, label: str, rng: random.Random) -> FaultReport:
+        if label == NOOP:
+            return FaultReport(action=NOOP, family=NOOP, spec="", verified=True, healed=True)
+        if label not in self._labels:
+            reason = self.refused.get(label, "not enabled in this campaign")
+            raise MalloryError(f"fault {label}: {reason}")
+        family, _, spec = label.partition(":")
+        report = self.families[family].enact(self.ctx, spec, rng)
+        self.active.append(report)
+        return report
+
+    def heal(self, report: FaultReport) -> None:
+        if report.action == NOOP or report.healed:
+            return
+        self.families[report.family].heal(self.ctx, report)
+        if report in self.active:
+            self.active.remove(report)
+
+    # -- reset -------------------------------------------------------------------------------
+
+    def reset(self) -> ResetReport:
+        ctx = self.ctx
+        out = ResetReport()
+        for report in reversed(list(self.active)):
+            try:
+                self.heal(report)
+                out.healed.append(report.action)
+            except MalloryError as exc:
+                out.problems.append(f"healing {report.action}: {exc}")
+                self.active.remove(report)
+        clock = self.families.get("clock")
+        if isinstance(clock, ClockFaults):
+            clock.stop_strobes()
+        if ctx.controls is not None:
+            ctx.controls.clear_all()
+        if ctx.mediator is not None:
+            try:
+                ctx.mediator.heal()
+            except MalloryError as exc:
+                out.problems.append(str(exc))
+        for node in ctx.nodes:
+            pid = sut_pid(ctx, node)
+            if ctx.adapter.is_running(node):
+                if pid is not None and proc_state(pid) in ("T", "t"):
+                    ctx.adapter.resume(node)
+                    out.resumed.append(node)
+            else:
+                ctx.adapter.start(node)
+                out.restarted.append(node)
+        for node in ctx.nodes:
+            try:
+                ctx.adapter.wait_ready(node, ctx.ready_timeout)
+            except MalloryError as exc:
+                out.problems.append(str(exc))
+        out.problems += self.health_problems()
+        return out
+
+    def health_problems(self) -> list[str]:
+        """What keeps the cluster from being healthy: dead or paused nodes, firewall rules,
+        clock offsets or disk faults still in force."""
+        ctx = self.ctx
+        problems = []
+        for node in ctx.nodes:
+            pid = sut_pid(ctx, node)
+            if not ctx.adapter.is_running(node):
+                problems.append(f"{node} is not running")
+            elif pid is not None and proc_state(pid) in ("T", "t"):
+                problems.append(f"{node} is paused")
+        if ctx.mediator is not None:
+            try:
+                rules = ctx.mediator.rules()
+            except MalloryError as exc:
+                rules = []
+                problems.append(str(exc))
+            if rules:
+                problems.append(f"firewall rules left: {rules}")
+        if ctx.controls is not None:
+            for node in ctx.nodes:
+                if ctx.controls.clock and ctx.controls.clock_offset(node) != 0.0:
+                    problems.append(f"{node}'s clock is still offset")
+                if ctx.controls.disk and ctx.controls.disk_state(node).mode != 0:
+                    problems.append(f"{node}'s disk fault is still on")
+        return problems
+
