@@ -25,7 +25,8 @@
     timeout = 30.0
 
     [client]
-    kind = "redis"                       # a client the harness knows
+    kind = "redis"                       # a client the harness knows: "redis", or "line"
+                                         # (GET/PUT/CAS text lines, mallory/harness/line_client.py)
     port = "client"
     timeout = 2.0
 
@@ -49,7 +50,7 @@ from typing import Any, Mapping
 from mallory.errors import MalloryError
 
 PROBES = ("tcp", "command", "log")
-CLIENT_KINDS = ("redis",)
+CLIENT_KINDS = ("redis", "line")
 PLACEHOLDERS = ("node", "index", "address", "port", "peers", "nodes", "data_dir", "log_dir")
 
 _SECTIONS = {

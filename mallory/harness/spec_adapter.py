@@ -9,6 +9,7 @@ from typing import Sequence
 from mallory.harness import readiness
 from mallory.harness.adapter import ProcessAdapter, UnsupportedOperation
 from mallory.harness.client import Client
+from mallory.harness.line_client import LineClient
 from mallory.harness.redis_client import RedisClient
 from mallory.harness.spec import NodeContext, SutSpec, expand
 from mallory.harness.workload import Workload
@@ -72,8 +73,9 @@ class SpecAdapter(ProcessAdapter):
         if client is None:
             raise UnsupportedOperation(f"{self.name}: the spec ({self.spec.source}) has no [client] section")
         port = self.spec.ports[client.port]
-        # spec validation admits only known kinds; "redis" is the one there is today.
-        return RedisClient(
+        # spec validation admits only known kinds
+        make = LineClient if client.kind == "line" else RedisClient
+        return make(
             self.backend.client_address(node),
             port,
             workload.name,

@@ -1,0 +1,116 @@
+"""A client for line-based key-value SUTs (the example SUT, suts/example), register workload.
+
+One request line, one reply line, over TCP:
+
+    GET k | PUT k v | CAS k old new
+    -> OK [value|nil] | FAIL <why> | ERR not-leader <host or -> | ERR <why> | UNKNOWN <why>
+
+`OK` is an ok (a GET's value parsed as an int where it is one); `FAIL` and `ERR` mean the
+server did not apply the op (a fail); `UNKNOWN` (the server lost track of it, e.g. its
+leader stepped down) and timeouts or lost connections are `info`. A server that is not the
+leader names the leader's host; the client follows that hint, to the same port, a few times
+before it gives up with a fail (nothing was applied on the way).
+"""
+
+from __future__ import annotations
+
+import socket
+from typing import Any, Mapping
+
+from mallory.harness.client import Completion, fail, info, ok
+
+MAX_REDIRECTS = 3
+
+
+class LineClient:
+    def __init__(self, host: str, port: int, workload: str, *, independent: bool = False, timeout: float = 2.0) -> None:
+        if workload != "register":
+            raise ValueError(f"the line client runs the register workload only, not {workload!r}")
+        self.host = host
+        self.port = port
+        self.independent = independent
+        self.timeout = timeout
+        self._target = host
+        self._sock: socket.socket | None = None
+        self._buf = b""
+
+    def open(self) -> None:
+        self._connect(self.host)
+
+    def _connect(self, host: str) -> None:
+        self.close()
+        self._sock = socket.create_connection((host, self.port), timeout=self.timeout)
+        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._target = host
+
+    def close(self) -> None:
+        if self._sock is not None:
+            try:
+                self._sock.close()
+            finally:
+                self._sock = None
+                self._buf = b""
+
+    def invoke(self, op: Mapping[str, Any]) -> Completion:
+        value = op["value"]
+        key, arg = (value[0], value[1]) if self.independent else (0, value)
+        f = op["f"]
+        if f == "read":
+            request = f"GET {key}"
+        elif f == "write":
+            request = f"PUT {key} {arg}"
+        elif f == "cas":
+            request = f"CAS {key} {arg[0]} {arg[1]}"
+        else:
+            return fail(value, "unknown-f", f"register has no op {f!r}")
+        for _ in range(MAX_REDIRECTS + 1):
+            if self._sock is None:
+                return fail(value, "not-connected")
+            try:
+                reply = self._call(request)
+            except socket.timeout:
+                self.close()
+                return info(value, "timeout")
+            except OSError as exc:
+                self.close()
+                return info(value, "connection-lost", str(exc))
+            word, _, rest = reply.partition(" ")
+            if word == "OK":
+                if f != "read":
+                    return ok(value)
+                got = None if rest in ("", "nil") else _int_or_text(rest)
+                return ok([key, got] if self.independent else got)
+            if word == "FAIL":
+                return fail(value, "cas-mismatch" if rest == "mismatch" else "rejected", rest or None)
+            if word == "UNKNOWN":
+                return info(value, "unknown", rest or None)
+            if word == "ERR" and rest.startswith("not-leader"):
+                leader = rest.split()[1] if len(rest.split()) > 1 else "-"
+                if leader == "-" or leader == self._target:
+                    return fail(value, "not-leader")
+                try:
+                    self._connect(leader)
+                except OSError as exc:
+                    self.close()
+                    return fail(value, "not-leader", f"leader {leader} unreachable: {exc}")
+                continue
+            return fail(value, "error", reply)
+        return fail(value, "not-leader", "too many redirects")
+
+    def _call(self, request: str) -> str:
+        assert self._sock is not None
+        self._sock.sendall(request.encode() + b"\n")
+        while b"\n" not in self._buf:
+            chunk = self._sock.recv(4096)
+            if not chunk:
+                raise ConnectionResetError("server closed the connection")
+            self._buf += chunk
+        line, _, self._buf = self._buf.partition(b"\n")
+        return line.decode(errors="replace").strip()
+
+
+def _int_or_text(text: str) -> Any:
+    try:
+        return int(text)
+    except ValueError:
+        return text
