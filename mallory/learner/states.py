@@ -125,6 +125,8 @@ class StateStore:
 
     def signature(self, summary: Iterable[str]) -> np.ndarray:
         """The MinHash signature of a summary: `num_perm` uint32 values."""
+        if isinstance(summary, (str, bytes)):
+            raise MalloryError(f"a summary is a set of tokens, not one {type(summary).__name__}: {summary[:60]!r}")
         tokens = summary if isinstance(summary, (frozenset, set, list, tuple)) else list(summary)
         cache = self._token_hashes
         hashes = [cache.get(token) for token in tokens]
