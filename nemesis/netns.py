@@ -16,7 +16,12 @@ Each node is alone on its own /24 LAN, so every packet between two nodes is forw
 the gateway (its FORWARD hook sees it: that is where the mediator's NFQUEUE sits), and the
 node's own INPUT/OUTPUT hooks see it leave and arrive (where the observer's NFQUEUE sits).
 GSO, TSO, GRO, LRO and tx checksumming are off on every veth, so the packets are the same
-bytes at all three vantage points (same packet id, see mallory/observer/packet.py).
+bytes at all three vantage points (same packet id, see mallory/observer/packet.py). One
+subtlety, measured: TCP on this kernel builds GSO super-packets whatever the device says
+(software GSO), so the sender's OUTPUT hook sees up to 64 KB per skb; NFQUEUE segments
+such an skb before queueing it (we do not set NFQA_CFG_F_GSO) and the stack would segment
+it before the veth anyway, so the observer, the gateway and the receiver all see the same
+MSS-sized segments. (NFLOG does not segment: see mallory/observer/nflog.py.)
 
 For other components the layout is a JSON file, `<state dir>/layout.json`
 (`ClusterLayout.load(run)`): gateway namespace, node namespaces, node addresses, the

@@ -38,8 +38,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help=f"nfqueue: packets pass through the observer (accepted at once); nflog: the kernel sends "
                         f"a copy and never waits (default {DEFAULT_MODE})")
     parser.add_argument("--queue", type=int, default=0, help="NFQUEUE number / NFLOG group in the node's namespace (default 0)")
-    parser.add_argument("--queue-maxlen", type=int, default=4096,
-                        help="NFQUEUE length; beyond it packets pass unobserved (fail-open) (default 4096)")
+    parser.add_argument("--queue-maxlen", type=int, default=16384,
+                        help="NFQUEUE length; beyond it packets pass unobserved (fail-open) (default 16384)")
     parser.add_argument("--interval", type=float, default=0.1, help="batch interval in seconds (default 0.1)")
     parser.add_argument("--buffer-events", type=int, default=1_000_000, help="events buffered while the mediator is away (default 1e6)")
     parser.add_argument("--no-packets", action="store_true", help="do not capture packets (shm ring only)")

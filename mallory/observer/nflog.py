@@ -11,7 +11,11 @@ payload bytes).
 The price (bench/bench_cluster_overhead.py): the observer is not in the data path, so
 nothing slows the SUT down to the observer's pace; under bulk traffic it loses copies
 (counted), and a receiver's copy may be read before the sender's (no causal stamp order).
-That is why NFQUEUE is the observer's default and NFLOG an option for low-overhead runs.
+Worse for bulk TCP: the sender's OUTPUT hook sees software-GSO super-packets (up to 64 KB,
+split into wire segments only later, at transmit), and NFLOG logs each once, so the
+sender's SEND events do not match the segments the gateway and the receiver see (NFQUEUE
+segments GSO packets before queueing them). That is why NFQUEUE is the observer's default
+and NFLOG an option for low-overhead runs of SUTs that exchange small messages.
 
 Pure Python over a NETLINK_NETFILTER socket (nfnetlink_log's message format, see
 linux/netfilter/nfnetlink_log.h); no library. The instance is configured with

@@ -14,7 +14,10 @@ every packet id <= the last one read). The kernel numbers the packets it hands t
 socket consecutively, so a gap between two ids we read counts packets it let through after
 failing to deliver them to us (socket overrun, fail-open): they are reported as `lost`.
 Packets let through because the queue itself was full get no id and cannot be counted; the
-queue is long (maxlen) and drained in batches, so that takes a stalled observer.
+queue is long (maxlen, 16384 from `mallory observe`) and drained in batches, so that takes
+a stalled observer. The flip side of a long queue: a STOPPED (SIGSTOP) observer holds up
+to maxlen packets before fail-open lets the rest by, which a low-rate SUT feels as a stall
+(a dead observer is no problem: --queue-bypass).
 """
 
 from __future__ import annotations
