@@ -68,3 +68,25 @@ def test_observer_rules_queue_only_peer_tcp_udp_with_bypass():
     assert all("--queue-num 3 --queue-bypass" in r for r in rules)
     assert sum("-d 10.1.2.2" in r for r in rules) == 2 and sum("-s 10.1.3.2" in r for r in rules) == 2
     assert "-I INPUT 1 -j MALLORY-OBS-IN" in script and "-I OUTPUT 1 -j MALLORY-OBS-OUT" in script
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["cluster", "up", "--nodes", "3", "--name", "Bad Name"], "run name 'Bad Name'"),
+        (["cluster", "up", "--nodes", "0", "--name", "ok"], "--nodes 0"),
+        (["cluster", "down", "no-such-run-xyz"], "no run named 'no-such-run-xyz'"),
+        (["observe", "--node", "n1"], "no mediator address"),
+        (["observe"], "no node name"),
+    ],
+)
+def test_cli_rejects_bad_input_with_a_message_and_no_traceback(argv, message, capsys, monkeypatch, tmp_path):
+    from mallory.cli import main
+
+    monkeypatch.setenv("MALLORY_STATE_DIR", str(tmp_path))
+    monkeypatch.delenv("MALLORY_NODE", raising=False)
+    monkeypatch.delenv("MALLORY_SHM", raising=False)
+    assert main(argv) == 65
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+    assert not list(tmp_path.iterdir()) or [p.name for p in tmp_path.iterdir()] == [".lock"]
