@@ -67,7 +67,7 @@ class Nemesis(Protocol):
 
 
 @dataclass
-class Finding:
+class BugEvidence:
     """A bug found by a check: the signature deduplicates, the report explains."""
 
     signature: str
@@ -76,7 +76,13 @@ class Finding:
 
 
 class Checker(Protocol):
-    def check_schedule(self, index: int, record: dict[str, Any]) -> list[Finding]: ...
+    def begin_schedule(self, index: int) -> None:
+        """The schedule starts (e.g. start its workload, mark where logs end)."""
+        ...
+
+    def check_schedule(self, index: int, record: dict[str, Any]) -> list[BugEvidence]:
+        """The schedule ended and the cluster was reset: what did it find?"""
+        ...
 
 
 class Sleeper(Protocol):
@@ -203,6 +209,8 @@ class Campaign:
         rng = random.Random(seed)
         window_ns = int(cfg.window_s * 1e9)
         record: dict[str, Any] = {"index": index, "seed": seed, "started_ns": self.source.now_ns(), "steps": []}
+        if self.checker is not None:
+            self.checker.begin_schedule(index)
 
         # Orient: where does the schedule start from?
         end = self.source.now_ns()

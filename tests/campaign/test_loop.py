@@ -14,7 +14,7 @@ import orjson
 import pytest
 
 from mallory.learner.learner import Learner
-from mallory.mediator.campaign import HEAL, NOOP, Campaign, Finding, LoopConfig, Window, schedule_seed
+from mallory.mediator.campaign import HEAL, NOOP, Campaign, BugEvidence, LoopConfig, Window, schedule_seed
 from mallory.mediator.campaign_dir import PLOT_COLUMNS, CampaignDir
 
 
@@ -148,9 +148,12 @@ def test_late_feedback_is_recorded_late_and_teaches_nothing(tmp_path):
 class FakeChecker:
     """Flags the same bug whenever a schedule enacted `novel` at least twice."""
 
+    def begin_schedule(self, index):
+        pass
+
     def check_schedule(self, index, record):
         if sum(s["action"] == "novel" for s in record["steps"]) >= 2:
-            return [Finding("log:two-leaders", {"explanation": "two leaders in term 3", "time": index})]
+            return [BugEvidence("log:two-leaders", {"explanation": "two leaders in term 3", "time": index})]
         return []
 
 

@@ -1,0 +1,187 @@
+"""`mallory fuzz`: a campaign against a real cluster, choosing each fault from what it sees.
+
+    mallory fuzz --sut SPEC --nodes 3 --duration 1h --policy qlearning --out DIR --seed 1
+    mallory fuzz --resume DIR [--duration 2h]
+
+Brings up a network-namespace cluster with the mediator as gateway and an observer per
+node, starts the SUT through its adapter (clock and disk fault controls preloaded), runs the
+workload during every schedule, and lets the campaign loop pick faults. Ctrl-C (or SIGTERM)
+ends the campaign after the current step, resets the cluster and removes it; after a kill -9,
+`mallory cleanup` removes what is left and `--resume DIR` continues from the checkpoint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import secrets
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+from mallory import __version__
+from mallory.errors import MalloryError
+from mallory.harness.adapter import SutAdapter
+from mallory.harness.runner import RunConfig
+from mallory.harness.session import start_all, teardown_all
+from mallory.harness.workload import WORKLOADS, make_workload
+from mallory.learner.learner import Learner
+from mallory.learner.policies import POLICIES
+from mallory.mediator.campaign import Campaign, LoopConfig
+from mallory.mediator.campaign_dir import CampaignDir
+from mallory.mediator.client import TimelineWindows
+from mallory.mediator.schedule_checks import ScheduleChecks
+from mallory.mediator.stack import ObservedCluster
+from mallory.mediator.status import StatusScreen
+from mallory.timeline.abstraction import ABSTRACTIONS
+
+NAME = "fuzz"
+HELP = "run a fuzz campaign against a real cluster (learns which fault to inject next)"
+
+BUILTIN_SUTS = ("redis-replication",)
+
+
+def parse_duration(text: str) -> float:
+    """'90s', '30m', '1.5h', '24h', '2d' or plain seconds."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*", text)
+    if not m:
+        raise MalloryError(f"duration {text!r}: use e.g. 90s, 30m, 1.5h, 24h")
+    return float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--sut", help=f"a TOML SUT spec, or a built-in: {', '.join(BUILTIN_SUTS)}")
+    parser.add_argument("--nodes", type=int, default=3, help="cluster size (default 3)")
+    parser.add_argument("--duration", default=None, help="campaign time, e.g. 5m, 1h, 24h (default 1h)")
+    parser.add_argument("--schedules", type=int, default=None, help="stop after this many schedules")
+    parser.add_argument("--policy", choices=sorted(POLICIES), default="qlearning")
+    parser.add_argument("--reward", default="paper", help="reward: paper (-1 seen, 0 new) or novelty")
+    parser.add_argument("--temperature", type=float, default=None, help="qlearning softmax temperature")
+    parser.add_argument("--out", type=Path, help="campaign directory (new)")
+    parser.add_argument("--resume", type=Path, metavar="DIR", help="continue the campaign in DIR")
+    parser.add_argument("--seed", type=int, default=0, help="root seed (each schedule's seed derives from it)")
+    parser.add_argument("--faults", default=None, help="comma-separated families or labels (default: all a SUT can take)")
+    parser.add_argument("--workload", choices=WORKLOADS + ("none",), default="list-append")
+    parser.add_argument("--concurrency", type=int, default=5)
+    parser.add_argument("--rate", type=float, default=50.0, help="client ops/s over all workers (default 50)")
+    parser.add_argument("--steps", type=int, default=12, help="steps per schedule (default 12)")
+    parser.add_argument("--window", type=float, default=2.5, help="seconds per step (default 2.5)")
+    parser.add_argument("--reset", type=float, default=5.0, help="seconds of reset after a schedule (default 5)")
+    parser.add_argument("--abstraction", choices=sorted(ABSTRACTIONS), default="event-history")
+    parser.add_argument("--threshold", type=float, default=0.7, help="state similarity threshold (default 0.7)")
+    parser.add_argument("--port", type=int, default=6379, help="client port of a built-in SUT")
+    parser.add_argument("--plain", action="store_true", help="log lines instead of the status screen")
+
+
+def _config(args: argparse.Namespace) -> dict[str, Any]:
+    """The campaign's full configuration, as campaign.json keeps it."""
+    if not args.sut:
+        raise MalloryError("--sut is required for a new campaign")
+    if args.nodes < 1:
+        raise MalloryError("--nodes must be at least 1")
+    sut = args.sut if args.sut in BUILTIN_SUTS else str(Path(args.sut).resolve())
+    return {
+        "version": __version__,
+        "command": sys.argv,
+        "sut": sut,
+        "port": args.port,
+        "nodes": args.nodes,
+        "policy": args.policy,
+        "reward": args.reward,
+        "temperature": args.temperature,
+        "seed": args.seed,
+        "faults": args.faults.split(",") if args.faults else None,
+        "workload": args.workload,
+        "concurrency": args.concurrency,
+        "rate": args.rate,
+        "steps": args.steps,
+        "window_s": args.window,
+        "reset_s": args.reset,
+        "abstraction": args.abstraction,
+        "threshold": args.threshold,
+    }
+
+
+def _adapter(config: dict[str, Any], backend) -> SutAdapter:
+    from mallory.harness.redis_sut import RedisReplicationAdapter
+    from mallory.harness.spec import load_spec
+    from mallory.harness.spec_adapter import SpecAdapter
+
+    if config["sut"] == "redis-replication":
+        return RedisReplicationAdapter(backend, port=config["port"])
+    return SpecAdapter(load_spec(config["sut"]), backend)
+
+
+def _learner(directory: CampaignDir, config: dict[str, Any]) -> Learner:
+    saved = directory.load_learner()
+    if saved is not None:
+        return Learner.from_checkpoint(saved)
+    params = {"temperature": config["temperature"]} if config.get("temperature") is not None else {}
+    return Learner.create(policy=config["policy"], reward=config["reward"], seed=config["seed"],
+                          threshold=config["threshold"], policy_params=params)
+
+
+def run(args: argparse.Namespace) -> int:
+    if bool(args.out) == bool(args.resume):
+        raise MalloryError("give either --out DIR (a new campaign) or --resume DIR")
+    if args.resume:
+        directory = CampaignDir(args.resume)
+        config = directory.config()
+    else:
+        config = _config(args)
+        directory = CampaignDir(args.out)
+        directory.create(config)
+    duration = parse_duration(args.duration) if args.duration else (None if args.schedules else 3600.0)
+
+    from nemesis.faults.base import FaultContext
+    from nemesis.faults.controls import NodeControls, attach
+    from nemesis.nemesis import Nemesis
+
+    stopping = threading.Event()
+
+    def on_signal(signum: int, frame: object) -> None:
+        if stopping.is_set():
+            raise KeyboardInterrupt
+        stopping.set()
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    run_name = "fz" + secrets.token_hex(3)
+    screen = StatusScreen(f"{config['sut']} x{config['nodes']} ({config['policy']})", plain=args.plain or None)
+    checks = adapter = None
+    stack = ObservedCluster(run_name, config["nodes"], record_dir=directory.root / "events")
+    try:
+        backend = stack.cluster
+        adapter = _adapter(config, backend)
+        controls = NodeControls(backend.record, list(backend.nodes)).prepare()
+        attach(adapter, controls)
+        start_all(adapter)
+        ctx = FaultContext(backend=backend, adapter=adapter, mediator=stack.client, controls=controls)
+        nemesis = Nemesis(ctx, config["faults"])
+        workload = None if config["workload"] == "none" else make_workload(config["workload"])
+        run_config = RunConfig(concurrency=config["concurrency"], rate=config["rate"], seed=config["seed"])
+        checks = ScheduleChecks(adapter, directory, workload, run_config)
+        learner = _learner(directory, config)
+        loop = LoopConfig(steps=config["steps"], window_s=config["window_s"], reset_s=config["reset_s"], seed=config["seed"])
+        campaign = Campaign(
+            directory, learner, TimelineWindows(stack.client, config["abstraction"]), nemesis, loop,
+            checker=checks, on_update=screen.update,
+        )
+        progress = campaign.run(schedules=args.schedules, duration_s=duration, stop=stopping.is_set)
+    finally:
+        if checks is not None:
+            checks.close()
+        if adapter is not None:
+            teardown_all(adapter)
+        stack.close()
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    print(
+        f"campaign {directory.root}: {progress.schedules_done} schedules, {progress.steps_done} steps, "
+        f"{progress.states} distinct states, {progress.bugs} bugs "
+        f"({len(directory.known_bugs())} bundles in {directory.root / 'bugs'})"
+    )
+    for bug in sorted(directory.known_bugs()):
+        print(f"  bug {bug}: {directory.root / 'bugs' / bug}")
+    return 0

@@ -1,0 +1,163 @@
+"""What runs around each schedule of a live campaign: the workload, and the checks after it.
+
+At a schedule's start, `ScheduleChecks` notes where every node's logs end and starts the
+client workload in the background, recording `runs/NNNNNN/history.edn` (+ `.jsonl`). At its
+end it stops the workload, checks the history (the checker is inferred from the workload:
+linearizability for registers, Elle-style for transactions), scans the log lines the
+schedule added for the log patterns and AddressSanitizer reports, and notices processes
+that died by an unexpected signal. Every finding becomes `BugEvidence` with its signature;
+the campaign turns those into bundles (one per signature).
+"""
+
+from __future__ import annotations
+
+import shutil
+import threading
+from pathlib import Path
+from typing import Any
+
+from mallory.harness.adapter import SutAdapter
+from mallory.harness.history import HistoryRecorder
+from mallory.harness.runner import RunConfig, WorkloadRunner
+from mallory.harness.session import client_node_for
+from mallory.harness.workload import Workload
+from mallory.mediator.campaign import BugEvidence
+from mallory.mediator.campaign_dir import CampaignDir
+from mallory.oracles.asan import parse_asan
+from mallory.oracles.check import CheckOptions, check_history
+from mallory.oracles.history import read_history
+from mallory.oracles.logs import DEFAULT_PATTERNS, LogPattern, death_finding, scan_log
+from mallory.oracles.triage import Finding, findings_from_result
+
+#: the longest run a schedule's workload may have; the campaign stops it at the schedule end
+_FOREVER_S = 24 * 3600.0
+
+
+class ScheduleChecks:
+    def __init__(
+        self,
+        adapter: SutAdapter,
+        directory: CampaignDir,
+        workload: Workload | None,
+        run_config: RunConfig,
+        *,
+        patterns: tuple[LogPattern, ...] = DEFAULT_PATTERNS,
+        check_time_limit: float = 60.0,
+    ) -> None:
+        self.adapter = adapter
+        self.dir = directory
+        self.workload = workload
+        self.run_config = run_config
+        self.patterns = patterns
+        self.check_time_limit = check_time_limit
+        self.recorder: HistoryRecorder | None = None
+        self._runner: WorkloadRunner | None = None
+        self._thread: threading.Thread | None = None
+        self._offsets: dict[Path, int] = {}
+
+    # -- around a schedule ---------------------------------------------------------------
+
+    def begin_schedule(self, index: int) -> None:
+        self._offsets = {p: p.stat().st_size if p.exists() else 0 for p in self._log_paths()}
+        if self.workload is None:
+            return
+        run_dir = self.dir.run_dir(index)
+        self.recorder = HistoryRecorder.to_dir(run_dir)
+        node_for = client_node_for(self.adapter)
+        config = RunConfig(
+            concurrency=self.run_config.concurrency,
+            time_limit=_FOREVER_S,
+            rate=self.run_config.rate,
+            seed=self.run_config.seed + index,
+        )
+        workload = self.workload
+        self._runner = WorkloadRunner(workload, lambda w: self.adapter.client(node_for(w), workload), self.recorder, config)
+        self._thread = threading.Thread(target=self._runner.run, name=f"workload-{index}", daemon=True)
+        self._thread.start()
+
+    def nemesis_op(self, f: str, value: Any = None) -> None:
+        """Record a fault in the schedule's history as Jepsen does (a :nemesis :info op)."""
+        if self.recorder is not None:
+            self.recorder.nemesis(f, value)
+
+    def check_schedule(self, index: int, record: dict[str, Any]) -> list[BugEvidence]:
+        findings: list[Finding] = []
+        run_dir = self.dir.run_dir(index)
+        if self._runner is not None:
+            self._runner.stop()
+            self._thread.join(30)
+            self.recorder.close()
+            self._runner = self._thread = self.recorder = None
+            findings += self._check_history(run_dir / "history.edn", record)
+        logs_dir = run_dir / "logs"
+        for path, start in self._offsets.items():
+            text = self._read_from(path, start)
+            node = self._node_of(path)
+            if text:
+                logs_dir.mkdir(exist_ok=True)
+                (logs_dir / f"{node}-{path.name}").write_text(text)
+            findings += scan_log(text.splitlines(), node, self.patterns)
+            findings += parse_asan(text, node)
+        for node in self.adapter.backend.nodes:
+            proc = getattr(self.adapter, "process", lambda n: None)(node)
+            if proc is not None and not self.adapter.backend.is_running(proc):
+                status = self.adapter.backend.wait(proc, 0)
+                death = death_finding(status, node)
+                if death is not None:
+                    findings.append(death)
+        record["checks"] = {"findings": len(findings), "run_dir": str(run_dir)}
+        return [self._evidence(f, index, run_dir) for f in findings]
+
+    # -- pieces ----------------------------------------------------------------------------
+
+    def _check_history(self, path: Path, record: dict[str, Any]) -> list[Finding]:
+        if not path.exists() or path.stat().st_size == 0:
+            return []
+        fmt, ops = read_history(path)
+        result = check_history(ops, fmt, CheckOptions(time_limit=self.check_time_limit), str(path))
+        record["history"] = {"valid": result.valid, "checker": result.checker, "anomalies": result.anomaly_types}
+        return findings_from_result(result)
+
+    def _log_paths(self) -> list[Path]:
+        return [p for node in self.adapter.backend.nodes for p in self.adapter.log_paths(node)]
+
+    def _node_of(self, path: Path) -> str:
+        for node in self.adapter.backend.nodes:
+            if path in self.adapter.log_paths(node):
+                return node
+        return "?"
+
+    @staticmethod
+    def _read_from(path: Path, start: int) -> str:
+        if not path.exists():
+            return ""
+        with open(path, "rb") as f:
+            size = f.seek(0, 2)
+            f.seek(start if start <= size else 0)  # a truncated (rotated) log starts over
+            return f.read().decode("utf-8", errors="replace")
+
+    def _evidence(self, finding: Finding, index: int, run_dir: Path) -> BugEvidence:
+        report = {
+            "oracle": finding.oracle,
+            "kind": finding.kind,
+            "message": finding.message,
+            "node": finding.node,
+            "details": finding.details,
+            "schedule": index,
+            "time": index,
+        }
+        return BugEvidence(finding.signature, report, [run_dir])
+
+    def close(self) -> None:
+        if self._runner is not None:
+            self._runner.stop()
+            self._thread.join(30)
+            self.recorder.close()
+            self._runner = self._thread = self.recorder = None
+
+
+def copy_into(paths: list[Path], target: Path) -> None:
+    target.mkdir(parents=True, exist_ok=True)
+    for p in paths:
+        if p.exists():
+            shutil.copy2(p, target / p.name)

@@ -1,0 +1,87 @@
+"""An observed cluster: a netns run with the mediator in its gateway and an observer per node.
+
+The order matters and is the paper's: the mediator first (observers dial it), then the
+observers (they must see the SUT's first packet and create its shm ring), then the SUT,
+which the caller starts through its adapter. `close()` undoes it all in reverse; the run
+registry (nemesis/runstate.py) covers a kill -9 of the controller, through `mallory cleanup`.
+"""
+
+from __future__ import annotations
+
+import secrets
+import signal
+import sys
+import time
+from pathlib import Path
+
+from mallory.commands.mediator import DEFAULT_API_PORT
+from mallory.errors import MalloryError
+from mallory.mediator.client import MediatorClient
+from nemesis.backend import NodeProcess
+from nemesis.netns import NetnsCluster
+
+
+def _wait(condition, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.05)
+    raise MalloryError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+class ObservedCluster:
+    def __init__(self, run: str, nodes: int, record_dir: Path | None = None, skew_ms: float = 100.0) -> None:
+        self.token = secrets.token_hex(16)
+        self.cluster = NetnsCluster.up(run, nodes)
+        self.mediator_proc: NodeProcess | None = None
+        self.observers: list[NodeProcess] = []
+        try:
+            self._start_mediator(record_dir, skew_ms)
+            self._start_observers()
+        except BaseException:
+            self.close()
+            raise
+        self.client = MediatorClient(self.cluster.layout.gateway_control_address, DEFAULT_API_PORT, self.token)
+
+    def _start_mediator(self, record_dir: Path | None, skew_ms: float) -> None:
+        ready = self.cluster.data_dir("gw") / "mediator.ready"
+        ready.unlink(missing_ok=True)
+        argv = [sys.executable, "-m", "mallory.cli", "mediator", "--run", self.cluster.run,
+                "--token", self.token, "--ready-file", str(ready), "--skew-ms", str(skew_ms)]
+        if record_dir is not None:
+            argv += ["--record", str(record_dir)]
+        self.mediator_proc = self.cluster.spawn("gw", argv, name="mediator")
+        _wait(lambda: ready.exists() or not self.cluster.is_running(self.mediator_proc), 30, "the mediator")
+        if not ready.exists():
+            raise MalloryError(f"the mediator did not start; see {self.mediator_proc.log_path}")
+
+    def _start_observers(self) -> None:
+        for node in self.cluster.nodes:
+            self.observers.append(
+                self.cluster.spawn(node, [sys.executable, "-m", "mallory.cli", "observe", "--run", self.cluster.run],
+                                   name="observer")
+            )
+        client = MediatorClient(self.cluster.layout.gateway_control_address, DEFAULT_API_PORT, self.token)
+
+        def all_reporting() -> bool:
+            nodes = client.metrics()["ingest"]["nodes"]
+            return all(nodes.get(n, {}).get("batches", 0) > 0 for n in self.cluster.nodes)
+
+        _wait(all_reporting, 30, "batches from every observer")
+
+    def close(self) -> None:
+        for proc in [*self.observers, *([self.mediator_proc] if self.mediator_proc else [])]:
+            if self.cluster.is_running(proc):
+                self.cluster.signal(proc, signal.SIGTERM)
+        for proc in [*self.observers, *([self.mediator_proc] if self.mediator_proc else [])]:
+            if self.cluster.wait(proc, 10) is None:
+                self.cluster.signal(proc, signal.SIGKILL)
+                self.cluster.wait(proc, 5)
+        self.cluster.down()
+
+    def __enter__(self) -> ObservedCluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
