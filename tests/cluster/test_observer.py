@@ -333,3 +333,36 @@ def test_observer_drains_the_nodes_shm_ring(make_cluster):
     assert got == written
     assert sum(b.lost for b in sink.of("n1")) == 0
     assert not [e for b in sink.of("n2") for e in b.events]  # n2's ring stayed empty
+
+
+def test_observer_buffer_is_bounded_and_counts_what_it_drops(make_cluster):
+    """With the mediator away, an observer keeps at most --buffer-events events; the ones
+    it had to drop arrive as `lost` once the mediator is back."""
+    cluster = make_cluster(2, "bf")
+    port = BATCH_PORT + 6
+    mediator = f"{cluster.layout.host_address}:{port}"
+    observers = [
+        cluster.spawn(node, [sys.executable, "-m", "mallory.cli", "observe", "--run", cluster.run,
+                             "--mediator", mediator, "--buffer-events", "4"], name="observer")
+        for node in cluster.nodes
+    ]
+    _wait(lambda: all("MALLORY-OBS-IN" in cluster.exec(n, ["iptables-save"]).stdout for n in cluster.nodes), 10,
+          "the observers' rules")
+    cluster.spawn("n2", [sys.executable, "-c", ECHO, "9000", "3"], name="echo")
+    _wait_listening(cluster, "n2", 9000)
+    for _ in range(3):
+        assert _echo_ok(cluster, "n1", "n2", 9000)  # 3 exchanges: well over 4 events a node
+    time.sleep(0.3)
+    sink = CollectingSink()
+    server = BatchServer(cluster.layout.host_address, port, sink).start()
+    try:
+        _wait(lambda: all(sum(b.lost for b in sink.of(n)) > 0 for n in cluster.nodes), 10, "lost counts")
+        _stop(cluster, observers)
+    finally:
+        server.close()
+    for node in cluster.nodes:
+        batches = sink.of(node)
+        kept = sum(len(b.events) for b in batches)
+        lost = sum(b.lost for b in batches)
+        assert kept <= 4
+        assert kept + lost >= 3 * 7  # an echo exchange is >= 7 segments through each node
