@@ -87,4 +87,4 @@ def check_history(ops: list[Op], fmt: str = "edn", opts: CheckOptions | None = N
         return check_elle(ops, checker, elle_opts, source)
     flavor = "etcd" if fmt == "porcupine-etcd" else "knossos"
     model = make_model(checker, opts.initial, flavor)
-    return check_linearizable(ops, model, opts.time_limit, opts.max_states, source)
+    return check_linearizable(ops, model, time_limit=opts.time_limit, max_states=opts.max_states, source=source)

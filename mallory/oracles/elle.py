@@ -113,26 +113,36 @@ def _op_ref(txn: Txn) -> dict[str, Any]:
     return {"index": op.index, "process": op.process, "type": txn.status, "line": op.line}
 
 
-def _prepare(history: list[Op], kind: str, source: str) -> tuple[list[Txn], list[Call]]:
+def _prepare(history: list[Op], kind: str, source: str) -> tuple[list[Txn], list[Txn]]:
+    """(ok/info transactions, failed transactions), micro-ops checked and made hashable."""
     reads = ("r",)
     writes = ("append",) if kind == "list-append" else ("w",)
     calls = pair_calls(history, source=source)
     txns: list[Txn] = []
-    failed: list[Call] = []
+    failed: list[Txn] = []
     for call in calls:
         value = call.value if call.status == "ok" else call.invoke.value
         where = call.invoke.line if call.invoke.line is not None else f"op {call.invoke.index}"
         if not isinstance(value, list):
             raise MalloryError(f"{source}:{where}: a {kind} transaction must be a list of micro-ops, got {value!r}")
+        mops = []
         for mop in value:
             if not (isinstance(mop, list) and len(mop) == 3 and mop[0] in reads + writes):
                 raise MalloryError(
                     f"{source}:{where}: bad {kind} micro-op {mop!r}; expected [{'|'.join(reads + writes)} key value]"
                 )
+            f, k, v = mop
+            if f == "r" and kind == "list-append" and call.status == "ok":
+                if v is not None and not isinstance(v, (list, tuple)):
+                    raise MalloryError(f"{source}:{where}: a list-append read must return a list, got {v!r}")
+                v = None if v is None else [_hashable(e) for e in v]
+            else:
+                v = _hashable(v)
+            mops.append([f, _hashable(k), v])
         if call.status == "fail":
-            failed.append(call)
+            failed.append(Txn(-1, call, "fail", mops))
         else:
-            txns.append(Txn(len(txns), call, call.status, value))
+            txns.append(Txn(len(txns), call, call.status, mops))
     return txns, failed
 
 
@@ -192,7 +202,7 @@ class _Analysis:
 
 
 class ListAppendAnalysis(_Analysis):
-    def __init__(self, txns: list[Txn], failed: list[Call], found: Found) -> None:
+    def __init__(self, txns: list[Txn], failed: list[Txn], found: Found) -> None:
         self.txns = txns
         self.writer: dict[Hashable, dict[Any, int]] = defaultdict(dict)
         self.failed_writer: dict[Hashable, dict[Any, Call]] = defaultdict(dict)
@@ -203,10 +213,10 @@ class ListAppendAnalysis(_Analysis):
         self.unobserved: dict[Hashable, list[Any]] = {}
         self.incompatible: set[tuple[int, Hashable]] = set()
         self.found = found
-        for call in failed:
-            for f, k, v in call.invoke.value:
+        for ft in failed:
+            for f, k, v in ft.mops:
                 if f == "append":
-                    self.failed_writer[k][v] = call
+                    self.failed_writer[k][v] = ft.call
         for t in txns:
             self._scan(t)
         self._versions()
@@ -456,13 +466,17 @@ class ListAppendAnalysis(_Analysis):
 
 
 def _hashable(v: Any) -> Any:
-    if isinstance(v, list):
+    if isinstance(v, (list, tuple)):
         return tuple(_hashable(x) for x in v)
+    if isinstance(v, dict):
+        return tuple(sorted(((_hashable(k), _hashable(x)) for k, x in v.items()), key=repr))
+    if isinstance(v, (set, frozenset)):
+        return frozenset(_hashable(x) for x in v)
     return v
 
 
 class RwRegisterAnalysis(_Analysis):
-    def __init__(self, txns: list[Txn], failed: list[Call], found: Found, opts: ElleOptions) -> None:
+    def __init__(self, txns: list[Txn], failed: list[Txn], found: Found, opts: ElleOptions) -> None:
         self.txns = txns
         self.found = found
         self.writer: dict[Hashable, dict[Any, int]] = defaultdict(dict)
@@ -472,10 +486,10 @@ class RwRegisterAnalysis(_Analysis):
         self.ext_writes: list[dict[Hashable, Any]] = []
         self.readers: dict[Hashable, dict[Any, list[int]]] = defaultdict(lambda: defaultdict(list))
         self.version_edges: dict[Hashable, dict[Any, set[Any]]] = defaultdict(lambda: defaultdict(set))
-        for call in failed:
-            for f, k, v in call.invoke.value:
+        for ft in failed:
+            for f, k, v in ft.mops:
                 if f == "w":
-                    self.failed_writer[k][_hashable(v)] = call
+                    self.failed_writer[k][v] = ft.call
         for t in txns:
             self._scan(t)
         for t in txns:
@@ -560,7 +574,7 @@ class RwRegisterAnalysis(_Analysis):
                 for w in ws:
                     vg.add(ids[v], ids[w], WW)
             for comp in strongly_connected(vg, WW):
-                cyc = sorted(values[i] for i in comp)
+                cyc = sorted((values[i] for i in comp), key=repr)
                 self.found.add("cyclic-versions", {
                     "key": _k(k), "values": _mop_text(list(cyc)),
                     "text": f"the version order of {_k(k)} is cyclic over {_mop_text(list(cyc))}"})

@@ -54,8 +54,13 @@ def _where(call: Call) -> str:
 
 
 def _freeze(value: Any) -> Any:
-    if isinstance(value, list):
+    """A hashable stand-in for a value: states are memoised in a set."""
+    if isinstance(value, (list, tuple)):
         return tuple(_freeze(v) for v in value)
+    if isinstance(value, dict):
+        return tuple(sorted(((_freeze(k), _freeze(v)) for k, v in value.items()), key=repr))
+    if isinstance(value, (set, frozenset)):
+        return frozenset(_freeze(v) for v in value)
     return value
 
 
@@ -188,6 +193,8 @@ class KV(Model):
     initial = ""
 
     def __init__(self, initial: Any = "") -> None:
+        if not isinstance(initial, str):
+            raise ModelError(f"the kv model's initial value must be a string, got {initial!r}")
         self.initial = initial
 
     def to_lin_op(self, call: Call, i: int) -> LinOp | None:
@@ -203,10 +210,12 @@ class KV(Model):
                 return None
             done = call.done.value if call.done is not None else None
             out = done[1] if isinstance(done, list) and len(done) == 2 else done
-            return LinOp(i, call.start, call.end, ("get",), out, call, key)
+            return LinOp(i, call.start, call.end, ("get",), _freeze(out), call, key)
         if f in ("put", "append"):
+            if not isinstance(v[1], str):
+                raise ModelError(f"{_where(call)}: the kv model stores strings, got {v[1]!r}")
             ret = call.end if call.status == "ok" else INF
-            return LinOp(i, call.start, ret, (str(f), v[1]), None, call, key)
+            return LinOp(i, call.start, ret, (str(f), _freeze(v[1])), None, call, key)
         raise ModelError(f"{_where(call)}: the kv model has no operation {f!r}")
 
     def step(self, state: Any, inp: Any, out: Any) -> tuple[bool, Any]:
