@@ -47,6 +47,29 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ring-capacity", type=int, default=1 << 20, help="ring slots, a power of two (default 1Mi)")
 
 
+def _open_ring(name: str, capacity: int, node: str):
+    """The node's shm ring, read from where the last reader stopped.
+
+    The observer starts before the SUT and creates the ring the SUT's runtime opens
+    (llvm-pass/RING.md). A restarted observer finds the ring its predecessor created, which
+    a running SUT still writes to: it attaches to it and resumes at the cursor the previous
+    reader published in the header, so nothing is read twice or skipped. The run's cleanup
+    unlinks the ring: the SUT may outlive any observer.
+    """
+    from mallory.observer.ring import RingReader, create_ring, shm_path
+
+    if os.path.exists(shm_path(name)):
+        try:
+            reader = RingReader(name, node=node)
+        except MalloryError:
+            pass  # not a ring of ours (or a torn one): replace it below
+        else:
+            reader.cursor = min(reader.published[0], reader.write_counter)
+            return reader
+    create_ring(name, capacity, exist_ok=True)
+    return RingReader(name, node=node)
+
+
 def run(args: argparse.Namespace) -> int:
     if not args.node:
         raise MalloryError("observe: no node name (give --node or set MALLORY_NODE)")
@@ -72,15 +95,7 @@ def run(args: argparse.Namespace) -> int:
         # Bind first, then add the rules: no packet is ever queued to an unbound queue.
         queue = NfLog(args.queue) if args.mode == "nflog" else NfQueue(args.queue, maxlen=args.queue_maxlen)
         iptables.install(args.queue, peers, args.mode)
-    reader = None
-    if args.shm:
-        # The observer starts before the SUT and creates the ring the SUT's runtime opens
-        # (llvm-pass/RING.md); a stale ring of an earlier observer is replaced. The run's
-        # cleanup unlinks it: the SUT may outlive this process and still write to it.
-        from mallory.observer.ring import RingReader, create_ring
-
-        create_ring(args.shm, args.ring_capacity, exist_ok=True)
-        reader = RingReader(args.shm, node=args.node)
+    reader = _open_ring(args.shm, args.ring_capacity, args.node) if args.shm else None
     sender = BatchSender(clock_pair(args.node), mediator, capacity_events=args.buffer_events).start()
     observer = Observer(
         args.node,
@@ -88,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
         sender,
         interval=args.interval,
         ring=reader,
-        ring_lost=(lambda: reader.lost_total + reader.writer_drops) if reader else None,
+        ring_lost=(lambda: reader.lost_total) if reader else None,
     )
     print(
         f"observe {args.node}: {args.mode} {args.queue} peers {','.join(peers)} ring {args.shm or '-'} "

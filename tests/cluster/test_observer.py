@@ -313,6 +313,35 @@ def _write_ring(name: str, events: list[tuple[int, int, int]]) -> None:
     mm.close()
 
 
+def test_restarted_observer_resumes_the_ring_where_its_predecessor_stopped(make_cluster):
+    cluster = make_cluster(1, "rr")
+    port = BATCH_PORT + 7
+    sink = CollectingSink()
+    server = BatchServer(cluster.layout.host_address, port, sink).start()
+    mediator = f"{cluster.layout.host_address}:{port}"
+    argv = [sys.executable, "-m", "mallory.cli", "observe", "--run", cluster.run, "--mediator", mediator, "--peer", "10.255.255.1"]
+    ring = cluster.shm_name("n1")
+    try:
+        first = cluster.spawn("n1", argv, name="observer")
+        _wait(lambda: Path("/dev/shm", ring.lstrip("/")).exists() and "n1" in sink.clocks, 10, "the first observer")
+        now = time.monotonic_ns()
+        _write_ring(ring, [(now + i, 1 + i, int(Kind.FUNC)) for i in range(10)])
+        _wait(lambda: sum(len(b.events) for b in sink.of("n1")) == 10, 5, "the first 10 events")
+        _stop(cluster, [first])
+        _write_ring(ring, [(now + 100 + i, 100 + i, int(Kind.BLOCK)) for i in range(10)])  # nobody reading
+        restarted = CollectingSink()
+        server.close()
+        server = BatchServer(cluster.layout.host_address, port, restarted).start()
+        second = cluster.spawn("n1", argv, name="observer")
+        _wait(lambda: sum(len(b.events) for b in restarted.of("n1")) >= 10, 10, "the events written in between")
+        _stop(cluster, [second])
+    finally:
+        server.close()
+    got = [e.id for b in restarted.of("n1") for e in b.events]
+    assert got == list(range(100, 110))  # each event exactly once across the two observers
+    assert sum(b.lost for b in restarted.of("n1")) == 0
+
+
 def test_observer_drains_the_nodes_shm_ring(make_cluster):
     cluster = make_cluster(2, "rg")
     port = BATCH_PORT + 4
