@@ -129,7 +129,9 @@ class Nemesis:
     def reset(self) -> ResetReport:
         ctx = self.ctx
         out = ResetReport()
-        for report in reversed(list(self.active)):
+        # Network and in-process faults first, so restarted nodes can become ready.
+        order = sorted(reversed(self.active), key=lambda r: r.family in ("kill", "pause"))
+        for report in order:
             try:
                 self.heal(report)
                 out.healed.append(report.action)

@@ -2,11 +2,12 @@
 delta and the true time every period), reset (every clock back to true time).
 
 Network namespaces share one kernel clock, so the fault is enacted in the SUT's process by
-libfaketime (see controls.py): covers SUTs that read the time through libc and were
+the preload shim (see controls.py): covers SUTs that read the time through libc and were
 started with the controls' env (C/C++/Python SUTs: Redis, libraft servers, pysyncobj);
 not statically linked ones (Go: etcd), which are refused. Only the wall clock moves
 (CLOCK_REALTIME, gettimeofday, time): monotonic clocks are untouched, as with a real clock
-jump. The offset is read back by running `date` in the node under the same env.
+jump. The offset is read back by running `date` in the node under the same env, and the
+heal evidence counts the faked clock reads the node's processes made (`faked_reads`).
 """
 
 from __future__ import annotations
@@ -116,13 +117,17 @@ class ClockFaults:
             measured = {n: round(read_offset(ctx, n), 3) for n in nodes}  # before the first flip
             strobe.start()
             self._strobes[id(report)] = strobe
-            report.evidence = {"measured_offset_s": measured}
+            report.evidence = {"measured_offset_s": measured, "faked_reads_before": self._faked(ctx, nodes)}
             report.verified = all(abs(measured[n] - delta) < TOLERANCE_S + period_s for n in nodes)
             return report
         measured = {n: round(read_offset(ctx, n), 3) for n in nodes}
-        report.evidence = {"measured_offset_s": measured}
+        report.evidence = {"measured_offset_s": measured, "faked_reads_before": self._faked(ctx, nodes)}
         report.verified = all(abs(measured[n] - deltas[n]) < TOLERANCE_S for n in nodes)
         return report
+
+    @staticmethod
+    def _faked(ctx: FaultContext, nodes: list[str]) -> dict[str, int]:
+        return {n: ctx.controls.clock_faked(n) for n in nodes}
 
     def heal(self, ctx: FaultContext, report: FaultReport) -> None:
         strobe = self._strobes.pop(id(report), None)
@@ -131,6 +136,9 @@ class ClockFaults:
             report.heal_evidence["flips"] = strobe.flips
         for node in report.nodes:
             ctx.controls.set_clock(node, 0.0)
+        report.heal_evidence["faked_reads"] = {
+            n: ctx.controls.clock_faked(n) - report.evidence.get("faked_reads_before", {}).get(n, 0) for n in report.nodes
+        }
         report.healed = True
 
     def stop_strobes(self) -> None:

@@ -1,6 +1,6 @@
 """Disk faults per node, in the SUT's data directory: write errors (EIO, ENOSPC), fsync
 errors (EIO) and slow I/O (every write and fsync delayed), through the project's preload
-shim (nemesis/preload/mallory_disk.c) and the node's control file.
+shim (nemesis/preload/mallory_faults.c) and the node's control file.
 
 Covers SUTs that write their data with libc's write/pwrite/writev/fsync/fdatasync and were
 started with the controls' env (Redis with AOF/RDB persistence, libraft servers); not

@@ -1,0 +1,276 @@
+/* Clock and disk faults for one node's SUT, switched at run time: an LD_PRELOAD shim.
+ *
+ * Network namespaces share one kernel clock and one page cache, so these faults are
+ * enacted inside the SUT process. The shim maps the node's control file (path in
+ * $MALLORY_FAULT_CONTROL, written by nemesis/faults/controls.py) once, at load, and reads
+ * it on every call it wraps: a fault switched there takes effect at the SUT's next call,
+ * and while nothing is switched on a call costs one memory load.
+ *
+ * Clock: clock_gettime(CLOCK_REALTIME[_COARSE], CLOCK_TAI), gettimeofday and time return
+ * the true time plus the control's offset. Monotonic clocks are left alone, as with a real
+ * wall-clock jump.
+ * Disk: while a disk fault is on, write/pwrite/writev/pwritev/fsync/fdatasync on a REGULAR
+ * file under the control's prefix (the node's data directory; empty = any regular file)
+ * fail with the control's errno (EIO, ENOSPC, ...) or are delayed by delay_us. Sockets,
+ * pipes and terminals are never touched.
+ * Each faked clock read and each injected disk error or delay is counted in the control
+ * file, so the nemesis can read back that the SUT itself received the fault.
+ *
+ * Reach: programs that make these calls through the dynamic linker (C/C++ SUTs such as
+ * Redis and libraft servers, CPython). Statically linked programs (Go: etcd) and calls
+ * libc makes internally (stdio's buffered fwrite/fflush) do not pass through it; an fsync
+ * after stdio does.
+ *
+ * No allocation and no lazy dlsym on any wrapped path: the real functions are resolved in
+ * the constructor, and a call that arrives before (an allocator such as jemalloc reading
+ * the clock while it initialises) goes straight to the system call. Debian's libfaketime
+ * 0.9.10 aborts in exactly that situation under Redis 7 (jemalloc), hence this shim.
+ *
+ * Control file layout (little endian, 4096 bytes):
+ *    0  u32 magic "MFLT"        4  u32 version (1)
+ *    8  u32 disk mode (0 off, 1 error, 2 slow)
+ *   12  i32 err (errno for mode 1)
+ *   16  u32 ops (bit 0: write family, bit 1: fsync/fdatasync)
+ *   20  u32 delay_us (mode 2)
+ *   24  u64 disk_injected (incremented by the shim)
+ *   32  char prefix[256] (NUL-terminated)
+ *  288  i64 clock_offset_ns
+ *  296  u64 clock_faked (reads that returned an offset time, incremented by the shim)
+ * The writer turns the disk mode off, changes the other disk fields, then sets the mode.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/time.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#define CTL_MAGIC 0x544c464du /* "MFLT" */
+#define CTL_VERSION 1u
+#define CTL_SIZE 4096
+#define MODE_OFF 0u
+#define MODE_ERROR 1u
+#define MODE_SLOW 2u
+#define OP_WRITE 1u
+#define OP_SYNC 2u
+
+struct control {
+    uint32_t magic;
+    uint32_t version;
+    uint32_t mode;
+    int32_t err;
+    uint32_t ops;
+    uint32_t delay_us;
+    uint64_t disk_injected;
+    char prefix[256];
+    int64_t clock_offset_ns;
+    uint64_t clock_faked;
+};
+
+_Static_assert(offsetof(struct control, clock_offset_ns) == 288, "control layout");
+
+static struct control *ctl;
+
+static int (*real_clock_gettime)(clockid_t, struct timespec *);
+static int (*real_gettimeofday)(struct timeval *, void *);
+static ssize_t (*real_write)(int, const void *, size_t);
+static ssize_t (*real_pwrite)(int, const void *, size_t, off_t);
+static ssize_t (*real_pwrite64)(int, const void *, size_t, off64_t);
+static ssize_t (*real_writev)(int, const struct iovec *, int);
+static ssize_t (*real_pwritev)(int, const struct iovec *, int, off_t);
+static int (*real_fsync)(int);
+static int (*real_fdatasync)(int);
+
+__attribute__((constructor)) static void init(void) {
+    real_clock_gettime = dlsym(RTLD_NEXT, "clock_gettime");
+    real_gettimeofday = dlsym(RTLD_NEXT, "gettimeofday");
+    real_write = dlsym(RTLD_NEXT, "write");
+    real_pwrite = dlsym(RTLD_NEXT, "pwrite");
+    real_pwrite64 = dlsym(RTLD_NEXT, "pwrite64");
+    real_writev = dlsym(RTLD_NEXT, "writev");
+    real_pwritev = dlsym(RTLD_NEXT, "pwritev");
+    real_fsync = dlsym(RTLD_NEXT, "fsync");
+    real_fdatasync = dlsym(RTLD_NEXT, "fdatasync");
+
+    const char *path = getenv("MALLORY_FAULT_CONTROL");
+    if (path == NULL || *path == '\0')
+        return;
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0)
+        return;
+    void *mem = mmap(NULL, CTL_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (mem == MAP_FAILED)
+        return;
+    struct control *c = mem;
+    if (c->magic != CTL_MAGIC || c->version != CTL_VERSION) {
+        munmap(mem, CTL_SIZE);
+        return;
+    }
+    __atomic_store_n(&ctl, c, __ATOMIC_RELEASE);
+}
+
+static struct control *control(void) { return __atomic_load_n(&ctl, __ATOMIC_ACQUIRE); }
+
+/* -- clock ------------------------------------------------------------------------------ */
+
+static int64_t clock_offset(void) {
+    struct control *c = control();
+    if (c == NULL)
+        return 0;
+    int64_t off = __atomic_load_n(&c->clock_offset_ns, __ATOMIC_RELAXED);
+    if (off != 0)
+        __atomic_add_fetch(&c->clock_faked, 1, __ATOMIC_RELAXED);
+    return off;
+}
+
+static void shift(struct timespec *ts, int64_t off) {
+    int64_t ns = (int64_t)ts->tv_nsec + off % 1000000000LL;
+    int64_t s = (int64_t)ts->tv_sec + off / 1000000000LL;
+    if (ns < 0) {
+        ns += 1000000000LL;
+        s -= 1;
+    } else if (ns >= 1000000000LL) {
+        ns -= 1000000000LL;
+        s += 1;
+    }
+    ts->tv_sec = (time_t)s;
+    ts->tv_nsec = (long)ns;
+}
+
+static int is_wall_clock(clockid_t id) {
+    return id == CLOCK_REALTIME || id == CLOCK_REALTIME_COARSE || id == CLOCK_TAI;
+}
+
+int clock_gettime(clockid_t id, struct timespec *ts) {
+    int rc = real_clock_gettime ? real_clock_gettime(id, ts) : (int)syscall(SYS_clock_gettime, id, ts);
+    if (rc == 0 && is_wall_clock(id)) {
+        int64_t off = clock_offset();
+        if (off != 0)
+            shift(ts, off);
+    }
+    return rc;
+}
+
+/* glibc declares tv nonnull, but callers do pass NULL (for the zone only). */
+#pragma GCC diagnostic ignored "-Wnonnull-compare"
+int gettimeofday(struct timeval *restrict tv, void *restrict tz) {
+    int rc = real_gettimeofday ? real_gettimeofday(tv, tz) : (int)syscall(SYS_gettimeofday, tv, tz);
+    if (rc == 0 && tv != NULL) {
+        int64_t off = clock_offset();
+        if (off != 0) {
+            struct timespec ts = {tv->tv_sec, tv->tv_usec * 1000L};
+            shift(&ts, off);
+            tv->tv_sec = ts.tv_sec;
+            tv->tv_usec = ts.tv_nsec / 1000L;
+        }
+    }
+    return rc;
+}
+
+time_t time(time_t *out) {
+    struct timespec ts;
+    if (clock_gettime(CLOCK_REALTIME, &ts) != 0)
+        return (time_t)-1;
+    if (out != NULL)
+        *out = ts.tv_sec;
+    return ts.tv_sec;
+}
+
+/* -- disk ------------------------------------------------------------------------------- */
+
+/* The disk mode applying to a call of kind `op` on fd (MODE_OFF if none). */
+static uint32_t targeted(struct control *c, int fd, uint32_t op) {
+    uint32_t mode = __atomic_load_n(&c->mode, __ATOMIC_ACQUIRE);
+    if (mode == MODE_OFF || (c->ops & op) == 0)
+        return MODE_OFF;
+    int saved = errno;
+    struct stat st;
+    uint32_t result = MODE_OFF;
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
+        result = mode;
+        if (c->prefix[0] != '\0') {
+            char link[64], path[4096];
+            snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+            ssize_t n = readlink(link, path, sizeof path - 1);
+            size_t plen = strnlen(c->prefix, sizeof c->prefix);
+            if (n < 0 || (size_t)n < plen || memcmp(path, c->prefix, plen) != 0)
+                result = MODE_OFF;
+        }
+    }
+    errno = saved;
+    return result;
+}
+
+/* Apply a disk fault: 1 when the call must fail (errno set), 0 to go on with the call. */
+static int inject(int fd, uint32_t op) {
+    struct control *c = control();
+    if (c == NULL)
+        return 0;
+    uint32_t mode = targeted(c, fd, op);
+    if (mode == MODE_OFF)
+        return 0;
+    __atomic_add_fetch(&c->disk_injected, 1, __ATOMIC_RELAXED);
+    if (mode == MODE_ERROR) {
+        errno = c->err ? c->err : EIO;
+        return 1;
+    }
+    uint32_t us = c->delay_us;
+    struct timespec ts = {us / 1000000u, (long)(us % 1000000u) * 1000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+    return 0;
+}
+
+ssize_t write(int fd, const void *buf, size_t count) {
+    if (inject(fd, OP_WRITE))
+        return -1;
+    return real_write ? real_write(fd, buf, count) : syscall(SYS_write, fd, buf, count);
+}
+
+ssize_t pwrite(int fd, const void *buf, size_t count, off_t offset) {
+    if (inject(fd, OP_WRITE))
+        return -1;
+    return real_pwrite ? real_pwrite(fd, buf, count, offset) : syscall(SYS_pwrite64, fd, buf, count, offset);
+}
+
+ssize_t pwrite64(int fd, const void *buf, size_t count, off64_t offset) {
+    if (inject(fd, OP_WRITE))
+        return -1;
+    return real_pwrite64 ? real_pwrite64(fd, buf, count, offset) : syscall(SYS_pwrite64, fd, buf, count, offset);
+}
+
+ssize_t writev(int fd, const struct iovec *iov, int iovcnt) {
+    if (inject(fd, OP_WRITE))
+        return -1;
+    return real_writev ? real_writev(fd, iov, iovcnt) : syscall(SYS_writev, fd, iov, iovcnt);
+}
+
+ssize_t pwritev(int fd, const struct iovec *iov, int iovcnt, off_t offset) {
+    if (inject(fd, OP_WRITE))
+        return -1;
+    return real_pwritev ? real_pwritev(fd, iov, iovcnt, offset) : syscall(SYS_pwritev, fd, iov, iovcnt, offset, 0);
+}
+
+int fsync(int fd) {
+    if (inject(fd, OP_SYNC))
+        return -1;
+    return real_fsync ? real_fsync(fd) : (int)syscall(SYS_fsync, fd);
+}
+
+int fdatasync(int fd) {
+    if (inject(fd, OP_SYNC))
+        return -1;
+    return real_fdatasync ? real_fdatasync(fd) : (int)syscall(SYS_fdatasync, fd);
+}
