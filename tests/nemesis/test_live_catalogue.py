@@ -98,6 +98,7 @@ def live(tmp_path_factory):
         yield cluster, ctx, Nemesis(ctx)
     finally:
         cluster.down()
+    assert not (cluster.record.run_dir / "faults").exists()  # journaled, so cleanup removed it
 
 
 def check_links(cluster: NetnsCluster, cut: set[tuple[str, str]]) -> None:

@@ -1,0 +1,138 @@
+"""The clock/disk preload shim on its own (no root): a real process under LD_PRELOAD with a
+control file the test switches, as the nemesis does on a node."""
+
+from __future__ import annotations
+
+import errno
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from nemesis.faults.controls import MODE_ERROR, MODE_OFF, MODE_SLOW, OP_SYNC, OP_WRITE, NodeControls, loaded_in
+from nemesis.runstate import RunRecord
+
+# A child that reports its clocks and tries writes, one JSON line per request on stdin.
+CHILD = r"""
+import json, os, sys, time
+for line in sys.stdin:
+    req = json.loads(line)
+    out = {}
+    if req["op"] == "clock":
+        out = {"real": time.time(), "mono": time.monotonic()}
+    elif req["op"] == "write":
+        t0 = time.monotonic()
+        try:
+            fd = os.open(req["path"], os.O_WRONLY | os.O_CREAT, 0o644)
+            try:
+                os.write(fd, b"x")
+                if req.get("sync"):
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+            out = {"ok": True}
+        except OSError as exc:
+            out = {"ok": False, "errno": exc.errno}
+        out["seconds"] = time.monotonic() - t0
+    elif req["op"] == "pipe":
+        r, w = os.pipe()
+        out = {"ok": os.write(w, b"abc") == 3}
+    print(json.dumps(out), flush=True)
+"""
+
+
+class Child:
+    def __init__(self, env: dict[str, str]) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-c", CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     text=True, env={**os.environ, **env})
+
+    def ask(self, **req: object) -> dict:
+        import json
+
+        self.proc.stdin.write(json.dumps(req) + "\n")
+        self.proc.stdin.flush()
+        return json.loads(self.proc.stdout.readline())
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait(5)
+
+
+@pytest.fixture
+def node(tmp_path: Path):
+    record = RunRecord("shim", 0, tmp_path / "state", tmp_path / "data")
+    record.state_dir.mkdir()
+    controls = NodeControls(record, ["n1"]).prepare()
+    data = tmp_path / "n1-data"
+    data.mkdir()
+    child = Child(controls.env("n1"))
+    yield controls, child, data, tmp_path
+    child.close()
+
+
+def test_the_shim_is_loaded_and_journaled(node):
+    controls, child, _, _ = node
+    assert child.ask(op="pipe")["ok"]
+    assert controls.shim.name in loaded_in(child.proc.pid)
+    assert {"dir": str(controls.dir)} in controls.record.entries()
+
+
+def test_clock_offset_moves_the_wall_clock_only_and_at_once(node):
+    controls, child, _, _ = node
+    base = child.ask(op="clock")
+    assert abs(base["real"] - time.time()) < 0.5
+    controls.set_clock("n1", -3600.25)
+    shifted = child.ask(op="clock")
+    assert abs(shifted["real"] - time.time() + 3600.25) < 0.5
+    assert 0 <= shifted["mono"] - base["mono"] < 5  # monotonic untouched
+    assert controls.clock_faked("n1") >= 1
+    controls.set_clock("n1", 0.0)
+    assert abs(child.ask(op="clock")["real"] - time.time()) < 0.5
+
+
+@pytest.mark.parametrize("err", [errno.EIO, errno.ENOSPC])
+def test_write_errors_hit_regular_files_under_the_prefix_only(node, err):
+    controls, child, data, tmp = node
+    controls.set_disk("n1", MODE_ERROR, err=err, ops=OP_WRITE | OP_SYNC, prefix=os.path.realpath(data) + "/")
+    assert child.ask(op="write", path=str(data / "f")) == {"ok": False, "errno": err, "seconds": pytest.approx(0, abs=1)}
+    assert child.ask(op="write", path=str(tmp / "outside"))["ok"]  # not under the prefix
+    assert child.ask(op="pipe")["ok"]  # pipes and sockets are never touched
+    assert controls.disk_state("n1").injected == 1
+    controls.set_disk("n1", MODE_OFF)
+    assert child.ask(op="write", path=str(data / "f"))["ok"]
+
+
+def test_fsync_only_and_slow_io(node):
+    controls, child, data, _ = node
+    controls.set_disk("n1", MODE_ERROR, err=errno.EIO, ops=OP_SYNC, prefix="")
+    assert child.ask(op="write", path=str(data / "g"))["ok"]  # the write alone passes
+    assert child.ask(op="write", path=str(data / "g"), sync=True)["errno"] == errno.EIO
+    controls.set_disk("n1", MODE_SLOW, ops=OP_WRITE | OP_SYNC, delay_us=60_000)
+    slow = child.ask(op="write", path=str(data / "g"), sync=True)
+    assert slow["ok"] and slow["seconds"] >= 0.12  # write + fsync, 60 ms each
+    controls.set_disk("n1", MODE_OFF)
+    assert child.ask(op="write", path=str(data / "g"), sync=True)["seconds"] < 0.1
+
+
+def test_without_the_control_file_the_shim_passes_everything_through(tmp_path):
+    from nemesis.faults.controls import fault_shim
+
+    child = Child({"LD_PRELOAD": str(fault_shim()), "MALLORY_FAULT_CONTROL": str(tmp_path / "missing")})
+    try:
+        assert abs(child.ask(op="clock")["real"] - time.time()) < 0.5
+        assert child.ask(op="write", path=str(tmp_path / "h"), sync=True)["ok"]
+    finally:
+        child.close()
+
+
+def test_cleanup_removes_the_control_files_from_the_journal(node):
+    from nemesis.runstate import cleanup_run
+
+    controls, child, _, _ = node
+    assert controls.control_file("n1").exists()
+    removed = cleanup_run(controls.record)
+    assert f"dir {controls.dir}" in removed
+    assert not controls.dir.exists()
