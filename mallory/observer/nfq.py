@@ -49,6 +49,9 @@ SO_RCVBUFFORCE = 33
 COPY_RANGE = 128
 
 _NLMSGHDR = struct.Struct("=IHHII")
+_HDR_ATTR = (4 + 7, NFQA_PACKET_HDR)  # (nla_len, nla_type) of the packed 7-byte header
+_PAYLOAD_ATTR_LEN = 4 + COPY_RANGE
+_FULL_PAYLOAD_ATTR = (_PAYLOAD_ATTR_LEN, NFQA_PAYLOAD)
 _NLATTR = struct.Struct("=HH")
 _PACKET_HDR = struct.Struct("!IHB")
 
@@ -165,6 +168,13 @@ class NfQueue:
                     packet_id = hook = -1
                     payload = b""
                     a = off + 20  # nlmsghdr + nfgenmsg
+                    # Fast path: the kernel writes the packet header attribute first and
+                    # the payload last, and a truncated payload is exactly COPY_RANGE long.
+                    tail = end - _PAYLOAD_ATTR_LEN
+                    if unpack_attr(buf, a) == _HDR_ATTR and tail > a and unpack_attr(buf, tail) == _FULL_PAYLOAD_ATTR:
+                        packet_id, _proto, hook = unpack_hdr(buf, a + 4)
+                        payload = bytes(view[tail + 4 : end])
+                        a = end
                     while a + 4 <= end:
                         a_len, a_type = unpack_attr(buf, a)
                         if a_len < 4:

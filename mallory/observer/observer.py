@@ -17,7 +17,7 @@ import time
 from typing import Callable, Protocol
 
 from mallory.observer.nfq import NF_INET_LOCAL_OUT
-from mallory.observer.packet import parse
+from mallory.observer.packet import id_and_data
 from mallory.timeline.event import ClockPair, Event, Kind
 
 RING_MARGIN_NS = 1_000_000
@@ -76,12 +76,12 @@ class Observer:
         self._lost_reported = 0
 
     def _on_packet(self, hook: int, ts: int, payload: bytes) -> None:
-        packet = parse(payload)
-        if packet is None:
+        found = id_and_data(payload)
+        if found is None:
             return
         kind = Kind.SEND if hook == NF_INET_LOCAL_OUT else Kind.RECV
         self.packets += 1
-        self._events.append(Event(self.node, kind, ts, packet.id, packet.data))
+        self._events.append(Event(self.node, kind, ts, found[0], found[1]))
 
     def cut(self) -> None:
         """Close the current batch and hand it to the sender."""
