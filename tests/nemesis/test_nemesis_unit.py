@@ -1,0 +1,90 @@
+"""The Nemesis's catalogue logic and the membership family, around a named fake adapter
+(the live behaviour of every fault is in test_live_catalogue.py)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from mallory.errors import MalloryError
+from mallory.harness.adapter import Capabilities
+from nemesis.faults.base import FaultContext
+from nemesis.nemesis import Nemesis
+
+
+class FakeBackend:
+    nodes = ["n1", "n2", "n3"]
+
+
+class FakeMembershipAdapter:
+    """Records membership calls; every node runs; n1 is the primary."""
+
+    name = "fake-members"
+    capabilities = Capabilities(primaries=True, add_member=True, remove_member=True, promote=True)
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str]] = []
+        self.primary = "n1"
+
+    def is_running(self, node: str) -> bool:
+        return True
+
+    def process(self, node: str):
+        return None
+
+    def primaries(self) -> list[str]:
+        return [self.primary]
+
+    def promote(self, node: str) -> None:
+        self.calls.append(("promote", node))
+        self.primary = node
+
+    def remove_member(self, node: str) -> None:
+        self.calls.append(("remove", node))
+
+    def add_member(self, node: str) -> None:
+        self.calls.append(("add", node))
+
+
+def test_membership_remove_is_healed_by_adding_back():
+    adapter = FakeMembershipAdapter()
+    nemesis = Nemesis(FaultContext(FakeBackend(), adapter), enabled=["membership"])
+    assert nemesis.actions() == ["membership:promote", "membership:remove", "noop"]
+    report = nemesis.enact("membership:remove", random.Random(1))
+    node = report.nodes[0]
+    assert adapter.calls == [("remove", node)] and nemesis.active == [report]
+    nemesis.heal(report)
+    assert adapter.calls == [("remove", node), ("add", node)] and report.healed and nemesis.active == []
+
+
+def test_membership_promote_and_back():
+    adapter = FakeMembershipAdapter()
+    nemesis = Nemesis(FaultContext(FakeBackend(), adapter), enabled=["membership:promote"])
+    report = nemesis.enact("membership:promote", random.Random(2))
+    assert report.verified and report.nodes[0] != "n1" and adapter.primary == report.nodes[0]
+    nemesis.heal(report)
+    assert adapter.primary == "n1"
+
+
+def test_noop_and_labels():
+    nemesis = Nemesis(FaultContext(FakeBackend(), FakeMembershipAdapter()), enabled=["noop", "membership:remove"])
+    assert nemesis.actions() == ["membership:remove", "noop"]
+    noop = nemesis.enact("noop", random.Random(0))
+    assert noop.verified and noop.healed and nemesis.active == []
+    nemesis.heal(noop)  # harmless
+    with pytest.raises(MalloryError, match="not enabled"):
+        nemesis.enact("membership:promote", random.Random(0))
+
+
+def test_without_mediator_or_controls_network_and_preload_faults_are_refused():
+    nemesis = Nemesis(FaultContext(FakeBackend(), FakeMembershipAdapter()))
+    for label in ("partition:one", "delay:all", "drop:pair", "duplicate:one"):
+        assert "mediator" in nemesis.refused[label]
+    for label in ("clock:bump", "disk:eio"):
+        assert "preload env" in nemesis.refused[label]
+    assert {"kill:one", "pause:primaries", "membership:remove"} <= set(nemesis.actions())
+    with pytest.raises(MalloryError, match="partition:one refused: no mediator"):
+        Nemesis(FaultContext(FakeBackend(), FakeMembershipAdapter()), enabled=["partition:one"])
+    with pytest.raises(MalloryError, match="needs at least 4 nodes"):
+        Nemesis(FaultContext(FakeBackend(), FakeMembershipAdapter(), mediator=object()), enabled=["partition:minority-third"])
