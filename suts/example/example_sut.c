@@ -17,11 +17,12 @@
  *   GET k | PUT k v | CAS k old new  ->  OK [value|nil] | FAIL mismatch |
  *   ERR not-leader <leader address or -> | UNKNOWN <why> (outcome unknown)
  *
- * Seeded bugs, off unless --bugs LIST or EXAMPLE_BUGS=LIST names them ("all" or "1": all):
- *   sticky-leader  a leader that hears a higher term from a node without a leader adopts
- *                  the term and stays leader instead of stepping down;
+ * Seeded bugs, off unless --bugs LIST or EXAMPLE_BUGS=LIST names them ("all" or "1": all);
+ * README.md gives the fault sequence that surfaces each and the oracle that flags it:
+ *   sticky-leader  a leader that hears of a term 3 or more ahead from a node without a
+ *                  leader adopts that term and stays leader instead of stepping down;
  *   stall-catchup  a node that notices it was stalled applies up to the leader's commit
- *                  index before reconciling its log with the leader's.
+ *                  index before checking that its log matches the leader's.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -61,6 +62,7 @@ struct entry {
 struct conn {
     int fd;
     long gen;
+    in_addr_t from; /* inbound peer connections: the peer's address */
     size_t len;
     char buf[LINE_MAX_LEN];
 };
@@ -72,6 +74,8 @@ struct peer {
     struct conn out;        /* our connection to it: requests out, replies in */
     int connecting;
     double retry_at;
+    double opened_at;       /* when the connect began */
+    double awaiting_since;  /* first request sent since the last reply (0: none) */
     long next_index, match_index;
     int voted_for_me;
 };
@@ -239,6 +243,15 @@ static void conn_close(struct conn *c)
     c->len = 0;
 }
 
+/* Close with a reset (SO_LINGER 0): whatever is still queued is dropped, not delivered
+ * late; a peer that stopped answering gets a fresh connection and only fresh messages. */
+static void conn_reset(struct conn *c)
+{
+    struct linger off = {1, 0};
+    if (c->fd >= 0) setsockopt(c->fd, SOL_SOCKET, SO_LINGER, &off, sizeof off);
+    conn_close(c);
+}
+
 /* One whole line or nothing: a message that cannot go out at once is dropped (Raft
  * retries), and a partial write would corrupt the stream, so that connection is closed. */
 static void send_line(struct conn *c, const char *line)
@@ -247,6 +260,13 @@ static void send_line(struct conn *c, const char *line)
     if (c->fd < 0) return;
     ssize_t w = send(c->fd, line, n, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (w != (ssize_t)n && !(w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))) conn_close(c);
+}
+
+static void send_peer(struct peer *p, const char *line)
+{
+    if (p->out.fd < 0 || p->connecting) return;
+    if (!p->awaiting_since) p->awaiting_since = now_ms();
+    send_line(&p->out, line);
 }
 
 static void peer_connect(struct peer *p, double now)
@@ -258,6 +278,8 @@ static void peer_connect(struct peer *p, double now)
     setsockopt(p->out.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     p->out.len = 0;
     p->connecting = 1;
+    p->opened_at = now;
+    p->awaiting_since = 0;
     p->retry_at = now + 100;
     if (connect(p->out.fd, (struct sockaddr *)&a, sizeof a) < 0 && errno != EINPROGRESS) conn_close(&p->out);
 }
@@ -280,7 +302,7 @@ static void send_append(struct peer *p)
     }
     snprintf(line + len, sizeof line - len, "\n");
     // INSTRUMENT_BLOCK replicate
-    send_line(&p->out, line);
+    send_peer(p, line);
 }
 
 static void broadcast_append(void)
@@ -417,7 +439,7 @@ static void start_election(void)
     say("election started");
     if (S.npeers == 0) { become_leader(); return; }
     snprintf(line, sizeof line, "V %ld %s %ld %ld\n", S.term, S.self, S.last, term_at(S.last));
-    for (int i = 0; i < S.npeers; i++) send_line(&S.peers[i].out, line);
+    for (int i = 0; i < S.npeers; i++) send_peer(&S.peers[i], line);
 }
 
 /* A higher term seen by a leader. Correct: step down. With sticky-leader, a leader that
@@ -481,7 +503,7 @@ static void on_append(struct conn *c, char *args)
     }
     if (S.role == LEADER && term == S.term) die_assert("two leaders in one term", term, S.term);
     if (S.stalled && S.bug_stall_catchup) {
-        /* stall-catchup: trust the leader's commit index over our own log at once,
+        /* stall-catchup: back from a stall, trust the leader's commit index at once,
          * before stepping down and before checking that our log matches the leader's. */
         long to = leader_commit < S.last ? leader_commit : S.last;
         if (to > S.commit) {
@@ -494,6 +516,9 @@ static void on_append(struct conn *c, char *args)
     if (strcmp(S.leader, leader)) say("following leader %s", leader);
     strcpy(S.leader, leader);
     reset_election_timer();
+    /* Every leader holds every committed entry (Leader Completeness), so a mismatch at or
+     * below our commit index means a broken invariant, never a normal conflict. */
+    if (prev <= S.commit && term_at(prev) != prev_term) die_assert("log mismatch below the commit index", prev, S.commit);
     if (prev > S.last || term_at(prev) != prev_term) {
         snprintf(reply, sizeof reply, "a %ld 0 %ld 1\n", S.term, prev > S.last ? S.last : prev - 1);
         send_line(c, reply);
@@ -626,6 +651,7 @@ static void handle_inbound(struct conn *c, char *line, void *ctx)
 static void handle_reply(struct conn *c, char *line, void *ctx)
 {
     (void)c;
+    ((struct peer *)ctx)->awaiting_since = 0;
     if (line[0] == 'v' && line[1] == ' ') on_vote_reply(ctx, line + 2);
     else if (line[0] == 'a' && line[1] == ' ') on_append_reply(ctx, line + 2);
 }
@@ -636,19 +662,28 @@ static void handle_client(struct conn *c, char *line, void *ctx)
     on_client_line((int)(c - S.clients), line);
 }
 
-static void accept_into(int listener, struct conn *slots, int nslots)
+/* Accept one connection into a free slot; NULL if none. A peer keeps one connection to
+ * us, so a new one from the same address replaces the old (which it abandoned). */
+static struct conn *accept_into(int listener, struct conn *slots, int nslots, int one_per_address)
 {
-    int fd = accept4(listener, NULL, NULL, SOCK_NONBLOCK), one = 1;
-    if (fd < 0) return;
+    struct sockaddr_in from;
+    socklen_t len = sizeof from;
+    int fd = accept4(listener, (struct sockaddr *)&from, &len, SOCK_NONBLOCK), one = 1;
+    if (fd < 0) return NULL;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    if (one_per_address)
+        for (int i = 0; i < nslots; i++)
+            if (slots[i].fd >= 0 && slots[i].from == from.sin_addr.s_addr) conn_reset(&slots[i]);
     for (int i = 0; i < nslots; i++)
         if (slots[i].fd < 0) {
             slots[i].fd = fd;
             slots[i].len = 0;
             slots[i].gen = ++S.gen_counter;
-            return;
+            slots[i].from = from.sin_addr.s_addr;
+            return &slots[i];
         }
     close(fd);
+    return NULL;
 }
 
 static void timers(double now)
@@ -662,6 +697,12 @@ static void timers(double now)
     }
     for (int i = 0; i < S.npeers; i++) {
         struct peer *p = &S.peers[i];
+        int stuck = p->connecting ? now - p->opened_at > S.election_ms
+                                  : p->awaiting_since && now - p->awaiting_since > 2 * S.election_ms;
+        if (p->out.fd >= 0 && stuck) {
+            conn_reset(&p->out);
+            p->retry_at = now;
+        }
         if (p->out.fd < 0 && now >= p->retry_at) peer_connect(p, now);
     }
 }
@@ -694,8 +735,13 @@ static void run(void)
         /* Peers first, clients last: a node learns of a new term before serving clients. */
         for (int k = 0; k < n; k++) {
             if (!pfd[k].revents) continue;
-            if (owner[k] == &S.peer_listener) { accept_into(S.peer_listener, S.inbound, MAX_INBOUND); continue; }
-            if (owner[k] == &S.client_listener) { accept_into(S.client_listener, S.clients, MAX_CLIENTS); continue; }
+            if (owner[k] == &S.peer_listener) {
+                /* read at once: what queued up during a stall belongs to this round */
+                struct conn *c = accept_into(S.peer_listener, S.inbound, MAX_INBOUND, 1);
+                if (c && !read_lines(c, handle_inbound, NULL)) conn_close(c);
+                continue;
+            }
+            if (owner[k] == &S.client_listener) { accept_into(S.client_listener, S.clients, MAX_CLIENTS, 0); continue; }
             if ((struct conn *)owner[k] >= S.inbound && (struct conn *)owner[k] < S.inbound + MAX_INBOUND) {
                 struct conn *c = owner[k];
                 if (!read_lines(c, handle_inbound, NULL)) conn_close(c);
