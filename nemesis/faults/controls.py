@@ -121,9 +121,14 @@ class NodeControls:
 
     def env(self, node: str) -> dict[str, str]:
         """What the node's SUT environment needs to receive clock and disk faults. An
-        ASan-built SUT also needs ASAN_OPTIONS=verify_asan_link_order=0."""
+        ASan-built SUT refuses a preload ahead of its runtime unless told not to check,
+        so ASAN_OPTIONS (the controller's, if any) gets verify_asan_link_order=0."""
         self.prepare()
-        return {"LD_PRELOAD": str(self.shim), "MALLORY_FAULT_CONTROL": str(self.control_file(node))}
+        return {
+            "LD_PRELOAD": str(self.shim),
+            "MALLORY_FAULT_CONTROL": str(self.control_file(node)),
+            "ASAN_OPTIONS": with_asan_link_order_off(os.environ.get("ASAN_OPTIONS", "")),
+        }
 
     def libraries(self) -> dict[str, str]:
         """Which library each enabled family needs loaded in the SUT: family -> base name."""
@@ -179,6 +184,11 @@ class NodeControls:
             self.clear(node)
 
 
+def with_asan_link_order_off(options: str) -> str:
+    kept = [o for o in options.split(":") if o and not o.startswith("verify_asan_link_order=")]
+    return ":".join([*kept, "verify_asan_link_order=0"])
+
+
 def attach(adapter: Any, controls: NodeControls) -> None:
     """Make a ProcessAdapter start its SUT with the controls' env on top of its own (an
     existing LD_PRELOAD of the SUT is kept, after the shim)."""
@@ -187,8 +197,10 @@ def attach(adapter: Any, controls: NodeControls) -> None:
     def env(node: str) -> dict[str, str]:
         base = dict(own(node))
         extra = controls.env(node)
-        if base.get("LD_PRELOAD") and "LD_PRELOAD" in extra:
+        if base.get("LD_PRELOAD"):
             extra["LD_PRELOAD"] = f"{extra['LD_PRELOAD']} {base['LD_PRELOAD']}"
+        if base.get("ASAN_OPTIONS"):
+            extra["ASAN_OPTIONS"] = with_asan_link_order_off(base["ASAN_OPTIONS"])
         return {**base, **extra}
 
     adapter.env = env

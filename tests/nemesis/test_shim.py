@@ -136,3 +136,37 @@ def test_cleanup_removes_the_control_files_from_the_journal(node):
     removed = cleanup_run(controls.record)
     assert f"dir {controls.dir}" in removed
     assert not controls.dir.exists()
+
+
+ASAN_PROGRAM = r"""
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    int fd = open(argv[1], O_WRONLY | O_CREAT, 0644);
+    int r = (int)write(fd, "x", 1);
+    printf("%ld %d %d\n", (long)t.tv_sec, r, r < 0 ? errno : 0);
+    return 0;
+}
+"""
+
+
+def test_an_asan_built_sut_takes_the_shim(node):
+    controls, _, data, tmp = node
+    src = tmp / "asan.c"
+    src.write_text(ASAN_PROGRAM)
+    binary = tmp / "asan"
+    if subprocess.run(["gcc", "-fsanitize=address", "-o", str(binary), str(src)], capture_output=True).returncode:
+        pytest.skip("no AddressSanitizer runtime")
+    controls.set_clock("n1", 1000.0)
+    controls.set_disk("n1", MODE_ERROR, err=errno.EIO, prefix=os.path.realpath(data) + "/")
+    env = {**os.environ, **controls.env("n1")}
+    result = subprocess.run([str(binary), str(data / "f")], env=env, capture_output=True, text=True, timeout=30)
+    assert result.returncode == 0, result.stderr
+    sec, rc, err = map(int, result.stdout.split())
+    assert abs(sec - time.time() - 1000) < 3 and rc == -1 and err == errno.EIO
