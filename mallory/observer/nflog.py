@@ -72,6 +72,36 @@ def _attr(kind: int, payload: bytes) -> bytes:
     return data + b"\0" * (-len(data) % 4)
 
 
+def parse_datagram(buf: bytearray, view: memoryview, n: int, ts: int, out: list) -> None:
+    """Append (sequence number or None, hook, ts, payload) for every logged-packet message in
+    the first n bytes of a netlink datagram (other messages are skipped)."""
+    unpack_msg, unpack_attr = _NLMSGHDR.unpack_from, _NLATTR.unpack_from
+    off = 0
+    while off + 16 <= n:
+        msg_len, msg_type, _flags, _seq, _pid = unpack_msg(buf, off)
+        if msg_len < 16 or off + msg_len > n:
+            return
+        end = off + msg_len
+        if msg_type == _PACKET_TYPE:
+            hook, seq = -1, None
+            payload = b""
+            a = off + 20
+            while a + 4 <= end:
+                a_len, a_type = unpack_attr(buf, a)
+                if a_len < 4 or a + a_len > end:
+                    break
+                a_type &= 0x3FFF
+                if a_type == NFULA_PACKET_HDR:
+                    _proto, hook = _HOOK.unpack_from(buf, a + 4)
+                elif a_type == NFULA_PAYLOAD:
+                    payload = bytes(view[a + 4 : a + a_len])
+                elif a_type == NFULA_SEQ:
+                    seq = _SEQ.unpack_from(buf, a + 4)[0]
+                a += (a_len + 3) & ~3
+            out.append((seq, hook, ts, payload))
+        off += (msg_len + 3) & ~3
+
+
 class NfLog:
     """One bound NFLOG group in the current network namespace."""
 
@@ -129,14 +159,13 @@ class NfLog:
     def fileno(self) -> int:
         return self._sock.fileno()
 
-    def drain(self, on_packet: Callable[[int, int, bytes], None], limit: int = 4096) -> int:
-        """Read every pending copy (up to `limit`), calling on_packet(hook, mono_ns, ip_bytes)."""
-        count = 0
+    def drain(self, on_packets: Callable[[list[tuple[int | None, int, int, bytes]]], None], limit: int = 4096) -> int:
+        """Read every pending copy (up to `limit`) and hand them to on_packets as
+        (sequence number, hook, mono_ns, ip_bytes) tuples."""
+        got: list[tuple[int | None, int, int, bytes]] = []
         buf, view, recv_into = self._buf, self._view, self._sock.recv_into
-        unpack_msg, unpack_attr = _NLMSGHDR.unpack_from, _NLATTR.unpack_from
-        unpack_hook, unpack_seq = _HOOK.unpack_from, _SEQ.unpack_from
         monotonic_ns = time.monotonic_ns
-        while count < limit:
+        while len(got) < limit:
             try:
                 n = recv_into(buf)
             except BlockingIOError:
@@ -145,38 +174,16 @@ class NfLog:
                 if exc.errno == errno.ENOBUFS:  # socket overrun: the gap in seq counts it
                     continue
                 raise
-            now = monotonic_ns()
-            off = 0
-            while off + 16 <= n:
-                msg_len, msg_type, _flags, _seq, _pid = unpack_msg(buf, off)
-                if msg_len < 16:
-                    break
-                end = off + msg_len
-                if msg_type == _PACKET_TYPE:
-                    hook, seq = -1, None
-                    payload = b""
-                    a = off + 20
-                    while a + 4 <= end:
-                        a_len, a_type = unpack_attr(buf, a)
-                        if a_len < 4:
-                            break
-                        a_type &= 0x3FFF
-                        if a_type == NFULA_PACKET_HDR:
-                            _proto, hook = unpack_hook(buf, a + 4)
-                        elif a_type == NFULA_PAYLOAD:
-                            payload = bytes(view[a + 4 : a + a_len])
-                        elif a_type == NFULA_SEQ:
-                            seq = unpack_seq(buf, a + 4)[0]
-                        a += (a_len + 3) & ~3
-                    if seq is not None:
-                        if self._last_seq is not None and seq > self._last_seq + 1:
-                            self.lost += seq - self._last_seq - 1
-                        self._last_seq = seq
-                    count += 1
-                    on_packet(hook, now, payload)
-                off += (msg_len + 3) & ~3
-        self.received += count
-        return count
+            parse_datagram(buf, view, n, monotonic_ns(), got)
+        for seq, _hook, _ts, _payload in got:
+            if seq is not None:
+                if self._last_seq is not None and seq > self._last_seq + 1:
+                    self.lost += seq - self._last_seq - 1
+                self._last_seq = seq
+        if got:
+            on_packets(got)
+        self.received += len(got)
+        return len(got)
 
     def close(self) -> None:
         if self._sock.fileno() < 0:

@@ -89,6 +89,42 @@ def _load_library() -> ctypes.CDLL:
     return lib
 
 
+def parse_datagram(buf: bytearray, view: memoryview, n: int, ts: int, out: list) -> None:
+    """Append (packet id, hook, ts, payload) for every queued-packet message in the first n
+    bytes of a netlink datagram (other messages are skipped)."""
+    unpack_msg, unpack_attr, unpack_hdr = _NLMSGHDR.unpack_from, _NLATTR.unpack_from, _PACKET_HDR.unpack_from
+    off = 0
+    while off + 16 <= n:
+        msg_len, msg_type, _flags, _seq, _pid = unpack_msg(buf, off)
+        if msg_len < 16 or off + msg_len > n:
+            return
+        end = off + msg_len
+        if msg_type == NFQNL_MSG_PACKET:
+            packet_id = hook = -1
+            payload = b""
+            a = off + 20  # nlmsghdr + nfgenmsg
+            # Fast path: the kernel writes the packet header attribute first and the
+            # payload last, and a truncated payload is exactly COPY_RANGE long.
+            tail = end - _PAYLOAD_ATTR_LEN
+            if tail > a and unpack_attr(buf, a) == _HDR_ATTR and unpack_attr(buf, tail) == _FULL_PAYLOAD_ATTR:
+                packet_id, _proto, hook = unpack_hdr(buf, a + 4)
+                payload = bytes(view[tail + 4 : end])
+                a = end
+            while a + 4 <= end:
+                a_len, a_type = unpack_attr(buf, a)
+                if a_len < 4 or a + a_len > end:
+                    break
+                a_type &= 0x3FFF
+                if a_type == NFQA_PACKET_HDR:
+                    packet_id, _proto, hook = unpack_hdr(buf, a + 4)
+                elif a_type == NFQA_PAYLOAD:
+                    payload = bytes(view[a + 4 : a + a_len])
+                a += (a_len + 3) & ~3
+            if packet_id >= 0:
+                out.append((packet_id, hook, ts, payload))
+        off += (msg_len + 3) & ~3
+
+
 class NfQueue:
     """One bound NFQUEUE queue in the current network namespace, accepting everything."""
 
@@ -137,18 +173,14 @@ class NfQueue:
     def fileno(self) -> int:
         return self._sock.fileno()
 
-    def drain(self, on_packet: Callable[[int, int, bytes], None], limit: int = 1024) -> int:
+    def drain(self, on_packets: Callable[[list[tuple[int, int, int, bytes]]], None], limit: int = 1024) -> int:
         """Read every pending packet (up to `limit`), accept them all with one verdict, then
-        call on_packet(hook, mono_ns, ip_bytes) for each: the SUT's packets are on their
-        way before we spend time on them. Returns how many were read."""
-        got: list[tuple[int, int, bytes]] = []
-        append = got.append
-        count = 0
-        last_id = 0
+        hand them to on_packets as (packet id, hook, mono_ns, ip_bytes) tuples: the SUT's
+        packets are on their way before we spend time on them. Returns how many were read."""
+        got: list[tuple[int, int, int, bytes]] = []
         buf, view, recv_into = self._buf, self._view, self._sock.recv_into
-        unpack_msg, unpack_attr, unpack_hdr = _NLMSGHDR.unpack_from, _NLATTR.unpack_from, _PACKET_HDR.unpack_from
         monotonic_ns = time.monotonic_ns
-        while count < limit:
+        while len(got) < limit:
             try:
                 n = recv_into(buf)
             except BlockingIOError:
@@ -157,48 +189,19 @@ class NfQueue:
                 if exc.errno == errno.ENOBUFS:
                     continue
                 raise
-            now = monotonic_ns()
-            off = 0
-            while off + 16 <= n:
-                msg_len, msg_type, _flags, _seq, _pid = unpack_msg(buf, off)
-                if msg_len < 16:
-                    break
-                end = off + msg_len
-                if msg_type == NFQNL_MSG_PACKET:
-                    packet_id = hook = -1
-                    payload = b""
-                    a = off + 20  # nlmsghdr + nfgenmsg
-                    # Fast path: the kernel writes the packet header attribute first and
-                    # the payload last, and a truncated payload is exactly COPY_RANGE long.
-                    tail = end - _PAYLOAD_ATTR_LEN
-                    if unpack_attr(buf, a) == _HDR_ATTR and tail > a and unpack_attr(buf, tail) == _FULL_PAYLOAD_ATTR:
-                        packet_id, _proto, hook = unpack_hdr(buf, a + 4)
-                        payload = bytes(view[tail + 4 : end])
-                        a = end
-                    while a + 4 <= end:
-                        a_len, a_type = unpack_attr(buf, a)
-                        if a_len < 4:
-                            break
-                        a_type &= 0x3FFF
-                        if a_type == NFQA_PACKET_HDR:
-                            packet_id, _proto, hook = unpack_hdr(buf, a + 4)
-                        elif a_type == NFQA_PAYLOAD:
-                            payload = bytes(view[a + 4 : a + a_len])
-                        a += (a_len + 3) & ~3
-                    if packet_id >= 0:
-                        if self._last_id and packet_id > self._last_id + 1:
-                            self.lost += packet_id - self._last_id - 1
-                        self._last_id = packet_id
-                        last_id = packet_id
-                        count += 1
-                        append((hook, now, payload))
-                off += (msg_len + 3) & ~3
-        if last_id:
-            self._lib.nfq_set_verdict_batch(self._queue, last_id, NF_ACCEPT)
-        for hook, now, payload in got:
-            on_packet(hook, now, payload)
-        self.received += count
-        return count
+            parse_datagram(buf, view, n, monotonic_ns(), got)
+        if not got:
+            return 0
+        last = self._last_id
+        for packet_id, _hook, _ts, _payload in got:
+            if last and packet_id > last + 1:
+                self.lost += packet_id - last - 1
+            last = packet_id
+        self._last_id = last
+        self._lib.nfq_set_verdict_batch(self._queue, last, NF_ACCEPT)
+        on_packets(got)
+        self.received += len(got)
+        return len(got)
 
     def close(self) -> None:
         if getattr(self, "_sock", None) is not None:

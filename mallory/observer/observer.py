@@ -36,7 +36,9 @@ class PacketSource(Protocol):
 
     def fileno(self) -> int: ...
 
-    def drain(self, on_packet: Callable[[int, int, bytes], None]) -> int: ...
+    def drain(self, on_packets: Callable[[list[tuple]], None]) -> int:
+        """Hand every pending packet to on_packets as (number, hook, mono_ns, ip_bytes)."""
+        ...
 
 
 class Submitter(Protocol):
@@ -75,13 +77,19 @@ class Observer:
         self._events: list[Event] = []
         self._lost_reported = 0
 
-    def _on_packet(self, hook: int, ts: int, payload: bytes) -> None:
-        found = id_and_data(payload)
-        if found is None:
-            return
-        kind = Kind.SEND if hook == NF_INET_LOCAL_OUT else Kind.RECV
-        self.packets += 1
-        self._events.append(Event(self.node, kind, ts, found[0], found[1]))
+    def on_packets(self, packets: list[tuple]) -> None:
+        """Turn (number, hook, mono_ns, ip_bytes) tuples into SEND/RECV events (the hot
+        path: locals, and Events built with tuple.__new__, which skips NamedTuple's
+        Python-level __new__)."""
+        node, append, new = self.node, self._events.append, tuple.__new__
+        send, recv = Kind.SEND, Kind.RECV
+        count = 0
+        for _, hook, ts, payload in packets:
+            found = id_and_data(payload)
+            if found is not None:
+                append(new(Event, (node, send if hook == NF_INET_LOCAL_OUT else recv, ts, found[0], found[1])))
+                count += 1
+        self.packets += count
 
     def cut(self) -> None:
         """Close the current batch and hand it to the sender."""
@@ -109,7 +117,7 @@ class Observer:
             if fds:
                 readable, _, _ = select.select(fds, [], [], min(timeout, 0.05))
                 if readable:
-                    self.capture.drain(self._on_packet)
+                    self.capture.drain(self.on_packets)
             else:
                 stop.wait(min(timeout, 0.05))
             if time.monotonic() >= next_cut:
@@ -118,5 +126,5 @@ class Observer:
                 if next_cut < time.monotonic():  # we fell behind: do not cut in a burst
                     next_cut = time.monotonic() + self.interval
         if self.capture:
-            self.capture.drain(self._on_packet)
+            self.capture.drain(self.on_packets)
         self.cut()
