@@ -26,9 +26,13 @@ from mallory.oracles.history import Call, Op, pair_calls
 from mallory.oracles.models import LinOp, Model
 from mallory.oracles.result import CheckResult
 
-DEFAULT_MAX_STATES = 2_000_000
+DEFAULT_MAX_STATES = 5_000_000
 #: Memory the memo table may use, estimated per entry from the bitset width.
 DEFAULT_MEMORY_LIMIT = 512 * 2**20
+#: Partitions are first searched with this many states each, then 8x more, and so on: a
+#: history is invalid as soon as one partition is, and some are far easier to refute.
+FIRST_TRIAL_STATES = 20_000
+TRIAL = "trial budget"
 
 
 class _Entry:
@@ -86,28 +90,12 @@ def _build_list(ops: list[LinOp]) -> _Entry:
     return head
 
 
-def _lift(entry: _Entry) -> None:
-    entry.prev.next = entry.next  # type: ignore[union-attr]
-    entry.next.prev = entry.prev  # type: ignore[union-attr]
-    match = entry.match
-    assert match is not None
-    match.prev.next = match.next  # type: ignore[union-attr]
-    if match.next is not None:
-        match.next.prev = match.prev
+def check_partition(model: Model, ops: list[LinOp], key: Hashable, budget: _Budget,
+                    state_cap: int | None = None) -> PartitionResult:
+    """Lowe's algorithm over one partition. Op ids are re-numbered locally for the bitset.
 
-
-def _unlift(entry: _Entry) -> None:
-    match = entry.match
-    assert match is not None
-    match.prev.next = match  # type: ignore[union-attr]
-    if match.next is not None:
-        match.next.prev = match
-    entry.prev.next = entry  # type: ignore[union-attr]
-    entry.next.prev = entry  # type: ignore[union-attr]
-
-
-def check_partition(model: Model, ops: list[LinOp], key: Hashable, budget: _Budget) -> PartitionResult:
-    """Lowe's algorithm over one partition. Op ids are re-numbered locally for the bitset."""
+    `state_cap` (below the budget's own cap) makes a trial run: exceeding it gives
+    unknown with reason TRIAL, so the caller can retry with more."""
     local = [LinOp(i, op.call, op.ret, op.input, op.output, op.source, op.key) for i, op in enumerate(ops)]
     originals = {i: op for i, op in enumerate(ops)}
     head = _build_list(local)
@@ -120,16 +108,21 @@ def check_partition(model: Model, ops: list[LinOp], key: Hashable, budget: _Budg
     best_state = state
     step = model.step
     max_states = budget.states_for(len(ops))
+    trial = state_cap is not None and state_cap < max_states
+    if trial:
+        max_states = state_cap  # type: ignore[assignment]
+    deadline = budget.deadline
+    best_len = 0
     entry = head.next
     iterations = 0
+    # The hot loop: lift/unlift (remove an op's call and return entries from the list, and
+    # put them back) are inlined.
     while head.next is not None:
         iterations += 1
-        if iterations & 0xFFF == 0 and budget.deadline is not None and time.monotonic() > budget.deadline:
+        if iterations & 0xFFF == 0 and deadline is not None and time.monotonic() > deadline:
             return PartitionResult("unknown", key, len(ops), reason="time limit reached", states=len(cache))
-        assert entry is not None
-        if entry.is_call:
-            op = entry.op
-            assert op is not None
+        if entry.is_call:  # type: ignore[union-attr]
+            op = entry.op  # type: ignore[union-attr]
             ok, new_state = step(state, op.input, op.output)
             if ok:
                 new_lin = linearized | bits[op.id]
@@ -138,19 +131,27 @@ def check_partition(model: Model, ops: list[LinOp], key: Hashable, budget: _Budg
                     cache.add(memo)
                     if len(cache) > max_states:
                         return PartitionResult(
-                            "unknown", key, len(ops), reason=f"more than {max_states} states (memory budget)",
+                            "unknown", key, len(ops),
+                            reason=TRIAL if trial else f"more than {max_states} states (memory budget)",
                             states=len(cache),
                         )
                     stack.append((entry, state))
-                    if len(stack) > len(best):
+                    if len(stack) > best_len:
+                        best_len = len(stack)
                         best = [e.op.id for e, _ in stack]  # type: ignore[union-attr]
                         best_state = new_state
                     state = new_state
                     linearized = new_lin
-                    _lift(entry)
+                    # lift
+                    entry.prev.next = entry.next  # type: ignore[union-attr]
+                    entry.next.prev = entry.prev  # type: ignore[union-attr]
+                    match = entry.match  # type: ignore[union-attr]
+                    match.prev.next = match.next
+                    if match.next is not None:
+                        match.next.prev = match.prev
                     entry = head.next
                     continue
-            entry = entry.next
+            entry = entry.next  # type: ignore[union-attr]
         else:
             if not stack:
                 prefix = [originals[i] for i in best]
@@ -160,9 +161,14 @@ def check_partition(model: Model, ops: list[LinOp], key: Hashable, budget: _Budg
                     False, key, len(ops), prefix, best_state, originals[stuck.id], states=len(cache)
                 )
             entry, state = stack.pop()
-            assert entry.op is not None
-            linearized &= ~bits[entry.op.id]
-            _unlift(entry)
+            linearized &= ~bits[entry.op.id]  # type: ignore[union-attr]
+            # unlift
+            match = entry.match
+            match.prev.next = match
+            if match.next is not None:
+                match.next.prev = match
+            entry.prev.next = entry  # type: ignore[union-attr]
+            entry.next.prev = entry  # type: ignore[union-attr]
             entry = entry.next
     return PartitionResult(True, key, len(ops), states=len(cache))
 
@@ -196,11 +202,21 @@ def check_linearizable(
     budget = _Budget(None if time_limit is None else time.monotonic() + time_limit, max_states, memory_limit)
     started = time.monotonic()
     results: list[PartitionResult] = []
-    for key in sorted(partitions, key=repr):
-        res = check_partition(model, partitions[key], key, budget)
-        results.append(res)
-        if res.valid is False:
-            break
+    pending = sorted(partitions, key=lambda k: (len(partitions[k]), repr(k)))
+    cap: int | None = FIRST_TRIAL_STATES if len(pending) > 1 else None  # trials only help with several
+    failed_early = False
+    while pending and not failed_early:
+        retry = []
+        for key in pending:
+            res = check_partition(model, partitions[key], key, budget, cap)
+            if res.reason == TRIAL:
+                retry.append(key)
+                continue
+            results.append(res)
+            if res.valid is False or res.reason == "time limit reached":
+                failed_early = True
+                break
+        pending, cap = retry, (cap * 8 if cap is not None else None)
     elapsed = time.monotonic() - started
     stats = {
         "ops": len(ops),
