@@ -17,8 +17,9 @@ counted (`api_rejected`), and the mediator keeps running.
                        the timeline's summary of [T0, T1) once complete (or "complete": false)
 
 LINKS is a list of "n1->n2" strings or ["n1", "n2"] pairs (directed). Firewall answers
-say which links changed, how many held packets the change released or dropped, and
-`applied_us`, the time the change took to take effect.
+say which links changed, how many held packets the change released or dropped, for a
+heal how many packets each healed rule acted on (`affected`), and `applied_us`, the time
+the change took to take effect. /status lists the rules with their `affected` so far.
 """
 
 from __future__ import annotations

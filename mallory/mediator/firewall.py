@@ -126,6 +126,8 @@ class Firewall:
         self.rule_changes = 0
         self._held: dict[Link, deque[_Held]] = {}
         self._held_count = 0
+        #: Packets each link's rule acted on (dropped, held, duplicated) since it was set.
+        self.affected: dict[Link, int] = {}
         self._next_due: int | None = None  # release time of the first held packet (loop thread)
         #: Where verdicts go: the ForwardQueue once `start`ed (tests may set another).
         self.queue: Verdicts | None = None
@@ -149,6 +151,7 @@ class Firewall:
         node_by_ip = self.node_by_ip
         log_add = self.log.add
         held = self._held
+        affected = self.affected
         rules = self.table.rules
         now = monotonic_ns()
         batch_upto = 0  # accepts not yet given: every queued id <= this one
@@ -173,6 +176,9 @@ class Firewall:
                     verdict = "duplicate"
                 else:
                     verdict = "accept"
+                if verdict != "accept":
+                    link = (src, dst)
+                    affected[link] = affected.get(link, 0) + 1
                 found = id_and_data(buf)
                 if found is None:
                     counts["no_id"] += 1
@@ -194,7 +200,6 @@ class Firewall:
                 if batch_upto:
                     queue.accept_upto(batch_upto)  # before this packet is held, never after
                     batch_upto = 0
-                link = (src, dst)
                 waiting = held.get(link)
                 if waiting is None:
                     waiting = held[link] = deque()
@@ -273,7 +278,9 @@ class Firewall:
     def heal(self, links: list[Link] | None) -> dict:
         def change() -> dict:
             healed = self.table.heal(links)
-            return {"links": healed, "held_released": self._flush_held(list(self._held) if links is None else links, True)}
+            released = self._flush_held(list(self._held) if links is None else links, True)
+            affected = {f"{s}->{d}": self.affected.pop((s, d), 0) for s, d in healed}
+            return {"links": healed, "held_released": released, "affected": affected}
 
         return self.apply(change)
 
@@ -367,7 +374,9 @@ class Firewall:
             queue.close()
 
     def stats(self) -> dict[str, object]:
-        return {**self.counts, "bypassed": getattr(self.queue, "bypassed", 0), "held": self.held(), "rule_changes": self.rule_changes, "rules": self.table.to_json()}
+        rules = [{**r, "affected": self.affected.get((r["src"], r["dst"]), 0)} for r in self.table.to_json()]
+        return {**self.counts, "bypassed": getattr(self.queue, "bypassed", 0), "held": self.held(),
+                "rule_changes": self.rule_changes, "rules": rules}
 
 
 # -- iptables -------------------------------------------------------------------------------

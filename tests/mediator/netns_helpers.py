@@ -79,7 +79,7 @@ def udp_rtts(cluster: NetnsCluster, src: str, dst: str, n: int = 15) -> list[flo
 
     server = udp_socket(cluster, dst)
     client = udp_socket(cluster, src)
-    server.settimeout(3)
+    server.settimeout(0.02)  # the echo thread checks `stop` this often
     client.settimeout(3)
     stop = threading.Event()
 
@@ -87,6 +87,8 @@ def udp_rtts(cluster: NetnsCluster, src: str, dst: str, n: int = 15) -> list[flo
         while not stop.is_set():
             try:
                 data, peer = server.recvfrom(100)
+            except TimeoutError:
+                continue
             except OSError:
                 return
             server.sendto(data, peer)
@@ -103,9 +105,9 @@ def udp_rtts(cluster: NetnsCluster, src: str, dst: str, n: int = 15) -> list[flo
             rtts.append((time.perf_counter() - t0) * 1000)
     finally:
         stop.set()
+        t.join(1)
         server.close()
         client.close()
-        t.join(1)
     return rtts
 
 

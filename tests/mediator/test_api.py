@@ -47,7 +47,7 @@ def test_firewall_control_round_trip(mediator):
     status, out = call(mediator, "POST", "/firewall/duplicate", {"links": ["n2->n3"], "copies": 2})
     assert status == 200
     rules = {(r["src"], r["dst"]): r for r in call(mediator, "GET", "/status")[1]["firewall"]["rules"]}
-    assert rules[("n2", "n3")] == {"src": "n2", "dst": "n3", "drop": False, "delay_ms": 25.0, "copies": 2}
+    assert rules[("n2", "n3")] == {"src": "n2", "dst": "n3", "drop": False, "delay_ms": 25.0, "copies": 2, "affected": 0}
     assert rules[("n1", "n2")]["drop"] and len(rules) == 6
     status, out = call(mediator, "POST", "/firewall/heal", {"links": ["n1->n2"]})
     assert status == 200 and out["links"] == ["n1->n2"]

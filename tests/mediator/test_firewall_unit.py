@@ -77,9 +77,11 @@ def test_drop_only_on_named_links_and_heal_restores():
     a, b, c = run(fw, pkt("n1", "n2"), pkt("n2", "n1"), pkt("n1", "n3"))
     v = fw.queue.verdicts
     assert (v[a], v[b], v[c]) == ("drop", "accept", "accept")
-    fw.heal(None)
+    run(fw, pkt("n1", "n2", seq=3), pkt("n1", "n3", seq=3))
+    assert fw.stats()["rules"] == [{"src": "n1", "dst": "n2", "drop": True, "delay_ms": 0.0, "copies": 0, "affected": 2}]
+    assert fw.heal(None)["affected"] == {"n1->n2": 2}
     (d,) = run(fw, pkt("n1", "n2", seq=2))
-    assert v[d] == "accept" and fw.counts["dropped"] == 1
+    assert v[d] == "accept" and fw.counts["dropped"] == 2 and fw.affected == {}
 
 
 def test_outside_traffic_is_never_faulted():
