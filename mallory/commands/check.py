@@ -43,7 +43,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="search budget in seconds; past it the verdict is unknown")
     parser.add_argument("--max-states", type=int, default=None,
                         help="linearizability: memoised-state cap before answering unknown")
-    parser.add_argument("--initial", help="linearizability: the model's initial state, as EDN (e.g. 0, nil, {:x 0})")
+    parser.add_argument("--initial", help="linearizability: the model's initial state, as EDN (e.g. 0, nil, {:x 0}); "
+                        "default nil for registers, \"\" for kv, every key 0 for multi-register")
     parser.add_argument("--wfr-keys", action="store_true", help="rw-register: writes follow reads in a txn")
     parser.add_argument("--sequential-keys", action="store_true", help="rw-register: process order orders versions")
     parser.add_argument("--linearizable-keys", action="store_true", help="rw-register: real time orders versions")

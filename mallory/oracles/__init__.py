@@ -1,1 +1,20 @@
-"""Bug detection: transactional and linearizability checkers, ASan and log oracles. Pure Python."""
+"""Bug detection: transactional and linearizability checkers, ASan and log oracles. Pure Python.
+
+Public entry points (what the harness, the campaign and `mallory check` use):
+
+- histories: `history.Op`, `history.Call`, `history.read_history(path, fmt="auto")`,
+  `history.read_history_text(text, fmt)`, `history.pair_calls(ops)`,
+  `history.write_edn(ops, stream)` (Jepsen history.edn), `history.write_jsonl(ops, stream)`;
+  EDN values: `edn.Keyword`, `edn.Symbol`, `edn.loads`, `edn.read_all`, `edn.dumps`.
+- one call for any checker: `check.check_history(ops, fmt, check.CheckOptions(...))` ->
+  `result.CheckResult` (valid True/False/"unknown", anomaly_types, anomalies, explanation,
+  not_models/also_not, notes, stats; `.exit_code`, `.render()`, `.to_json()`).
+- Elle-style: `elle.check_elle(ops, "list-append" | "rw-register", elle.ElleOptions(...))`;
+  the anomaly/model tables in `consistency`.
+- linearizability: `linearizability.check_linearizable(ops, models.make_model(name, initial))`
+  for register, cas-register, mutex, kv, multi-register.
+- findings: `asan.parse_asan(text, node)`, `logs.scan_log(lines, node, patterns)`,
+  `logs.parse_pattern("NAME=REGEX")`, `logs.death_finding(returncode, node)`,
+  `triage.findings_from_result(result)`, `triage.deduplicate(findings)`; every
+  `triage.Finding` has a filesystem-safe `.signature` for `bugs/<signature>/`.
+"""

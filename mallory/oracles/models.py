@@ -234,12 +234,14 @@ class KV(Model):
 
 class MultiRegister(Model):
     """Knossos' multi-register: a txn of [:read k v] / [:write k v] applied atomically.
-    State: a sorted tuple of (key, value); a read of nil is a wildcard."""
+    State: a sorted tuple of (key, value); a read of nil is a wildcard. A key absent from
+    `initial` starts at `default` (0, as in Knossos' multi-register tests)."""
 
     name = "multi-register"
 
-    def __init__(self, initial: dict[Any, Any] | None = None) -> None:
-        self.initial = tuple(sorted((initial or {}).items(), key=repr))
+    def __init__(self, initial: dict[Any, Any] | None = None, default: Any = 0) -> None:
+        self.initial = tuple(sorted(((_freeze(k), _freeze(v)) for k, v in (initial or {}).items()), key=repr))
+        self.default = default
 
     def to_lin_op(self, call: Call, i: int) -> LinOp | None:
         if call.status == "fail":
@@ -264,7 +266,7 @@ class MultiRegister(Model):
         current = dict(state)
         for kind, k, v in inp:
             if kind == "read":
-                if v is not None and current.get(k) != v:
+                if v is not None and current.get(k, self.default) != v:
                     return False, state
             else:
                 current[k] = v
