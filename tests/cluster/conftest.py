@@ -40,7 +40,9 @@ def _sh(argv: list[str]) -> str:
 
 def leftovers(run: str, host_link: str, addresses_prefix: str, pids: list[int]) -> Leftovers:
     """What of run `run` remains: its namespaces, its host link, iptables lines naming its
-    addresses or our chains in the root and in every remaining namespace, its shm
+    addresses in the root and in every remaining namespace (other runs, e.g. of other
+    tests, may have observer chains of their own: only our addresses count there), any
+    Mallory chain or NFQUEUE rule in the root or in the run's namespaces, its shm
     segments, and which of `pids` still run."""
     netns = [line.split()[0] for line in _sh(["ip", "-o", "netns", "list"]).splitlines() if line.strip()]
     mine = [ns for ns in netns if ns.startswith(f"mal-{run}-")]
@@ -51,7 +53,8 @@ def leftovers(run: str, host_link: str, addresses_prefix: str, pids: list[int]) 
         lines = [
             line
             for line in _sh(argv).splitlines()
-            if addresses_prefix in line or "MALLORY-OBS" in line or (ns in mine and "NFQUEUE" in line)
+            if addresses_prefix in line
+            or ((ns in mine or not ns) and ("MALLORY" in line or "NFQUEUE" in line))
         ]
         if lines:
             iptables[ns] = lines
