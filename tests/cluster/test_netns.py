@@ -248,3 +248,26 @@ def test_offloads_are_off_on_every_veth(make_cluster):
         features = cluster.exec(node, ["ethtool", "-k", dev]).stdout
         for feature in ("tcp-segmentation-offload", "generic-segmentation-offload", "generic-receive-offload", "large-receive-offload"):
             assert f"{feature}: off" in features, (node, dev, feature)
+
+
+@pytest.mark.parametrize("fail_at", [3, 9, 20])
+def test_a_failure_during_up_removes_what_was_created(tmp_path, monkeypatch, fail_at):
+    import nemesis.netns as netns
+
+    real_sh, calls = netns._sh, []
+
+    def failing_sh(argv, what):
+        calls.append(argv)
+        if len(calls) == fail_at:
+            raise MalloryError(f"injected failure at step {fail_at}")
+        return real_sh(argv, what)
+
+    monkeypatch.setattr(netns, "_sh", failing_sh)
+    run = run_name("fu")
+    with pytest.raises(MalloryError, match="injected"):
+        NetnsCluster.up(run, 3, data_root=tmp_path)
+    with pytest.raises(MalloryError):
+        load_run(run)  # unregistered
+    assert not leftovers(run, "-", "-", []).netns
+    host_links = [argv[3] for argv in calls if argv[:3] == ["ip", "link", "add"]]
+    assert all(not Path("/sys/class/net", link).exists() for link in host_links)
