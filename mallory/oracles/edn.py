@@ -116,8 +116,12 @@ def _line_of(text: str, pos: int) -> int:
     return text.count("\n", 0, pos) + 1
 
 
-def iter_forms(text: str, source: str = "<edn>") -> Iterator[tuple[int, Any]]:
-    """Yield (line, form) for every top-level form in `text`."""
+def iter_forms(text: str, source: str = "<edn>", child_lines: list[int] | None = None) -> Iterator[tuple[int, Any]]:
+    """Yield (line, form) for every top-level form in `text`.
+
+    When `child_lines` is a list, the line of every element of a top-level collection is
+    appended to it, in order (Knossos histories are one vector of op maps).
+    """
     stack: list[tuple[str, list[Any], int]] = []  # (opener, items, line-start pos)
     discard = 0  # pending #_ markers, applying to the next complete form
     tags = 0  # pending #tag markers (value read as the tagged form itself)
@@ -198,6 +202,8 @@ def iter_forms(text: str, source: str = "<edn>") -> Iterator[tuple[int, Any]]:
             continue
         if stack:
             stack[-1][1].append(value)
+            if child_lines is not None and len(stack) == 1:
+                child_lines.append(line_at(form_start))
         else:
             yield line_at(form_start), value
     if stack:

@@ -162,10 +162,10 @@ def _dense(ops: list[Op]) -> list[Op]:
 
 
 def read_edn(text: str, source: str = "<edn>") -> list[Op]:
-    forms = list(edn.iter_forms(text, source))
+    child_lines: list[int] = []
+    forms = list(edn.iter_forms(text, source, child_lines))
     if len(forms) == 1 and isinstance(forms[0][1], list):
-        line0 = forms[0][0]
-        items = [(None if i else line0, m) for i, m in enumerate(forms[0][1])]
+        items = list(zip(child_lines, forms[0][1]))
     else:
         items = forms
     return _dense([op_from_map(m, i, line, source) for i, (line, m) in enumerate(items)])

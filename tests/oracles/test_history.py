@@ -132,3 +132,12 @@ def test_sparse_indices_are_made_dense_in_file_order():
     _, ops = read_history_text(text)
     assert [o.index for o in ops] == [0, 1]
     assert ops[1].extra["source-index"] == 962
+
+
+def test_ops_inside_one_vector_know_their_lines():
+    text = "; knossos style\n[{:process 0, :type :invoke, :f :read}\n ; comment\n {:process 0, :type :ok, :f :read}\n" \
+           " {:process 1, :type :okk, :f :read}]\n"
+    with pytest.raises(HistoryError, match=r"k.edn:5: op :type"):
+        read_history_text(text, "edn", "k.edn")
+    _, ops = read_history_text(text.replace(":okk", ":invoke"), "edn", "k.edn")
+    assert [o.line for o in ops] == [2, 4, 5]
