@@ -345,6 +345,8 @@ static void step_down(long term, const char *why)
     }
     S.role = FOLLOWER;
     if (was != FOLLOWER) {
+        S.leader[0] = 0; /* until a leader of this term speaks */
+        reset_election_timer();
         abandon_clients("stepped-down");
         say("stepped down (%s)", why);
     }
