@@ -48,9 +48,11 @@ class DepGraph:
         return sum(len(row) for row in self.out)
 
 
-def strongly_connected(graph: DepGraph, mask: int, nodes: Iterable[int] | None = None) -> list[list[int]]:
-    """Components with more than one node, of the subgraph of edges intersecting `mask`
-    (restricted to `nodes` when given). Iterative Tarjan."""
+def strongly_connected(graph: DepGraph, mask: int, nodes: Iterable[int] | None = None,
+                       singletons: bool = False) -> list[list[int]]:
+    """Components with more than one node (every component with `singletons`), of the
+    subgraph of edges intersecting `mask` (restricted to `nodes` when given). Iterative
+    Tarjan, so components come out in reverse topological order: sinks first."""
     out = graph.out
     allowed: set[int] | None = set(nodes) if nodes is not None else None
     order = list(allowed) if allowed is not None else range(graph.n)
@@ -99,9 +101,36 @@ def strongly_connected(graph: DepGraph, mask: int, nodes: Iterable[int] | None =
                     component.append(w)
                     if w == v:
                         break
-                if len(component) > 1:
+                if singletons or len(component) > 1:
                     result.append(component)
     return result
+
+
+class Reachability:
+    """Which nodes can reach which through edges intersecting `mask`, inside `nodes`:
+    one bitset of reachable components per component of the condensation."""
+
+    def __init__(self, graph: DepGraph, mask: int, nodes: set[int]) -> None:
+        comps = strongly_connected(graph, mask, nodes, singletons=True)
+        self.comp_of: dict[int, int] = {}
+        for i, comp in enumerate(comps):
+            for v in comp:
+                self.comp_of[v] = i
+        self.reach: list[int] = []
+        out, comp_of = graph.out, self.comp_of
+        for i, comp in enumerate(comps):  # sinks first: successors are already done
+            bits = 1 << i
+            for v in comp:
+                for w, m in out[v].items():
+                    if m & mask and w in nodes:
+                        j = comp_of[w]
+                        if j != i:
+                            bits |= self.reach[j]
+            self.reach.append(bits)
+
+    def reaches(self, a: int, b: int) -> bool:
+        """Is there a path from a to b (or a == b's component)?"""
+        return bool(self.reach[self.comp_of[a]] >> self.comp_of[b] & 1)
 
 
 NO_RW, SINGLE_RW, NONADJACENT_RW, ADJACENT_RW = "none", "single", "nonadjacent", "adjacent"
@@ -273,9 +302,13 @@ def find_cycle(graph: DepGraph, component: list[int], spec: CycleSpec, deadline:
     for sub in sub_components:
         members = set(sub)
         search.nodes = members
+        # A single-rw cycle through rw edge a -> b needs a path back from b to a without rw.
+        back = Reachability(graph, spec.rels & ~RW, members) if spec.rw == SINGLE_RW else None
         for a in sub:
             for b, mask in graph.out[a].items():
                 if b not in members or not mask & first:
+                    continue
+                if back is not None and not back.reaches(b, a):
                     continue
                 cycle = search.from_edge(a, b, first, search.initial_flags(first))
                 if cycle is not None and classify(cycle) == spec.name:

@@ -250,3 +250,19 @@ def test_linearizable_keys_orders_versions_by_real_time():
     result = rw(b.ops, opts)
     assert_flags(result, "cyclic-versions")
     assert "cyclic-versions" not in rw(b.ops, SER).anomaly_types
+
+
+def test_reachability_through_the_condensation():
+    from mallory.oracles.depgraph import WR, Reachability
+
+    g = DepGraph(5)
+    g.add(0, 1, WW)
+    g.add(1, 0, WR)  # 0 and 1 form a component
+    g.add(1, 2, WW)
+    g.add(3, 2, WW)
+    g.add(2, 4, WR)
+    reach = Reachability(g, WW | WR, set(range(5)))
+    assert reach.reaches(0, 4) and reach.reaches(1, 0) and reach.reaches(3, 4)
+    assert not reach.reaches(4, 0) and not reach.reaches(0, 3) and not reach.reaches(2, 1)
+    only_ww = Reachability(g, WW, set(range(5)))
+    assert only_ww.reaches(0, 2) and not only_ww.reaches(1, 0) and not only_ww.reaches(0, 4)
