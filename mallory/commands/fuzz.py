@@ -13,6 +13,7 @@ ends the campaign after the current step, resets the cluster and removes it; aft
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import secrets
 import signal
@@ -153,6 +154,7 @@ def run(args: argparse.Namespace) -> int:
     stack = ObservedCluster(run_name, config["nodes"], record_dir=directory.root / "events")
     try:
         backend = stack.cluster
+        (directory.root / "cluster.json").write_text(backend.layout.to_json())
         adapter = _adapter(config, backend)
         controls = NodeControls(backend.record, list(backend.nodes)).prepare()
         attach(adapter, controls)
@@ -166,7 +168,7 @@ def run(args: argparse.Namespace) -> int:
         loop = LoopConfig(steps=config["steps"], window_s=config["window_s"], reset_s=config["reset_s"], seed=config["seed"])
         campaign = Campaign(
             directory, learner, TimelineWindows(stack.client, config["abstraction"]), nemesis, loop,
-            checker=checks, on_update=screen.update,
+            checker=checks, on_update=screen.update, info={"cluster_run": run_name, "fuzzer_pid": os.getpid()},
         )
         progress = campaign.run(schedules=args.schedules, duration_s=duration, stop=stopping.is_set)
     finally:

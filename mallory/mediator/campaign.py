@@ -160,6 +160,7 @@ class Campaign:
         checker: Checker | None = None,
         sleeper: Sleeper | None = None,
         on_update: Callable[[Progress], None] | None = None,
+        info: dict[str, Any] | None = None,
     ) -> None:
         self.dir = directory
         self.learner = learner
@@ -170,6 +171,8 @@ class Campaign:
         self.sleeper = sleeper or RealSleeper()
         self.on_update = on_update or (lambda progress: None)
         self.progress = Progress()
+        #: fixed facts shown in fuzzer_stats (e.g. the cluster run, for `mallory cleanup RUN`)
+        self.info = dict(info or {})
         self._restore_progress()
 
     def _restore_progress(self) -> None:
@@ -338,4 +341,5 @@ class Campaign:
             "feedback_ms_p50": p.feedback_percentile(0.5),
             "feedback_ms_p99": p.feedback_percentile(0.99),
             "policy": type(self.learner.policy).__name__,
+            **self.info,
         }

@@ -104,6 +104,21 @@ class CampaignDir:
         path.mkdir(parents=True, exist_ok=True)
         return path
 
+    def fresh_run_dir(self, index: int) -> Path:
+        """An empty run directory for schedule `index`. What an interrupted incarnation left
+        there (a resumed campaign redoes the schedule in flight) is kept beside it as
+        `NNNNNN.interrupted[.k]`, never mixed into the new run's history."""
+        path = self.root / "runs" / f"{index:06d}"
+        if path.exists() and any(path.iterdir()):
+            aside = path.with_name(path.name + ".interrupted")
+            k = 1
+            while aside.exists():
+                aside = path.with_name(f"{path.name}.interrupted.{k}")
+                k += 1
+            os.replace(path, aside)
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
     def append_plot(self, row: Mapping[str, Any]) -> None:
         line = ", ".join(str(row.get(c, "")) for c in PLOT_COLUMNS)
         with open(self.root / "plot_data", "a") as f:

@@ -16,6 +16,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from mallory.errors import MalloryError
 from mallory.harness.adapter import SutAdapter
 from mallory.harness.history import HistoryRecorder
 from mallory.harness.runner import RunConfig, WorkloadRunner
@@ -59,9 +60,9 @@ class ScheduleChecks:
 
     def begin_schedule(self, index: int) -> None:
         self._offsets = {p: p.stat().st_size if p.exists() else 0 for p in self._log_paths()}
+        run_dir = self.dir.fresh_run_dir(index)
         if self.workload is None:
             return
-        run_dir = self.dir.run_dir(index)
         self.recorder = HistoryRecorder.to_dir(run_dir)
         node_for = client_node_for(self.adapter)
         config = RunConfig(
@@ -113,8 +114,14 @@ class ScheduleChecks:
     def _check_history(self, path: Path, record: dict[str, Any]) -> list[Finding]:
         if not path.exists() or path.stat().st_size == 0:
             return []
-        fmt, ops = read_history(path)
-        result = check_history(ops, fmt, CheckOptions(time_limit=self.check_time_limit), str(path))
+        try:
+            fmt, ops = read_history(path)
+            result = check_history(ops, fmt, CheckOptions(time_limit=self.check_time_limit), str(path))
+        except MalloryError as exc:
+            # A history the checker cannot read is a harness problem, not a finding about the
+            # SUT; say so in the schedule's record and keep the campaign going.
+            record["history"] = {"valid": "unknown", "error": str(exc)}
+            return []
         record["history"] = {"valid": result.valid, "checker": result.checker, "anomalies": result.anomaly_types}
         return findings_from_result(result)
 
