@@ -37,6 +37,9 @@ from mallory.learner.states import DEFAULT_LSH_WEIGHTS, StateStore
 
 #: candidates whose exact-replay fraction is this far below the target skip the store replay
 SCREEN_MARGIN = 0.05
+#: the pairwise matrix of equal positions takes 2 * n^2 bytes: 200 MB at this many windows
+#: (7 hours of 2.5 s windows)
+MAX_WINDOWS = 10_000
 
 
 def coincidence_fraction(
@@ -59,25 +62,31 @@ def calibrate_threshold(
     num_perm: int = 128,
     seed: int = 1,
     lsh_weights: tuple[float, float] = DEFAULT_LSH_WEIGHTS,
+    max_windows: int = MAX_WINDOWS,
 ) -> float:
     """The largest threshold k/num_perm under which at least `coincide` of the steady
     windows coincide (see the module docstring for the exact meaning)."""
     if isinstance(coincide, bool) or not isinstance(coincide, (int, float)) or not 0.0 < coincide <= 1.0:
         raise MalloryError(f"calibration: coincide must be in (0, 1], got {coincide!r}")
     signatures = _signatures(steady_summaries, num_perm, seed)
+    if len(signatures) > max_windows:
+        raise MalloryError(
+            f"calibration: {len(signatures)} steady windows are more than the {max_windows} it handles "
+            f"(its pairwise matrix grows with the square); give it a contiguous stretch of the steady run"
+        )
     equal = _equal_positions(signatures)
-    best_exact = 0.0
+    floor = coincide - SCREEN_MARGIN
     for k in range(num_perm, 0, -1):
-        exact = _exact_fraction(equal, k)
-        best_exact = max(best_exact, exact)
-        if exact < coincide - SCREEN_MARGIN:
+        if _exact_fraction(equal, k, floor) < floor:
             continue
         threshold = k / num_perm
         if _store_fraction(signatures, threshold, num_perm, seed, lsh_weights) >= coincide:
             return threshold
+    loosest = _exact_fraction(equal, 1, 0.0)
     raise MalloryError(
         f"calibration: the {len(signatures)} steady windows are too dissimilar: no threshold makes "
-        f"{coincide:.0%} of them coincide (best {best_exact:.1%}); are they really fault-free and steady?"
+        f"{coincide:.0%} of them coincide (even at 1/{num_perm}, only {loosest:.1%}); "
+        "are they really fault-free and steady?"
     )
 
 
@@ -100,17 +109,22 @@ def _equal_positions(signatures: np.ndarray) -> np.ndarray:
     return equal
 
 
-def _exact_fraction(equal: np.ndarray, min_matches: int) -> float:
+def _exact_fraction(equal: np.ndarray, min_matches: int, floor: float) -> float:
     """Replay with exact nearest-state search: representatives are the windows that were
-    new when they arrived, as in `StateStore`."""
-    representatives: list[int] = []
-    coinciding = 0
-    for i in range(len(equal)):
-        if representatives and equal[i, representatives].max() >= min_matches:
-            coinciding += 1
-        else:
-            representatives.append(i)
-    return coinciding / (len(equal) - 1)
+    new when they arrived, as in `StateStore`. Stops early, returning a value below
+    `floor`, once the fraction can no longer reach `floor`."""
+    n = len(equal)
+    allowed_misses = int((1.0 - floor) * (n - 1) + 1e-9)
+    representatives = np.empty(n, dtype=np.intp)
+    representatives[0] = 0
+    count = 1
+    for i in range(1, n):
+        if equal[i, representatives[:count]].max() < min_matches:
+            representatives[count] = i
+            count += 1
+            if count - 1 > allowed_misses:
+                return (n - count) / (n - 1)
+    return (n - count) / (n - 1)
 
 
 def _store_fraction(

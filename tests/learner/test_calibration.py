@@ -53,3 +53,8 @@ def test_bad_coincide_is_a_user_error(coincide):
 def test_too_few_windows_is_a_user_error():
     with pytest.raises(MalloryError, match="at least 2"):
         calibrate_threshold([frozenset({"a"})])
+
+
+def test_too_many_windows_is_a_user_error():
+    with pytest.raises(MalloryError, match="more than the 50"):
+        calibrate_threshold(steady_windows(random.Random(1), 51), max_windows=50)
