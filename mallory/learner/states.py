@@ -129,7 +129,10 @@ class StateStore:
             raise MalloryError(f"a summary is a set of tokens, not one {type(summary).__name__}: {summary[:60]!r}")
         tokens = summary if isinstance(summary, (frozenset, set, list, tuple)) else list(summary)
         cache = self._token_hashes
-        hashes = [cache.get(token) for token in tokens]
+        try:
+            hashes = [cache.get(token) for token in tokens]
+        except TypeError:
+            raise MalloryError(f"summary tokens must be str, got {summary!r:.200}") from None
         if not hashes:
             return np.full(self.num_perm, _EMPTY, dtype=np.uint32)
         if None in hashes:
@@ -161,6 +164,7 @@ class StateStore:
         return self.peek_signature(self.signature(summary))
 
     def lookup_signature(self, signature: np.ndarray) -> StateMatch:
+        """`lookup` for a signature computed by `signature` (of this store's num_perm/seed)."""
         signature = self._checked(signature)
         state_id, matches = self._nearest(signature)
         if state_id < 0:
@@ -171,6 +175,7 @@ class StateStore:
         return StateMatch(state_id, False, matches / self.num_perm, self._visits[state_id])
 
     def peek_signature(self, signature: np.ndarray) -> StateMatch:
+        """`peek` for a signature computed by `signature`."""
         signature = self._checked(signature)
         state_id, matches = self._nearest(signature)
         if state_id < 0:

@@ -192,6 +192,8 @@ def test_bad_tokens_and_signatures_are_user_errors():
         store.lookup([b"bytes-token"])
     with pytest.raises(MalloryError, match="set of tokens"):
         store.lookup("n1|FUNC:1234")
+    with pytest.raises(MalloryError, match="tokens must be str"):
+        store.lookup([["unhashable"]])
     with pytest.raises(MalloryError, match="uint32"):
         store.lookup_signature(np.zeros(64, dtype=np.uint32))
 
