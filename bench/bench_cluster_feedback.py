@@ -19,6 +19,7 @@ import json
 import os
 import signal
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -93,7 +94,8 @@ def main() -> int:
     if os.geteuid() != 0:
         print("bench_cluster_feedback: needs root (network namespaces)", file=sys.stderr)
         return 1
-    cluster = NetnsCluster.up(f"fb-{uuid.uuid4().hex[:6]}", args.nodes)
+    scratch = tempfile.TemporaryDirectory(prefix="mallory-bench-")  # node logs and data, removed at exit
+    cluster = NetnsCluster.up(f"fb-{uuid.uuid4().hex[:6]}", data_root=Path(scratch.name), nodes=args.nodes)
     try:
         ready = cluster.data_dir("gw") / "ready"
         cluster.spawn("gw", [sys.executable, "-m", "mallory.cli", "mediator", "--run", cluster.run, "--token", TOKEN,
@@ -138,6 +140,7 @@ def main() -> int:
             cluster.signal(proc, signal.SIGKILL)
     finally:
         cluster.down()
+        scratch.cleanup()
     lag = end["commit_lag_ms"]
     rate = (end["committed"] - start["committed"]) / elapsed
     print(f"{args.nodes} nodes, leader tick {args.tick * 1000:.0f} ms, chatter {args.chatter:.0f}/s per link, {elapsed:.0f} s steady: {rate:.0f} events/s committed, "

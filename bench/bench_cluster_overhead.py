@@ -24,6 +24,7 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -149,7 +150,8 @@ def main() -> int:
     if os.geteuid() != 0:
         print("bench_cluster_overhead: needs root (network namespaces)", file=sys.stderr)
         return 1
-    cluster = NetnsCluster.up(f"bench-{uuid.uuid4().hex[:6]}", 2)
+    scratch = tempfile.TemporaryDirectory(prefix="mallory-bench-")  # node logs and data, removed at exit
+    cluster = NetnsCluster.up(f"bench-{uuid.uuid4().hex[:6]}", data_root=Path(scratch.name), nodes=2)
     results: dict[str, dict] = {}
     try:
         cluster.spawn("n2", [sys.executable, "-c", PING_SERVER], name="pingd")
@@ -181,6 +183,7 @@ def main() -> int:
                 print(f"{'':10s} {name} cpu {seconds:.2f} s over the run{per}")
     finally:
         cluster.down()
+        scratch.cleanup()
     base = results.get("plain")
     if base:
         print("\nagainst plain, same run:")

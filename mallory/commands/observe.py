@@ -122,7 +122,9 @@ def run(args: argparse.Namespace) -> int:
         sender.close()
         print(
             f"observe {args.node}: {observer.packets} packets, {observer.batches} batches, "
-            f"{observer.ring_events} ring events, {queue.lost if queue else 0} lost in the queue, "
+            f"{observer.ring_events} ring events, "
+            f"{queue.received / max(queue.reads, 1) if queue else 0:.1f} packets per read, "
+            f"{queue.lost if queue else 0} lost in the queue, "
             f"{reader.lost_total if reader else 0} lost in the ring, "
             f"{sender.stats.dropped_events} dropped while the mediator was away",
             file=sys.stderr,

@@ -111,6 +111,7 @@ class NfLog:
         self.group = group
         self.lost = 0
         self.received = 0
+        self.reads = 0  # drains that found packets: received / reads = packets per wakeup
         self._last_seq: int | None = None
         self._seq = 0
         self._sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_NETFILTER)
@@ -183,6 +184,7 @@ class NfLog:
         if got:
             on_packets(got)
         self.received += len(got)
+        self.reads += bool(got)
         return len(got)
 
     def close(self) -> None:

@@ -132,6 +132,7 @@ class NfQueue:
         self.queue_num = queue_num
         self.lost = 0  # packets the kernel accepted without handing them to us
         self.received = 0
+        self.reads = 0  # drains that found packets: received / reads = packets per wakeup
         self._last_id = 0
         self._lib = _load_library()
         self._handle = self._lib.nfq_open()
@@ -201,6 +202,7 @@ class NfQueue:
         self._lib.nfq_set_verdict_batch(self._queue, last, NF_ACCEPT)
         on_packets(got)
         self.received += len(got)
+        self.reads += bool(got)
         return len(got)
 
     def close(self) -> None:
