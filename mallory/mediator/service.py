@@ -63,8 +63,12 @@ class Mediator:
         self.ingest = Ingest(self.builder, self.firewall.log, self._recording)
         self.windows = WindowService(self.ingest.frontier_ns)
         self.ingest.subscribers.append(self.windows.on_commit)
-        self.receiver = BatchServer(*batch_address, self.ingest)
-        self.api = ApiServer(api_address, token, self)
+        self.api = ApiServer(api_address, token, self)  # first: it checks the token before binding
+        try:
+            self.receiver = BatchServer(*batch_address, self.ingest)
+        except BaseException:
+            self.api.server_close()
+            raise
         self.test: dict[str, object] | None = None
         self.tests_run = 0
         self._own: list[Event] = []
