@@ -362,7 +362,7 @@ class Firewall:
                             queue.accept_upto(packets[-1][0])
                     if self._next_due is not None and monotonic_ns() >= self._next_due:
                         self.release_due()
-                    if not packets:
+                    if not packets or self._stop:
                         break
         except BaseException as exc:
             self.error = exc
