@@ -123,3 +123,41 @@ def test_raft_cluster_observed_by_observers_and_mediator(make_cluster, tmp_path)
     # The timeline committed every observed segment with its RECV linked to its SEND.
     assert ingest["unmatched_recvs"] == 0
     assert ingest["committed"] >= 2 * forwarded
+
+
+def _raft_value(proc) -> int:
+    lines = proc.log_path.read_text().splitlines()
+    return json.loads(lines[-1])["value"] if lines else -1
+
+
+def test_killed_mediator_leaves_raft_running_and_observers_reconnect_to_a_new_one(make_cluster, tmp_path):
+    cluster = make_cluster(3, "mr")
+    mediator = start_mediator(cluster, tmp_path / "rec1")
+    observers = [
+        cluster.spawn(node, [sys.executable, "-m", "mallory.cli", "observe", "--run", cluster.run], name="observer")
+        for node in cluster.nodes
+    ]
+    addrs = {n.name: f"{n.address}:4321" for n in cluster.layout.nodes}
+    rafts = [
+        cluster.spawn(name, [sys.executable, RAFT_NODE, addr, *[a for a in addrs.values() if a != addr]], name="raft")
+        for name, addr in addrs.items()
+    ]
+    _wait(lambda: min(_raft_value(p) for p in rafts) >= 3, 30, "Raft replicating")
+
+    cluster.signal(mediator, signal.SIGKILL)
+    cluster.wait(mediator, 5)
+    before = min(_raft_value(p) for p in rafts)
+    _wait(lambda: min(_raft_value(p) for p in rafts) >= before + 5, 15, "Raft replicating without a mediator")
+
+    mediator = start_mediator(cluster, tmp_path / "rec2")
+
+    def batches_from_all() -> bool:
+        nodes = api_get(cluster, "/metrics")["ingest"]["nodes"]
+        return all(nodes.get(n, {}).get("batches", 0) >= 5 and nodes[n]["events"] > 0 for n in cluster.nodes)
+
+    _wait(batches_from_all, 15, "every observer's batches at the restarted mediator")
+    _wait(lambda: api_get(cluster, "/metrics")["firewall"]["seen"] > 0, 10, "the new firewall in the path")
+    for proc in [*rafts, *observers]:
+        cluster.signal(proc, signal.SIGKILL)
+    cluster.signal(mediator, signal.SIGTERM)
+    assert cluster.wait(mediator, 10) == 0
