@@ -22,7 +22,6 @@ import json
 import os
 import re
 import signal
-import subprocess
 import sys
 import tempfile
 import time
