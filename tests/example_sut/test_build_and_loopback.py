@@ -16,6 +16,7 @@ import pytest
 from mallory.harness.loopback import LoopbackBackend
 from mallory.harness.runner import RunConfig
 from mallory.harness.session import record_run, start_all, teardown_all
+from mallory.harness.spec import load_spec
 from mallory.harness.workload import RegisterWorkload
 from mallory.observer.catalogue import Catalogue, catalogue_path
 from mallory.observer.event_ids import event_id
@@ -44,6 +45,13 @@ def test_catalogue_names_every_annotation(binary: Path) -> None:
         assert event.id == event_id(event.file, event.line, event.kind)
         above = [line.strip() for line in source[: event.line - 1] if line.strip()][-1]
         assert above == f"// INSTRUMENT_{event.kind} {event.label}", (event, above)
+
+
+def test_the_bugs_spec_is_the_plain_spec_with_every_bug_on() -> None:
+    plain, bugs = load_spec(ex.SPEC), load_spec(ex.SUT_DIR / "example-bugs.toml")
+    assert bugs.command == (*plain.command, "--bugs", "all")
+    assert (bugs.ports, bugs.ready, bugs.client) == (plain.ports, plain.ready, plain.client)
+    assert plain.client is not None and plain.client.kind == "line"
 
 
 def test_unknown_bug_names_are_refused(binary: Path, tmp_path: Path) -> None:
