@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from nemesis.runstate import cleanup_all, cleanup_run, load_run
+from mallory.errors import MalloryError
+from nemesis.runstate import cleanup_all, cleanup_run, list_runs, state_root
 
 NAME = "cleanup"
 HELP = "remove the namespaces, links, processes and shm segments of runs (all runs by default)"
@@ -17,7 +18,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.runs:
-        results = {name: cleanup_run(load_run(name)) for name in args.runs}
+        # list_runs, not load_run: it also finds a run killed before its run.json was written.
+        known = {record.name: record for record in list_runs()}
+        missing = [name for name in args.runs if name not in known]
+        if missing:
+            raise MalloryError(f"no run named {', '.join(missing)} in {state_root()} (see `mallory cluster list`)")
+        results = {name: cleanup_run(known[name]) for name in args.runs}
     else:
         results = cleanup_all()
     for name, removed in results.items():

@@ -78,6 +78,7 @@ def test_observer_rules_queue_only_peer_tcp_udp_with_bypass():
         (["cluster", "down", "no-such-run-xyz"], "no run named 'no-such-run-xyz'"),
         (["observe", "--node", "n1"], "no mediator address"),
         (["observe"], "no node name"),
+        (["cleanup", "no-such-run-xyz"], "no run named no-such-run-xyz"),
     ],
 )
 def test_cli_rejects_bad_input_with_a_message_and_no_traceback(argv, message, capsys, monkeypatch, tmp_path):
@@ -90,3 +91,14 @@ def test_cli_rejects_bad_input_with_a_message_and_no_traceback(argv, message, ca
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
     assert not list(tmp_path.iterdir()) or [p.name for p in tmp_path.iterdir()] == [".lock"]
+
+
+def test_cleanup_of_a_run_killed_while_registering(tmp_path, monkeypatch, capsys):
+    """A run directory without run.json (killed between mkdir and the write) is still found
+    and removed by `mallory cleanup RUN`."""
+    from mallory.cli import main
+
+    monkeypatch.setenv("MALLORY_STATE_DIR", str(tmp_path))
+    (tmp_path / "half").mkdir()
+    assert main(["cleanup", "half"]) == 0
+    assert not (tmp_path / "half").exists()
