@@ -15,6 +15,7 @@ MalloryError with the reason; under the default they are left out and listed in 
 from __future__ import annotations
 
 import random
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +30,7 @@ from nemesis.faults.process import ProcessFaults, sut_pid
 from nemesis.runstate import proc_state
 
 NOOP = "noop"
+SETTLE_S = 0.5
 
 
 def default_families() -> list[FaultFamily]:
@@ -66,7 +68,7 @@ class Nemesis:
         self.ctx = ctx
         self.families = {f.family: f for f in (families or default_families())}
         self.refused: dict[str, str] = {}
-        self.active: list[FaultReport] = []
+        self.active: list[FaultReport] = ctx.active  # shared: a heal consults the others
         self._labels: list[str] = []
         explicit = enabled is not None
         for family, spec in self._expand(enabled):
@@ -137,7 +139,8 @@ class Nemesis:
                 out.healed.append(report.action)
             except MalloryError as exc:
                 out.problems.append(f"healing {report.action}: {exc}")
-                self.active.remove(report)
+                if report in self.active:
+                    self.active.remove(report)
         clock = self.families.get("clock")
         if isinstance(clock, ClockFaults):
             clock.stop_strobes()
@@ -157,11 +160,17 @@ class Nemesis:
             else:
                 ctx.adapter.start(node)
                 out.restarted.append(node)
-        for node in ctx.nodes:
-            try:
-                ctx.adapter.wait_ready(node, ctx.ready_timeout)
-            except MalloryError as exc:
-                out.problems.append(str(exc))
+        # A node resumed after its peers restarted may answer "ready" from stale state for
+        # a moment (a replica's link to a primary that has since died): check twice.
+        for attempt in range(2 if (out.resumed or out.restarted or out.healed) else 1):
+            if attempt:
+                time.sleep(SETTLE_S)
+            for node in ctx.nodes:
+                try:
+                    ctx.adapter.wait_ready(node, ctx.ready_timeout)
+                except MalloryError as exc:
+                    out.problems.append(str(exc))
+                    break
         out.problems += self.health_problems()
         return out
 

@@ -34,15 +34,17 @@ class FaultContext:
     adapter: Any
     mediator: Any = None
     controls: Any = None
-    #: seconds a restarted node gets to become ready when a kill is healed
+    #: seconds a node gets to become ready in a reset
     ready_timeout: float = 20.0
+    #: the faults in force (the Nemesis keeps it): healing one must not lift another's links
+    active: list["FaultReport"] = field(default_factory=list)
 
     @property
     def nodes(self) -> list[str]:
         return list(self.backend.nodes)
 
 
-@dataclass
+@dataclass(eq=False)  # identity: two alike faults in force are still two faults
 class FaultReport:
     """What a fault did, and the evidence that it took effect."""
 

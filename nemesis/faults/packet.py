@@ -13,6 +13,7 @@ import random
 
 from mallory.errors import MalloryError
 from nemesis.faults.base import FaultContext, FaultReport, check_spec
+from nemesis.faults.links import lift_drop, lift_packet
 from nemesis.faults.targets import link_spec_links
 
 LINK_SPECS = ("one", "pair", "all")
@@ -73,9 +74,8 @@ class PacketFaults:
 
     def heal(self, ctx: FaultContext, report: FaultReport) -> None:
         counter = COUNTER[self.family]
-        answer = ctx.mediator.heal([tuple(link.split("->")) for link in report.links])
-        report.heal_evidence = {
-            "mediator_links": answer["links"],
-            f"{counter}_during": ctx.mediator.metrics()["firewall"][counter] - report.evidence[f"{counter}_before"],
-        }
+        report.heal_evidence = lift_drop(ctx, report) if self.family == "drop" else lift_packet(ctx, report)
+        report.heal_evidence[f"{counter}_during"] = (
+            ctx.mediator.metrics()["firewall"][counter] - report.evidence[f"{counter}_before"]
+        )
         report.healed = True

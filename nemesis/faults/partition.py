@@ -9,6 +9,7 @@ from __future__ import annotations
 import random
 
 from nemesis.faults.base import FaultContext, FaultReport, check_spec
+from nemesis.faults.links import lift_drop
 from nemesis.faults.targets import PARTITION_SPECS, grudge_links, partition_degenerate, partition_grudge
 
 
@@ -55,10 +56,8 @@ class PartitionFaults:
 
     def heal(self, ctx: FaultContext, report: FaultReport) -> None:
         if report.links:
-            links = [tuple(link.split("->")) for link in report.links]
-            answer = ctx.mediator.heal(links)
-            report.heal_evidence = {
-                "mediator_links": answer["links"],
-                "dropped_during": ctx.mediator.metrics()["firewall"]["dropped"] - report.evidence.get("dropped_before", 0),
-            }
+            report.heal_evidence = lift_drop(ctx, report)
+            report.heal_evidence["dropped_during"] = (
+                ctx.mediator.metrics()["firewall"]["dropped"] - report.evidence.get("dropped_before", 0)
+            )
         report.healed = True
