@@ -371,7 +371,11 @@ class Firewall:
             self._running = False
             self._run_commands()
             self._flush_held(list(self._held), True)
-            queue.close()
+            try:
+                while packets := queue.read():  # what is still queued leaves unfaulted, not dropped
+                    queue.accept_upto(packets[-1][0])
+            finally:
+                queue.close()
 
     def stats(self) -> dict[str, object]:
         rules = [{**r, "affected": self.affected.get((r["src"], r["dst"]), 0)} for r in self.table.to_json()]

@@ -94,9 +94,9 @@ class Mediator:
         self._stop.set()
         self.api.stop()
         self.receiver.close()
-        self.firewall.stop()
         if self._rules_installed:
-            remove_queue_rules()
+            remove_queue_rules()  # first: no new packet is queued to a firewall about to go
+        self.firewall.stop()
         if self._ticker.is_alive():
             self._ticker.join(2.0)
         if self._recording is not None:
