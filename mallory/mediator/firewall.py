@@ -372,7 +372,10 @@ class Firewall:
             self._run_commands()
             self._flush_held(list(self._held), True)
             try:
-                while packets := queue.read():  # what is still queued leaves unfaulted, not dropped
+                for _ in range(1024):  # what is still queued leaves unfaulted, not dropped
+                    packets = queue.read()
+                    if not packets:
+                        break
                     queue.accept_upto(packets[-1][0])
             finally:
                 queue.close()
