@@ -4,7 +4,7 @@ Node specs (jepsen.nemesis.combined/db-nodes), for kill/pause/clock/disk:
     one        a random node
     minority   a random set of majority(n) - 1 nodes (fewer than half)
     majority   a random set of majority(n) nodes
-    primaries  the nodes the SUT says are primaries
+    primaries  a random non-empty subset of the nodes the SUT says are primaries
     all        every node
 
 Partition specs (jepsen.nemesis.combined/partition-specs), each a grudge: for every node
@@ -14,7 +14,8 @@ the gateway firewall drops.
     majority         random halves: floor(n/2) nodes against the others
     majorities-ring  every node sees a majority, no two see the same one (Jepsen's ring)
     minority-third   a random set of minority-third(n) nodes (< n/3) against the rest
-    primaries        every primary alone in its component, the other nodes together
+    primaries        a random non-empty subset of the primaries, each alone, against the
+                     non-primaries (primaries left out of the subset keep every link)
     bridge           two halves, with one node that still talks to both
 """
 
@@ -51,10 +52,18 @@ def node_spec_size(spec: str, n: int) -> int | None:
     return sizes[spec]
 
 
+def random_nonempty_subset(items: Sequence[str], rng: random.Random) -> list[str]:
+    """Jepsen's random-nonempty-subset (empty only when `items` is), in the given order."""
+    if not items:
+        return []
+    chosen = set(rng.sample(list(items), rng.randint(1, len(items))))
+    return [x for x in items if x in chosen]
+
+
 def pick_nodes(spec: str, nodes: Sequence[str], rng: random.Random, primaries: Sequence[str] = ()) -> list[str]:
     """The nodes a node spec targets, in cluster order."""
     if spec == "primaries":
-        chosen = set(primaries)
+        chosen = set(random_nonempty_subset([n for n in nodes if n in set(primaries)], rng))
     else:
         size = node_spec_size(spec, len(nodes))
         assert size is not None
@@ -115,7 +124,7 @@ def partition_grudge(spec: str, nodes: Sequence[str], rng: random.Random, primar
         k = minority_third(len(nodes))
         return complete_grudge([shuffled[:k], shuffled[k:]])
     if spec == "primaries":
-        chosen = [n for n in nodes if n in set(primaries)]
+        chosen = random_nonempty_subset([n for n in nodes if n in set(primaries)], rng)
         rest = [n for n in nodes if n not in set(primaries)]
         return complete_grudge([*([p] for p in chosen), rest])
     if spec == "bridge":

@@ -112,12 +112,21 @@ def test_bridge_keeps_one_node_talking_to_both_halves(n, seed):
     assert all(bridges[0] in sees(grudge, x, nodes) for x in others)
 
 
-def test_primaries_alone_in_their_components():
+@given(seeds)
+def test_primaries_a_nonempty_subset_each_alone(seed):
     nodes = names(5)
-    grudge = partition_grudge("primaries", nodes, random.Random(1), primaries=["n2", "n4"])
-    assert sees(grudge, "n2", nodes) == {"n2"} and sees(grudge, "n4", nodes) == {"n4"}
-    assert sees(grudge, "n1", nodes) == {"n1", "n3", "n5"}
+    grudge = partition_grudge("primaries", nodes, random.Random(seed), primaries=["n2", "n4"])
+    cut = [p for p in ("n2", "n4") if grudge.get(p)]
+    assert cut  # at least one primary isolated
+    spared = {"n2", "n4"} - set(cut)  # a primary left out keeps every link
+    for p in spared:
+        assert sees(grudge, p, nodes) == set(nodes) and all(p in sees(grudge, x, nodes) for x in nodes)
+    for p in cut:  # each chosen primary hears only itself and the spared
+        assert sees(grudge, p, nodes) == {p} | spared
+    assert sees(grudge, "n1", nodes) == {"n1", "n3", "n5"} | spared
     assert grudge_links(partition_grudge("primaries", nodes, random.Random(1), primaries=[])) == []
+    picked = pick_nodes("primaries", nodes, random.Random(seed), ["n2", "n4"])
+    assert picked and set(picked) <= {"n2", "n4"}
 
 
 @given(st.integers(min_value=2, max_value=10), seeds)
