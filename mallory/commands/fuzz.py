@@ -24,24 +24,17 @@ from typing import Any
 
 from mallory import __version__
 from mallory.errors import MalloryError
-from mallory.harness.adapter import SutAdapter
-from mallory.harness.runner import RunConfig
-from mallory.harness.session import start_all, teardown_all
-from mallory.harness.workload import WORKLOADS, make_workload
+from mallory.harness.workload import WORKLOADS
 from mallory.learner.learner import Learner
 from mallory.learner.policies import POLICIES
 from mallory.mediator.campaign import Campaign, LoopConfig
 from mallory.mediator.campaign_dir import CampaignDir
-from mallory.mediator.client import TimelineWindows
-from mallory.mediator.schedule_checks import ScheduleChecks
-from mallory.mediator.stack import ObservedCluster
+from mallory.mediator.live import BUILTIN_SUTS, live_parts
 from mallory.mediator.status import StatusScreen
 from mallory.timeline.abstraction import ABSTRACTIONS
 
 NAME = "fuzz"
 HELP = "run a fuzz campaign against a real cluster (learns which fault to inject next)"
-
-BUILTIN_SUTS = ("redis-replication",)
 
 
 def parse_duration(text: str) -> float:
@@ -83,6 +76,8 @@ def _config(args: argparse.Namespace) -> dict[str, Any]:
     if args.nodes < 1:
         raise MalloryError("--nodes must be at least 1")
     sut = args.sut if args.sut in BUILTIN_SUTS else str(Path(args.sut).resolve())
+    if sut not in BUILTIN_SUTS and not Path(sut).exists():
+        raise MalloryError(f"--sut {args.sut}: no such spec file (built-ins: {', '.join(BUILTIN_SUTS)})")
     return {
         "version": __version__,
         "command": sys.argv,
@@ -103,16 +98,6 @@ def _config(args: argparse.Namespace) -> dict[str, Any]:
         "abstraction": args.abstraction,
         "threshold": args.threshold,
     }
-
-
-def _adapter(config: dict[str, Any], backend) -> SutAdapter:
-    from mallory.harness.redis_sut import RedisReplicationAdapter
-    from mallory.harness.spec import load_spec
-    from mallory.harness.spec_adapter import SpecAdapter
-
-    if config["sut"] == "redis-replication":
-        return RedisReplicationAdapter(backend, port=config["port"])
-    return SpecAdapter(load_spec(config["sut"]), backend)
 
 
 def _learner(directory: CampaignDir, config: dict[str, Any]) -> Learner:
@@ -136,10 +121,6 @@ def run(args: argparse.Namespace) -> int:
         directory.create(config)
     duration = parse_duration(args.duration) if args.duration else (None if args.schedules else 3600.0)
 
-    from nemesis.faults.base import FaultContext
-    from nemesis.faults.controls import NodeControls, attach
-    from nemesis.nemesis import Nemesis
-
     stopping = threading.Event()
 
     def on_signal(signum: int, frame: object) -> None:
@@ -150,33 +131,16 @@ def run(args: argparse.Namespace) -> int:
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     run_name = "fz" + secrets.token_hex(3)
     screen = StatusScreen(f"{config['sut']} x{config['nodes']} ({config['policy']})", plain=args.plain or None)
-    checks = adapter = None
-    stack = ObservedCluster(run_name, config["nodes"], record_dir=directory.root / "events")
     try:
-        backend = stack.cluster
-        (directory.root / "cluster.json").write_text(backend.layout.to_json())
-        adapter = _adapter(config, backend)
-        controls = NodeControls(backend.record, list(backend.nodes)).prepare()
-        attach(adapter, controls)
-        start_all(adapter)
-        ctx = FaultContext(backend=backend, adapter=adapter, mediator=stack.client, controls=controls)
-        nemesis = Nemesis(ctx, config["faults"])
-        workload = None if config["workload"] == "none" else make_workload(config["workload"])
-        run_config = RunConfig(concurrency=config["concurrency"], rate=config["rate"], seed=config["seed"])
-        checks = ScheduleChecks(adapter, directory, workload, run_config)
-        learner = _learner(directory, config)
-        loop = LoopConfig(steps=config["steps"], window_s=config["window_s"], reset_s=config["reset_s"], seed=config["seed"])
-        campaign = Campaign(
-            directory, learner, TimelineWindows(stack.client, config["abstraction"]), nemesis, loop,
-            checker=checks, on_update=screen.update, info={"cluster_run": run_name, "fuzzer_pid": os.getpid()},
-        )
-        progress = campaign.run(schedules=args.schedules, duration_s=duration, stop=stopping.is_set)
+        with live_parts(config, directory, run_name) as live:
+            loop = LoopConfig(steps=config["steps"], window_s=config["window_s"], reset_s=config["reset_s"], seed=config["seed"])
+            campaign = Campaign(
+                directory, _learner(directory, config), live.windows, live.nemesis, loop,
+                checker=live.checks, on_update=screen.update,
+                info={"cluster_run": run_name, "fuzzer_pid": os.getpid()},
+            )
+            progress = campaign.run(schedules=args.schedules, duration_s=duration, stop=stopping.is_set)
     finally:
-        if checks is not None:
-            checks.close()
-        if adapter is not None:
-            teardown_all(adapter)
-        stack.close()
         for s, handler in previous.items():
             signal.signal(s, handler)
     print(

@@ -206,9 +206,18 @@ class Campaign:
             done += 1
         return self.progress
 
-    def run_schedule(self, index: int, stop: Callable[[], bool] = lambda: False) -> dict[str, Any]:
+    def run_schedule(
+        self,
+        index: int,
+        stop: Callable[[], bool] = lambda: False,
+        script: list[str] | None = None,
+        seed: int | None = None,
+    ) -> dict[str, Any]:
+        """One schedule. With `script` (a recorded schedule's actions, for replay) the actions
+        are taken in that order instead of being chosen, and `seed` replaces the derived one,
+        so the faults pick the same targets as they did."""
         cfg = self.config
-        seed = schedule_seed(cfg.seed, index)
+        seed = schedule_seed(cfg.seed, index) if seed is None else seed
         rng = random.Random(seed)
         window_ns = int(cfg.window_s * 1e9)
         record: dict[str, Any] = {"index": index, "seed": seed, "started_ns": self.source.now_ns(), "steps": []}
@@ -226,10 +235,11 @@ class Campaign:
             self.learner.observe(frozenset())  # an unknown start is the idle state, not a guess
         active: list[Any] = []
         try:
-            for step in range(cfg.steps):
+            for step in range(cfg.steps if script is None else len(script)):
                 if stop():
                     break
-                record["steps"].append(self._step(step, rng, window_ns, active))
+                action = self.learner.next_action(self.actions()) if script is None else script[step]
+                record["steps"].append(self._step(step, action, rng, window_ns, active))
         finally:
             for report in active:
                 self.nemesis.heal(report)
@@ -249,8 +259,7 @@ class Campaign:
             self.progress.feedback_ms.append((time.monotonic() - asked) * 1e3)
         return window
 
-    def _step(self, step: int, rng: random.Random, window_ns: int, active: list[Any]) -> dict[str, Any]:
-        action = self.learner.next_action(self.actions())
+    def _step(self, step: int, action: str, rng: random.Random, window_ns: int, active: list[Any]) -> dict[str, Any]:
         self.progress.current_fault = action
         self.on_update(self.progress)
         t0 = self.source.now_ns()
@@ -310,7 +319,7 @@ class Campaign:
         record["findings"] = [f.signature for f in findings]
         known = self.dir.known_bugs()
         for finding in findings:
-            bundle = self.dir.record_bug(finding.signature, finding.report, record, finding.files)
+            bundle = self.dir.record_bug(finding.signature, finding.report, record, finding.files, self.dir.config())
             if bundle.name not in known:
                 known.add(bundle.name)
                 p.bugs += 1

@@ -5,7 +5,8 @@
     DIR/plot_data            one CSV line per step: time series for plots
     DIR/learner              the learner checkpoint (for --resume)
     DIR/schedules/NNNNNN.json every schedule: faults, times, states, rewards, findings
-    DIR/bugs/<signature>/    a reproducer bundle per distinct bug
+    DIR/bugs/<signature>/    a reproducer bundle per distinct bug: report.json, schedule.json,
+                             campaign.json (config), sightings.jsonl, the schedule's run dir
     DIR/runs/NNNNNN/         Jepsen-style: history, results, node logs of a schedule
 
 Every file that is rewritten is written to a temporary name and renamed, so a kill -9 at
@@ -150,6 +151,7 @@ class CampaignDir:
         report: Mapping[str, Any],
         schedule: Mapping[str, Any],
         files: Iterable[Path] = (),
+        config: Mapping[str, Any] | None = None,
     ) -> Path:
         """Write (or update the sightings of) a bug's bundle.
 
@@ -170,6 +172,8 @@ class CampaignDir:
         (tmp / "report.json").write_bytes(orjson.dumps(dict(report), option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
         (tmp / "schedule.json").write_bytes(orjson.dumps(dict(schedule), option=orjson.OPT_INDENT_2))
         (tmp / "sightings.jsonl").write_bytes(orjson.dumps(sighting) + b"\n")
+        if config is not None:  # what `mallory replay` needs to rebuild the cluster
+            (tmp / "campaign.json").write_bytes(orjson.dumps(dict(config), option=orjson.OPT_INDENT_2))
         for f in files:
             f = Path(f)
             if f.is_dir():

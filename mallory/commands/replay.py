@@ -1,0 +1,78 @@
+"""`mallory replay BUNDLE`: re-enact a bug's fault schedule on a fresh cluster, K times.
+
+The bundle (a campaign's `bugs/<signature>/`) holds the schedule (its actions and seed), the
+campaign's configuration and the bug's signature. Each attempt brings up a fresh observed
+cluster, starts the SUT and the workload, takes the recorded actions in order with the same
+window length (the schedule's seed makes each fault pick the same targets where the cluster
+lets it), resets, and runs the same checks. Faults on real systems are not deterministic: a
+bug that needs a race may not come back every time, which is why there are K attempts and
+the answer is a count. Attempts are kept in `BUNDLE/replays/<k>/`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import secrets
+from pathlib import Path
+
+import orjson
+
+from mallory.errors import MalloryError
+from mallory.learner.learner import Learner
+from mallory.mediator.campaign import Campaign, LoopConfig
+from mallory.mediator.campaign_dir import CampaignDir
+from mallory.mediator.live import live_parts
+
+NAME = "replay"
+HELP = "re-enact a bug bundle's fault schedule on a fresh cluster and say whether the bug came back"
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("bundle", type=Path, help="a bug bundle: DIR/bugs/<signature>")
+    parser.add_argument("--attempts", type=int, default=3, help="fresh-cluster attempts (default 3)")
+
+
+def _load(bundle: Path, name: str) -> dict:
+    path = bundle / name
+    try:
+        value = orjson.loads(path.read_bytes())
+    except FileNotFoundError:
+        raise MalloryError(f"{bundle} is not a bug bundle: it has no {name}") from None
+    except orjson.JSONDecodeError as exc:
+        raise MalloryError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(value, dict):
+        raise MalloryError(f"{path}: expected a JSON object")
+    return value
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.attempts < 1:
+        raise MalloryError("--attempts must be at least 1")
+    bundle = args.bundle
+    config = _load(bundle, "campaign.json")
+    schedule = _load(bundle, "schedule.json")
+    signature = bundle.name
+    script = [step["action"] for step in schedule.get("steps", [])]
+    if not script:
+        raise MalloryError(f"{bundle}/schedule.json has no steps to replay")
+    print(f"replaying {len(script)} steps of schedule {schedule.get('index')}: {' -> '.join(script)}")
+    print("(faults on real systems are not deterministic: the answer is a count over attempts)")
+    reappeared = 0
+    for attempt in range(1, args.attempts + 1):
+        directory = CampaignDir(bundle / "replays" / f"{attempt:02d}")
+        if (directory.root / "campaign.json").exists():
+            raise MalloryError(f"{directory.root} exists: remove {bundle / 'replays'} to replay again")
+        directory.create(config)
+        with live_parts(config, directory, "rp" + secrets.token_hex(3)) as live:
+            loop = LoopConfig(steps=len(script), window_s=config["window_s"], reset_s=config["reset_s"], seed=config["seed"])
+            # The learner only observes here; it never chooses.
+            campaign = Campaign(directory, Learner.create(policy="random"), live.windows, live.nemesis, loop, checker=live.checks)
+            record = campaign.run_schedule(0, script=script, seed=schedule.get("seed"))
+        found = record.get("findings", [])
+        hit = signature in found
+        reappeared += hit
+        others = sorted(set(found) - {signature})
+        print(f"attempt {attempt}: {'bug reappeared' if hit else 'bug did not reappear'}"
+              + (f"; other findings: {', '.join(others)}" if others else ""))
+    print(f"{signature}: reappeared in {reappeared}/{args.attempts} attempts")
+    return 0 if reappeared else 1
