@@ -113,8 +113,11 @@ def run(args: argparse.Namespace) -> int:
     try:
         observer.run(stop)
     finally:
+        # Rules first (no new packet is queued), then what is queued, then the queue.
         if queue is not None:
             iptables.remove()
+        observer.finish()
+        if queue is not None:
             queue.close()
         if reader is not None:
             reader.close()

@@ -36,7 +36,7 @@ class PacketSource(Protocol):
 
     def fileno(self) -> int: ...
 
-    def drain(self, on_packets: Callable[[list[tuple]], None]) -> int:
+    def drain(self, on_packets: Callable[[list[tuple]], None], limit: int = ...) -> int:
         """Hand every pending packet to on_packets as (number, hook, mono_ns, ip_bytes)."""
         ...
 
@@ -109,7 +109,7 @@ class Observer:
         self.batches += 1
 
     def run(self, stop: threading.Event) -> None:
-        """Read packets and cut batches until `stop` is set; cuts a last batch on the way out."""
+        """Read packets and cut batches until `stop` is set (then call `finish`)."""
         next_cut = time.monotonic() + self.interval
         fds = [self.capture.fileno()] if self.capture else []
         while not stop.is_set():
@@ -125,6 +125,10 @@ class Observer:
                 next_cut += self.interval
                 if next_cut < time.monotonic():  # we fell behind: do not cut in a burst
                     next_cut = time.monotonic() + self.interval
+
+    def finish(self) -> None:
+        """Read what is still queued and cut a last batch. Call it after the rules are gone
+        and before the queue is closed: unbinding a queue DROPS the packets still in it."""
         if self.capture:
-            self.capture.drain(self.on_packets)
+            self.capture.drain(self.on_packets, limit=1 << 30)
         self.cut()

@@ -395,3 +395,52 @@ def test_observer_buffer_is_bounded_and_counts_what_it_drops(make_cluster):
         lost = sum(b.lost for b in batches)
         assert kept <= 4
         assert kept + lost >= 3 * 7  # an echo exchange is >= 7 segments through each node
+
+
+UDP_COUNTER = """
+import socket, sys, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
+s.bind(("0.0.0.0", int(sys.argv[1])))
+s.settimeout(3.0)
+n = 0
+try:
+    while True:
+        s.recv(100)
+        n += 1
+except socket.timeout:
+    print(n, flush=True)
+"""
+UDP_SENDER = """
+import socket, sys, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+count, period = int(sys.argv[3]), 1.0 / float(sys.argv[4])
+t = time.monotonic()
+for i in range(count):
+    s.sendto(b"d", (sys.argv[1], int(sys.argv[2])))
+    t += period
+    time.sleep(max(0.0, t - time.monotonic()))
+"""
+
+
+def test_stopping_an_observer_drops_no_packet(make_cluster):
+    """On SIGTERM the observer removes its rules, then reads what is still queued, then
+    unbinds (unbinding a queue drops what is left in it): a stream crossing the stop loses
+    nothing."""
+    cluster = make_cluster(2, "st")
+    sink = CollectingSink()
+    port = BATCH_PORT + 8
+    server = BatchServer(cluster.layout.host_address, port, sink).start()
+    try:
+        observers = _start_observers(cluster, sink, port)
+        counter = cluster.spawn("n2", [sys.executable, "-c", UDP_COUNTER, "9500"], name="counter")
+        time.sleep(0.5)
+        sender = cluster.spawn("n1", [sys.executable, "-c", UDP_SENDER, cluster.node_address("n2"), "9500", "6000", "3000"],
+                               name="sender")
+        time.sleep(1.0)  # mid-stream
+        _stop(cluster, observers.values())
+        assert cluster.wait(sender, 20) == 0
+        assert cluster.wait(counter, 20) == 0
+    finally:
+        server.close()
+    assert counter.log_path.read_text().split() == ["6000"]
