@@ -349,6 +349,6 @@ class Campaign:
             "current_fault": p.current_fault,
             "feedback_ms_p50": p.feedback_percentile(0.5),
             "feedback_ms_p99": p.feedback_percentile(0.99),
-            "policy": type(self.learner.policy).__name__,
+            "policy": self.learner.policy.name,
             **self.info,
         }
