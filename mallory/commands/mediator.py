@@ -31,6 +31,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--token", default=os.environ.get("MALLORY_TOKEN", ""), help="API token (default: $MALLORY_TOKEN)")
     parser.add_argument("--queue-num", type=int, default=0, help="NFQUEUE number on FORWARD (default 0)")
     parser.add_argument("--no-firewall", action="store_true", help="no NFQUEUE, no iptables: ingest and API only")
+    parser.add_argument(
+        "--no-fail-open",
+        action="store_true",
+        help="when the mediator falls behind and its queue fills, drop packets (default: let them through "
+        "unfaulted and unrecorded, so an overloaded mediator never adds loss the schedule did not ask for)",
+    )
     parser.add_argument("--record", type=Path, metavar="DIR", help="write every ingested event to DIR/events.jsonl")
     parser.add_argument("--skew-ms", type=float, default=100.0, help="cross-node clock-skew bound (ms)")
     parser.add_argument("--ready-file", type=Path, help="write this file once the mediator serves")
@@ -75,6 +81,7 @@ def run(args: argparse.Namespace) -> int:
             batch_address=_address(args.batch, "--batch"),
             record_dir=args.record,
             queue_num=None if args.no_firewall else args.queue_num,
+            fail_open=not args.no_fail_open,
             skew_ns=int(args.skew_ms * 1e6),
         )
     except OSError as exc:

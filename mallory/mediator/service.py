@@ -46,12 +46,14 @@ class Mediator:
         batch_address: tuple[str, int],
         record_dir: Path | None = None,
         queue_num: int | None = None,
+        fail_open: bool = True,
         skew_ns: int = 100_000_000,
         batch_interval: float = 0.1,
     ) -> None:
         self.node_addresses = dict(node_addresses)
         self.nodes = sorted(node_addresses)
         self.queue_num = queue_num
+        self.fail_open = fail_open
         self.batch_interval = batch_interval
         self.firewall = Firewall(self.node_addresses)
         self.recording_path = recording_path(record_dir) if record_dir is not None else None
@@ -83,7 +85,7 @@ class Mediator:
         if self.queue_num is not None:
             install_queue_rules(self.node_addresses, self.queue_num)
             self._rules_installed = True
-            self.firewall.start(self.queue_num)
+            self.firewall.start(self.queue_num, fail_open=self.fail_open)
         self.ingest.on_clock(ClockPair(MEDIATOR_NODE, time.monotonic_ns(), time.time_ns()))
         self.receiver.start()
         self.api.start()
