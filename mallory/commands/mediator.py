@@ -40,6 +40,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--record", type=Path, metavar="DIR", help="write every ingested event to DIR/events.jsonl")
     parser.add_argument("--skew-ms", type=float, default=100.0, help="cross-node clock-skew bound (ms)")
     parser.add_argument("--ready-file", type=Path, help="write this file once the mediator serves")
+    advisor = parser.add_argument_group("Jepsen-driven mode (an external harness asks for its next fault)")
+    advisor.add_argument("--advisor", action="store_true", help="serve /advisor/next with a learner")
+    advisor.add_argument("--policy", default="qlearning", help="the advisor's policy (default qlearning)")
+    advisor.add_argument("--seed", type=int, default=0, help="the advisor's seed")
+    advisor.add_argument("--learner", type=Path, metavar="FILE",
+                         help="checkpoint: resumed from if it exists, saved at every test end")
 
 
 def _address(text: str, what: str) -> tuple[str, int]:
@@ -88,6 +94,15 @@ def run(args: argparse.Namespace) -> int:
         raise MalloryError(f"cannot listen: {exc}") from None
     except ValueError as exc:
         raise MalloryError(f"bad node address: {exc}") from None
+    if args.advisor:
+        from mallory.learner.learner import Learner
+        from mallory.mediator.advisor import Advisor
+
+        if args.learner is not None and args.learner.exists():
+            learner = Learner.from_checkpoint(args.learner.read_bytes())
+        else:
+            learner = Learner.create(policy=args.policy, seed=args.seed)
+        mediator.advisor = Advisor(mediator.windows, learner, checkpoint=args.learner)
     # The firewall thread is CPU-bound under load; with the default 5 ms GIL switch interval
     # an API request (a rule change) would wait that long for its turn.
     sys.setswitchinterval(0.0005)

@@ -15,6 +15,9 @@ counted (`api_rejected`), and the mediator keeps running.
     POST /firewall/duplicate  {"links": LINKS, "copies": 1}
     POST /window       {"start_ns": T0, "end_ns": T1, "wait_ms": 1000, "abstraction": "event-history"}
                        the timeline's summary of [T0, T1) once complete (or "complete": false)
+    POST /advisor/catalogue {"actions": ["partition:majority", "kill:one", ...]}   (Jepsen-driven mode)
+    POST /advisor/next      {}   the learner's next fault, judged on the window since the last ask
+    POST /nemesis      {"f": "start-partition", "value": ...}   a fault the harness enacted: a FAULT event
 
 LINKS is a list of "n1->n2" strings or ["n1", "n2"] pairs (directed). Firewall answers
 say which links changed, how many held packets the change released or dropped, for a
@@ -166,6 +169,9 @@ class ApiServer(ThreadingHTTPServer):
             ("POST", "/firewall/delay"): self._delay,
             ("POST", "/firewall/duplicate"): self._duplicate,
             ("POST", "/window"): self._window,
+            ("POST", "/advisor/catalogue"): self._catalogue,
+            ("POST", "/advisor/next"): lambda body: self._advisor().next_fault(),
+            ("POST", "/nemesis"): self._nemesis,
         }
 
     def count_rejected(self, reason: str) -> None:
@@ -234,6 +240,22 @@ class ApiServer(ThreadingHTTPServer):
             return self.mediator.windows.window(start, end, wait_ms / 1000, abstraction)
         except ValueError as exc:
             raise BadRequest(str(exc)) from None
+
+    def _advisor(self):
+        advisor = self.mediator.advisor
+        if advisor is None:
+            raise BadRequest("this mediator has no advisor: start it with --advisor", HTTPStatus.CONFLICT)
+        return advisor
+
+    def _catalogue(self, body: dict) -> dict:
+        actions = _field(body, "actions", list)
+        return self._advisor().set_catalogue(actions)
+
+    def _nemesis(self, body: dict) -> dict:
+        f = _field(body, "f", str)
+        if not f or len(f) > 64:
+            raise BadRequest("'f' must be a non-empty string of at most 64 characters")
+        return self.mediator.fault_reported(f)
 
     def _duplicate(self, body: dict) -> dict:
         links = parse_links(body.get("links"))

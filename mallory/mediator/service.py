@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from mallory.mediator.advisor import Advisor
 from mallory.mediator.api import ApiServer
 from mallory.mediator.firewall import Firewall, install_queue_rules, remove_queue_rules
 from mallory.mediator.ingest import Ingest
@@ -64,6 +65,8 @@ class Mediator:
         self.builder = TimelineBuilder(skew_ns=skew_ns, nodes=[*self.nodes, MEDIATOR_NODE])
         self.ingest = Ingest(self.builder, self.firewall.log, self._recording)
         self.windows = WindowService(self.ingest.frontier_ns)
+        #: Jepsen-driven mode's learner (see advisor.py); None unless the command enables it
+        self.advisor: Advisor | None = None
         self.ingest.subscribers.append(self.windows.on_commit)
         self.api = ApiServer(api_address, token, self)  # first: it checks the token before binding
         try:
@@ -138,10 +141,18 @@ class Mediator:
             self.emit(Kind.FAULT, 0, "heal")
         ended, self.test = self.test, None
         self.emit(Kind.LOG, 0, "test-end")
-        return {"test": ended, "healed": healed}
+        result = {"test": ended, "healed": healed}
+        if self.advisor is not None:
+            result["advisor"] = self.advisor.end_test()
+        return result
 
     def client_op(self, process: int, kind: str, f: str) -> dict:
         self.emit(Kind.CLIENT_INVOKE if kind == "invoke" else Kind.CLIENT_COMPLETE, process, f"{f}:{kind}")
+        return {"ok": True}
+
+    def fault_reported(self, f: str) -> dict:
+        """A fault an external nemesis (Jepsen) enacted: it enters the timeline as a FAULT."""
+        self.emit(Kind.FAULT, 0, f)
         return {"ok": True}
 
     def fault(self, kind: str, change: Callable[[Firewall], dict]) -> dict:
@@ -161,6 +172,7 @@ class Mediator:
                 "reasons": list(self.receiver.stats.reasons),
             },
             "api_rejected": self.api.rejected,
+            "advisor": self.advisor.stats() if self.advisor is not None else None,
             "api_reasons": list(self.api.reasons),
             "uptime_s": round((time.monotonic_ns() - self.started_ns) / 1e9, 3),
         }
