@@ -161,3 +161,46 @@ def test_killed_mediator_leaves_raft_running_and_observers_reconnect_to_a_new_on
         cluster.signal(proc, signal.SIGKILL)
     cluster.signal(mediator, signal.SIGTERM)
     assert cluster.wait(mediator, 10) == 0
+
+
+def test_bulk_tcp_segments_have_one_id_at_all_three_vantage_points(make_cluster, tmp_path):
+    """A bulk transfer makes TCP build GSO super-packets at the sender's OUTPUT hook; the
+    observer's queue segments them, so the sender, the mediator and the receiver still see
+    the same wire segments, one id each."""
+    from .test_observer import BULK_CLIENT, BULK_SERVER
+
+    cluster = make_cluster(2, "bk")
+    mediator = start_mediator(cluster, tmp_path / "rec")
+    observers = [
+        cluster.spawn(node, [sys.executable, "-m", "mallory.cli", "observe", "--run", cluster.run], name="observer")
+        for node in cluster.nodes
+    ]
+    _wait(
+        lambda: all(api_get(cluster, "/metrics")["ingest"]["nodes"].get(n, {}).get("batches", 0) > 0 for n in cluster.nodes),
+        15,
+        "every observer",
+    )
+    cluster.spawn("n2", [sys.executable, "-c", BULK_SERVER, "9000"], name="bulk")
+    time.sleep(0.5)
+    result = cluster.exec("n1", [sys.executable, "-c", BULK_CLIENT.replace("200_000", "3_000_000"),
+                                 cluster.node_address("n2"), "9000"], timeout=60)
+    assert result.stdout.strip() == "3000000"
+    time.sleep(0.5)
+    for proc in observers:
+        cluster.signal(proc, signal.SIGTERM)
+    for proc in observers:
+        assert cluster.wait(proc, 10) == 0
+    time.sleep(0.5)
+    metrics = api_get(cluster, "/metrics")
+    cluster.signal(mediator, signal.SIGTERM)
+    cluster.wait(mediator, 10)
+
+    with open(tmp_path / "rec" / "events.jsonl", "rb") as f:
+        events = [e for r in read_records(f) if isinstance(r, Batch) for e in r.events if e.node in cluster.nodes]
+    sends = Counter(e.id for e in events if e.kind == Kind.SEND)
+    recvs = Counter(e.id for e in events if e.kind == Kind.RECV)
+    assert sum(sends.values()) >= 3_000_000 // 1448  # at least one event per full-size segment
+    assert sends == recvs
+    assert metrics["firewall"]["seen"] == sum(sends.values())
+    for node in cluster.nodes:
+        assert metrics["ingest"]["nodes"][node]["unjoined"] == 0
