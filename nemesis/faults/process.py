@@ -18,7 +18,10 @@ from nemesis.runstate import proc_state
 
 
 def sut_pid(ctx: FaultContext, node: str) -> int | None:
-    proc = ctx.adapter.process(node)
+    """The pid of the node's SUT process, None when unknown (not started, or an adapter
+    that does not expose its processes: then /proc evidence is simply absent)."""
+    process = getattr(ctx.adapter, "process", None)
+    proc = process(node) if process is not None else None
     return None if proc is None else proc.pid
 
 
