@@ -62,8 +62,13 @@ class ProcessFaults:
                 ctx.adapter.pause(node)
             report.nodes.append(node)
             report.params.setdefault("pids", {})[node] = pid
-            states[node] = proc_state(pid) if pid is not None else None
-        want = (None, "Z") if self.family == "kill" else ("T", "t")
+            if pid is not None:
+                states[node] = proc_state(pid)
+            elif self.family == "kill":  # no pid to look at: the adapter's word, said so
+                states[node] = "adapter: running" if ctx.adapter.is_running(node) else "adapter: not running"
+            else:
+                states[node] = "unknown"  # a pause cannot be verified without the pid
+        want = (None, "Z", "adapter: not running") if self.family == "kill" else ("T", "t")
         report.evidence = {"proc_state": states, "skipped": skipped, "targets": targets}
         report.verified = all(s in want for s in states.values())
         return report
