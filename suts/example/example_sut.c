@@ -142,31 +142,49 @@ static void path_of(char *out, size_t n, const char *name)
     snprintf(out, n, "%s/%s", S.data_dir, name);
 }
 
+/* A node that cannot persist what it is about to promise stops (fail-stop): Raft survives
+ * a dead node, not one that forgets its vote or its log. */
+static void cannot_persist(const char *what)
+{
+    say("stopping: cannot persist %s: %s", what, strerror(errno));
+    exit(1);
+}
+
+/* Write a whole file through a temporary and rename it over the old one. */
+static FILE *open_tmp(const char *name, char *tmp, size_t n)
+{
+    snprintf(tmp, n, "%s/%s.tmp", S.data_dir, name);
+    FILE *f = fopen(tmp, "w");
+    if (!f) cannot_persist(name);
+    return f;
+}
+
+static void commit_tmp(FILE *f, const char *name, const char *tmp)
+{
+    char path[600];
+    path_of(path, sizeof path, name);
+    if (ferror(f) | fclose(f) || rename(tmp, path)) cannot_persist(name);
+}
+
 static void persist_state(void)
 {
-    char path[600], tmp[610];
-    path_of(path, sizeof path, "raft.state");
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
-    if (!f) { perror(tmp); exit(1); }
+    char tmp[620];
+    FILE *f = open_tmp("raft.state", tmp, sizeof tmp);
     fprintf(f, "%ld %s\n", S.term, S.voted_for[0] ? S.voted_for : "-");
-    fclose(f);
-    rename(tmp, path);
+    commit_tmp(f, "raft.state", tmp);
 }
 
 static void write_entry(FILE *f, const struct entry *e)
 {
-    fprintf(f, "%ld,%c,%s,%s,%s", e->term, e->op, e->key, e->val[0] ? e->val : "-", e->exp[0] ? e->exp : "-");
+    fprintf(f, "%ld,%c,%s,%s,%s\n", e->term, e->op, e->key, e->val[0] ? e->val : "-", e->exp[0] ? e->exp : "-");
 }
 
 static void rewrite_log(void)
 {
-    char path[600];
-    path_of(path, sizeof path, "raft.log");
-    FILE *f = fopen(path, "w");
-    if (!f) { perror(path); exit(1); }
-    for (long i = 1; i <= S.last; i++) { write_entry(f, &S.log[i]); fputc('\n', f); }
-    fclose(f);
+    char tmp[620];
+    FILE *f = open_tmp("raft.log", tmp, sizeof tmp);
+    for (long i = 1; i <= S.last; i++) write_entry(f, &S.log[i]);
+    commit_tmp(f, "raft.log", tmp);
 }
 
 static void append_log_line(const struct entry *e)
@@ -174,10 +192,9 @@ static void append_log_line(const struct entry *e)
     char path[600];
     path_of(path, sizeof path, "raft.log");
     FILE *f = fopen(path, "a");
-    if (!f) { perror(path); exit(1); }
+    if (!f) cannot_persist("raft.log");
     write_entry(f, e);
-    fputc('\n', f);
-    fclose(f);
+    if (ferror(f) | fclose(f)) cannot_persist("raft.log");
 }
 
 static int parse_entry(const char *text, struct entry *e)
@@ -214,10 +231,11 @@ static void load_persistent(void)
     f = fopen(path, "r");
     if (f) {
         struct entry e;
-        while (fgets(line, sizeof line, f))
-            if (parse_entry(line, &e) == 0) log_push(&e);
+        /* a line without its newline is a write cut short: never acknowledged */
+        while (fgets(line, sizeof line, f) && strchr(line, '\n') && parse_entry(line, &e) == 0) log_push(&e);
         fclose(f);
     }
+    rewrite_log(); /* drop whatever did not parse, so appends start on a clean line */
     say("restored %ld log entries", S.last);
 }
 

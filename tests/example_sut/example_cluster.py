@@ -112,3 +112,9 @@ def start_observers(cluster) -> dict:
         node: cluster.spawn(node, [sys.executable, "-m", "mallory.cli", "observe", "--run", cluster.run], name="observer")
         for node in cluster.nodes
     }
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

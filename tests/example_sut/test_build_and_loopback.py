@@ -131,3 +131,26 @@ def test_killed_or_paused_leader_is_replaced_and_the_cluster_recovers(binary: Pa
             assert scan_log(ex.log_text(sut, node).splitlines(), node) == []
     finally:
         teardown_all(sut)
+
+
+def test_a_torn_log_line_is_dropped_on_restart(binary: Path, tmp_path: Path) -> None:
+    """A write cut short (no newline) was never acknowledged: the node restarts without it
+    and rewrites its log clean, so the next append starts on a fresh line."""
+    (tmp_path / "raft.state").write_text("3 -\n")
+    (tmp_path / "raft.log").write_text("1,P,x,5,-\n2,C,x,6,5\n3,P,x,7")
+    port = ex.free_port()
+    proc = subprocess.Popen(
+        [str(binary), "--listen", "127.0.0.1", "--client-port", str(port), "--peer-port", str(ex.free_port()), "--data", str(tmp_path)],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert "restored 2 log entries" in proc.stdout.readline()
+        ex.wait_for(lambda: ex.request("127.0.0.1", "GET x", port=port) == "OK 6", 10, "the single node to lead and apply")
+        assert ex.request("127.0.0.1", "PUT x 8", port=port) == "OK"
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stdout.close()
+    lines = (tmp_path / "raft.log").read_text().splitlines()
+    assert lines[:2] == ["1,P,x,5,-", "2,C,x,6,5"] and lines[-1] == "4,P,x,8,-" and all(line.count(",") == 4 for line in lines)
+    assert (tmp_path / "raft.state").read_text().split()[0] == "4"  # it voted for itself in term 4
