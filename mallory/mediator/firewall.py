@@ -160,41 +160,44 @@ class Firewall:
             src_ip, dst_ip = ADDRESSES.unpack_from(buf, 12) if len(buf) >= 20 else _NO_ADDRESSES
             src = node_by_ip.get(src_ip)
             dst = node_by_ip.get(dst_ip)
+            drop = False
+            delay_ns = copies = 0
             if src is None or dst is None:
                 counts["outside"] += 1
-                rule = None
             else:
                 counts["seen"] += 1
-                rule = rules.get((src, dst)) if rules else None
-                if rule is None:
-                    verdict = "accept"
-                elif rule.drop:
+                link = (src, dst)
+                rule = rules.get(link) if rules else None
+                if rule is not None:
+                    drop, delay_ns, copies = rule.drop, rule.delay_ns, rule.copies
+                if not drop and self._held_count and held.get(link):
+                    delay_ns = delay_ns or 1  # behind packets still held on the link, in order
+                if drop:
                     verdict = "drop"
-                elif rule.delay_ns:
+                elif delay_ns:
                     verdict = "delay"
-                elif rule.copies:
+                elif copies:
                     verdict = "duplicate"
                 else:
                     verdict = "accept"
-                if verdict != "accept":
-                    link = (src, dst)
+                if rule is not None and (drop or rule.delay_ns or copies):
                     affected[link] = affected.get(link, 0) + 1
                 found = id_and_data(buf)
                 if found is None:
                     counts["no_id"] += 1
                 else:
                     log_add(found[0], now, src, dst, found[1], verdict)
-            if rule is None or not (rule.drop or rule.delay_ns):
+            if drop:
+                counts["dropped"] += 1
+                queue.drop(packet_id)
+            elif not delay_ns:
                 counts["accepted"] += 1
                 if self._held_count:
                     queue.accept(packet_id)
                 else:
                     batch_upto = packet_id
-                if rule is not None and rule.copies:
-                    copies_after.append((buf, dst_ip, rule.copies))
-            elif rule.drop:
-                counts["dropped"] += 1
-                queue.drop(packet_id)
+                if copies:
+                    copies_after.append((buf, dst_ip, copies))
             else:
                 counts["delayed"] += 1
                 if batch_upto:
@@ -203,10 +206,10 @@ class Firewall:
                 waiting = held.get(link)
                 if waiting is None:
                     waiting = held[link] = deque()
-                due = now + rule.delay_ns
+                due = now + delay_ns
                 if waiting and waiting[-1].due > due:
                     due = waiting[-1].due  # never overtake an earlier packet on the link
-                waiting.append(_Held(due, packet_id, rule.copies, buf, dst_ip))
+                waiting.append(_Held(due, packet_id, copies, buf, dst_ip))
                 self._held_count += 1
                 if self._next_due is None or due < self._next_due:
                     self._next_due = due

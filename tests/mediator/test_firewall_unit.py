@@ -144,3 +144,17 @@ def test_a_truncated_packet_is_accepted_untouched():
     fw.drop([("n1", "n2")])
     (short,) = run(fw, b"\x45" + b"\x00" * 5)  # shorter than an IPv4 header
     assert fw.queue.verdicts[short] == "accept" and fw.counts["outside"] == 1
+
+
+def test_a_shorter_or_removed_delay_never_lets_a_packet_overtake_held_ones():
+    fw = firewall()
+    fw.delay([("n1", "n2")], 10**9)
+    first = run(fw, pkt("n1", "n2", seq=0))
+    fw.delay([("n1", "n2")], 0)  # delay removed while a packet is still held
+    second = run(fw, pkt("n1", "n2", seq=1), pkt("n2", "n1", seq=1))
+    v = fw.queue.verdicts
+    assert first[0] not in v and second[0] not in v  # waits behind the held one
+    assert v[second[1]] == "accept"  # the other direction is not held up
+    fw.release_due(fw._held[("n1", "n2")][0].due)
+    assert fw.queue.order[-2:] == [first[0], second[0]]
+    assert fw.affected == {("n1", "n2"): 1}  # only the real delay counts as the rule's doing
