@@ -42,6 +42,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="NFQUEUE length; beyond it packets pass unobserved (fail-open) (default 16384)")
     parser.add_argument("--interval", type=float, default=0.1, help="batch interval in seconds (default 0.1)")
     parser.add_argument("--buffer-events", type=int, default=1_000_000, help="events buffered while the mediator is away (default 1e6)")
+    parser.add_argument("--nice", type=int, default=-10, help="scheduling niceness (default -10: ahead of the SUT; 0 to keep)")
     parser.add_argument("--no-packets", action="store_true", help="do not capture packets (shm ring only)")
     parser.add_argument("--shm", default=os.environ.get("MALLORY_SHM"), help="shm ring to create and drain (default $MALLORY_SHM; none: packets only)")
     parser.add_argument("--ring-capacity", type=int, default=1 << 20, help="ring slots, a power of two (default 1Mi)")
@@ -86,6 +87,13 @@ def run(args: argparse.Namespace) -> int:
     if args.interval <= 0:
         raise MalloryError(f"observe: --interval {args.interval}: must be > 0")
 
+    if args.nice:
+        # The observer sits in the SUT's data path (every packet waits for its verdict):
+        # on a busy machine it should not wait behind the SUT for the CPU.
+        try:
+            os.setpriority(os.PRIO_PROCESS, 0, args.nice)
+        except OSError as exc:
+            print(f"observe {args.node}: cannot set nice {args.nice}: {exc}", file=sys.stderr)
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
