@@ -136,7 +136,7 @@ def run(args: argparse.Namespace) -> int:
             loop = LoopConfig(steps=config["steps"], window_s=config["window_s"], reset_s=config["reset_s"], seed=config["seed"])
             campaign = Campaign(
                 directory, _learner(directory, config), live.windows, live.nemesis, loop,
-                checker=live.checks, on_update=screen.update,
+                checker=live.checks, on_update=screen.update, on_action=live.record_action,
                 info={"cluster_run": run_name, "fuzzer_pid": os.getpid()},
             )
             progress = campaign.run(schedules=args.schedules, duration_s=duration, stop=stopping.is_set)

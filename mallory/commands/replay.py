@@ -66,7 +66,8 @@ def run(args: argparse.Namespace) -> int:
         with live_parts(config, directory, "rp" + secrets.token_hex(3)) as live:
             loop = LoopConfig(steps=len(script), window_s=config["window_s"], reset_s=config["reset_s"], seed=config["seed"])
             # The learner only observes here; it never chooses.
-            campaign = Campaign(directory, Learner.create(policy="random"), live.windows, live.nemesis, loop, checker=live.checks)
+            campaign = Campaign(directory, Learner.create(policy="random"), live.windows, live.nemesis, loop, checker=live.checks,
+                                on_action=live.record_action)
             record = campaign.run_schedule(0, script=script, seed=schedule.get("seed"))
         found = record.get("findings", [])
         hit = signature in found

@@ -161,6 +161,7 @@ class Campaign:
         sleeper: Sleeper | None = None,
         on_update: Callable[[Progress], None] | None = None,
         info: dict[str, Any] | None = None,
+        on_action: Callable[[str, Any], None] | None = None,
     ) -> None:
         self.dir = directory
         self.learner = learner
@@ -173,6 +174,8 @@ class Campaign:
         self.progress = Progress()
         #: fixed facts shown in fuzzer_stats (e.g. the cluster run, for `mallory cleanup RUN`)
         self.info = dict(info or {})
+        #: told of every action taken, with its report (e.g. to put it in the timeline and history)
+        self.on_action = on_action or (lambda action, report: None)
         self._restore_progress()
 
     def _restore_progress(self) -> None:
@@ -271,6 +274,7 @@ class Campaign:
         elif action != NOOP:
             report = self.nemesis.enact(action, rng)
             active.append(report)
+        self.on_action(action, report)
         self.sleeper.sleep(max(0.0, (t0 + window_ns - self.source.now_ns()) / 1e9))
         t1 = max(self.source.now_ns(), t0 + window_ns)
         window = self._feedback(t0, t1)

@@ -79,6 +79,10 @@ class MediatorClient:
     def heal(self, links: Sequence[Link] | None = None) -> dict[str, Any]:
         return self._call("POST", "/firewall/heal", {} if links is None else {"links": link_strings(links)})
 
+    def fault_reported(self, f: str) -> dict[str, Any]:
+        """Tell the mediator a fault was enacted (it becomes a FAULT event in the timeline)."""
+        return self._call("POST", "/nemesis", {"f": f[:64]})
+
     # -- tests -----------------------------------------------------------------------------
 
     def test_start(self, name: str) -> dict[str, Any]:

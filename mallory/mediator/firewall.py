@@ -30,8 +30,8 @@ import subprocess
 import threading
 import time
 from collections import deque
-from time import monotonic_ns
 from collections.abc import Callable, Mapping
+from time import monotonic_ns
 from typing import NamedTuple, Protocol
 
 from mallory.errors import MalloryError
@@ -113,7 +113,7 @@ class Firewall:
         self.log = log if log is not None else PacketLog()
         self.counts = {
             "seen": 0,  # inter-node packets through the queue
-            "accepted": 0,
+            "accepted": 0,  # let through at once (outside packets included)
             "dropped": 0,
             "delayed": 0,
             "duplicated": 0,  # copies injected
@@ -333,8 +333,15 @@ class Firewall:
         self._wake()
         if self._thread is not None:
             self._thread.join(2.0)
+        if self._thread is None or not self._thread.is_alive():
+            wake_r, wake_w, self._wake_r, self._wake_w = self._wake_r, self._wake_w, -1, -1
+            if wake_r >= 0:
+                os.close(wake_r)
+                os.close(wake_w)
 
     def _wake(self) -> None:
+        if self._wake_w < 0:
+            return
         try:
             os.write(self._wake_w, b"x")
         except OSError:

@@ -18,6 +18,7 @@ from mallory.harness.adapter import SutAdapter
 from mallory.harness.runner import RunConfig
 from mallory.harness.session import start_all, teardown_all
 from mallory.harness.workload import make_workload
+from mallory.mediator.campaign import report_json
 from mallory.mediator.campaign_dir import CampaignDir
 from mallory.mediator.client import TimelineWindows
 from mallory.mediator.schedule_checks import ScheduleChecks
@@ -33,6 +34,11 @@ class LiveParts:
     nemesis: Any
     checks: ScheduleChecks
     windows: TimelineWindows
+
+    def record_action(self, action: str, report: Any) -> None:
+        """A fault taken: a FAULT event in the timeline, a :nemesis :info op in the history."""
+        self.stack.client.fault_reported(action)
+        self.checks.nemesis_op(action, report_json(report))
 
 
 def make_adapter(config: dict[str, Any], backend) -> SutAdapter:

@@ -29,8 +29,10 @@ from mallory.timeline.event import Event, Kind
 Summary = frozenset[str]
 
 _BY_ID = frozenset({Kind.FUNC, Kind.BLOCK, Kind.LOG})
-#: Window markers delimit windows; they are not behaviour of the system under test.
-IGNORED_KINDS = frozenset({Kind.WINDOW_START, Kind.WINDOW_END})
+#: Window markers delimit windows and FAULT events record what the fuzzer did: neither is
+#: behaviour of the system under test. A state must say how the cluster behaved, not which
+#: fault was chosen, or every action would trivially lead to a state of its own.
+IGNORED_KINDS = frozenset({Kind.WINDOW_START, Kind.WINDOW_END, Kind.FAULT})
 
 
 def type_key(event: Event) -> tuple[Kind, int | str]:

@@ -136,10 +136,11 @@ def test_packet_ids_never_enter_a_type():
     assert event_type(Event("n1", Kind.FUNC, 1, 0x1F, "")) == "FUNC:1f"
 
 
-def test_window_markers_are_not_behaviour():
+def test_window_markers_and_faults_are_not_behaviour():
     marker = Committed(Event("n1", Kind.WINDOW_START, 1, 0, ""), 1, 1, 0, None)
+    fault = Committed(Event("mediator", Kind.FAULT, 1, 0, "partition:majority"), 1, 1, 0, None)
     func = Committed(Event("n1", Kind.FUNC, 2, 5, ""), 2, 2, 1, None)
-    assert summarize([marker, func]) == summarize([func])
+    assert summarize([marker, fault, func]) == summarize([func])
 
 
 def test_unknown_abstraction_names_the_choices():
