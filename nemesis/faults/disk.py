@@ -2,9 +2,10 @@
 errors (EIO) and slow I/O (every write and fsync delayed), through the project's preload
 shim (nemesis/preload/mallory_faults.c) and the node's control file.
 
-Covers SUTs that write their data with libc's write/pwrite/writev/fsync/fdatasync and were
-started with the controls' env (Redis with AOF/RDB persistence, libraft servers); not
-statically linked ones (Go: etcd), which are refused. A SUT that never writes to its data
+Covers SUTs that write their data with libc's write/pwrite/writev/fsync/fdatasync or through
+stdio streams (the error surfaces at fflush/fclose) and were started with the controls' env
+(Redis with AOF/RDB persistence, libraft servers, the example SUT); not statically linked
+ones (Go: etcd), which are refused. A SUT that never writes to its data
 directory (Redis as a cache) receives nothing: the heal evidence counts what the SUT
 really hit (`injected_by_sut`). The effect is verified by a probe write in the node's data
 directory under the same env.

@@ -12,14 +12,16 @@
  * Disk: while a disk fault is on, write/pwrite/writev/pwritev/fsync/fdatasync on a REGULAR
  * file under the control's prefix (the node's data directory; empty = any regular file)
  * fail with the control's errno (EIO, ENOSPC, ...) or are delayed by delay_us. Sockets,
- * pipes and terminals are never touched.
+ * pipes and terminals are never touched. stdio streams: libc writes their buffers
+ * internally, out of an interposer's reach, so the fault is injected where a program sees
+ * stdio's write errors: fflush and fclose of a stream with pending output discard that
+ * output and fail (a stream that fills its buffer and writes on its own is not caught).
  * Each faked clock read and each injected disk error or delay is counted in the control
  * file, so the nemesis can read back that the SUT itself received the fault.
  *
  * Reach: programs that make these calls through the dynamic linker (C/C++ SUTs such as
- * Redis and libraft servers, CPython). Statically linked programs (Go: etcd) and calls
- * libc makes internally (stdio's buffered fwrite/fflush) do not pass through it; an fsync
- * after stdio does.
+ * Redis, libraft servers and the example SUT, CPython). Statically linked programs (Go:
+ * etcd) do not pass through it.
  *
  * No allocation and no lazy dlsym on any wrapped path: the real functions are resolved in
  * the constructor, and a call that arrives before (an allocator such as jemalloc reading
@@ -45,6 +47,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdio_ext.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -91,6 +94,8 @@ static ssize_t (*real_writev)(int, const struct iovec *, int);
 static ssize_t (*real_pwritev)(int, const struct iovec *, int, off_t);
 static int (*real_fsync)(int);
 static int (*real_fdatasync)(int);
+static int (*real_fflush)(FILE *);
+static int (*real_fclose)(FILE *);
 
 __attribute__((constructor)) static void init(void) {
     real_clock_gettime = dlsym(RTLD_NEXT, "clock_gettime");
@@ -102,6 +107,8 @@ __attribute__((constructor)) static void init(void) {
     real_pwritev = dlsym(RTLD_NEXT, "pwritev");
     real_fsync = dlsym(RTLD_NEXT, "fsync");
     real_fdatasync = dlsym(RTLD_NEXT, "fdatasync");
+    real_fflush = dlsym(RTLD_NEXT, "fflush");
+    real_fclose = dlsym(RTLD_NEXT, "fclose");
 
     const char *path = getenv("MALLORY_FAULT_CONTROL");
     if (path == NULL || *path == '\0')
@@ -273,4 +280,40 @@ int fdatasync(int fd) {
     if (inject(fd, OP_SYNC))
         return -1;
     return real_fdatasync ? real_fdatasync(fd) : (int)syscall(SYS_fdatasync, fd);
+}
+
+/* stdio: a stream with pending output on a faulty file loses that output and fails. There
+ * is no system call to fall back on, so a call before the constructor resolves lazily. */
+static int stdio_fault(FILE *f) {
+    if (f == NULL || __fpending(f) == 0)
+        return 0;
+    struct control *c = control();
+    if (c == NULL || targeted(c, fileno(f), OP_WRITE) == MODE_OFF)
+        return 0;
+    if (inject(fileno(f), OP_WRITE) == 0)
+        return 0; /* slow: delayed, then written */
+    int err = errno;
+    __fpurge(f);
+    errno = err;
+    return 1;
+}
+
+int fflush(FILE *f) {
+    if (!real_fflush)
+        real_fflush = dlsym(RTLD_NEXT, "fflush");
+    if (stdio_fault(f))
+        return EOF;
+    return real_fflush(f);
+}
+
+int fclose(FILE *f) {
+    if (!real_fclose)
+        real_fclose = dlsym(RTLD_NEXT, "fclose");
+    if (stdio_fault(f)) {
+        int err = errno;
+        real_fclose(f);
+        errno = err;
+        return EOF;
+    }
+    return real_fclose(f);
 }

@@ -170,3 +170,36 @@ def test_an_asan_built_sut_takes_the_shim(node):
     assert result.returncode == 0, result.stderr
     sec, rc, err = map(int, result.stdout.split())
     assert abs(sec - time.time() - 1000) < 3 and rc == -1 and err == errno.EIO
+
+
+STDIO_PROGRAM = r"""
+#include <errno.h>
+#include <stdio.h>
+int main(int argc, char **argv) {
+    FILE *f = fopen(argv[1], "a");
+    fprintf(f, "entry\n");
+    int flushed = fflush(f);
+    int flush_errno = flushed ? errno : 0;
+    fprintf(f, "more\n");
+    int closed = fclose(f);
+    printf("%d %d %d %d\n", flushed, flush_errno, closed, closed ? errno : 0);
+    return 0;
+}
+"""
+
+
+def test_stdio_streams_fail_at_flush_and_close_and_lose_their_buffer(node):
+    controls, _, data, tmp = node
+    src = tmp / "stdio.c"
+    src.write_text(STDIO_PROGRAM)
+    binary = tmp / "stdio"
+    subprocess.run(["gcc", "-O1", "-o", str(binary), str(src)], check=True)
+    env = {**os.environ, **controls.env("n1")}
+    target = data / "raft.log"
+    controls.set_disk("n1", MODE_ERROR, err=errno.ENOSPC, prefix=os.path.realpath(data) + "/")
+    out = subprocess.run([str(binary), str(target)], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["-1", str(errno.ENOSPC), "-1", str(errno.ENOSPC)]
+    assert target.read_text() == ""  # nothing reached the file
+    controls.set_disk("n1", MODE_OFF)
+    out = subprocess.run([str(binary), str(target)], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["0", "0", "0", "0"] and target.read_text() == "entry\nmore\n"
