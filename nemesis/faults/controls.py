@@ -193,6 +193,8 @@ def attach(adapter: Any, controls: NodeControls) -> None:
     """Make a ProcessAdapter start its SUT with the controls' env on top of its own (an
     existing LD_PRELOAD of the SUT is kept, after the shim)."""
     own = adapter.env
+    if getattr(own, "fault_controls", None) is controls:
+        return  # attached already
 
     def env(node: str) -> dict[str, str]:
         base = dict(own(node))
@@ -203,4 +205,5 @@ def attach(adapter: Any, controls: NodeControls) -> None:
             extra["ASAN_OPTIONS"] = with_asan_link_order_off(base["ASAN_OPTIONS"])
         return {**base, **extra}
 
+    env.fault_controls = controls  # type: ignore[attr-defined]
     adapter.env = env

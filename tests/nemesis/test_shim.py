@@ -203,3 +203,23 @@ def test_stdio_streams_fail_at_flush_and_close_and_lose_their_buffer(node):
     controls.set_disk("n1", MODE_OFF)
     out = subprocess.run([str(binary), str(target)], env=env, capture_output=True, text=True, check=True).stdout
     assert out.split() == ["0", "0", "0", "0"] and target.read_text() == "entry\nmore\n"
+
+
+def test_attach_merges_the_env_once(node):
+    from nemesis.faults.controls import attach
+
+    controls, _, _, _ = node
+
+    class FakeAdapter:
+        """Only the env hook of a ProcessAdapter."""
+
+        def env(self, node: str) -> dict[str, str]:
+            return {"LD_PRELOAD": "/opt/own.so", "ASAN_OPTIONS": "detect_leaks=0", "X": "1"}
+
+    adapter = FakeAdapter()
+    attach(adapter, controls)
+    attach(adapter, controls)
+    env = adapter.env("n1")
+    assert env["LD_PRELOAD"] == f"{controls.shim} /opt/own.so"
+    assert env["ASAN_OPTIONS"] == "detect_leaks=0:verify_asan_link_order=0"
+    assert env["X"] == "1" and env["MALLORY_FAULT_CONTROL"] == str(controls.control_file("n1"))
