@@ -68,7 +68,7 @@ def fault_shim(build_dir: Path | None = None) -> Path:
 
 
 def loaded_in(pid: int) -> set[str]:
-    """Base names of the shared objects mapped into a process ("" set if it is gone)."""
+    """Base names of the shared objects mapped into a process (empty once it is gone)."""
     try:
         maps = Path(f"/proc/{pid}/maps").read_text()
     except (FileNotFoundError, ProcessLookupError, PermissionError):
