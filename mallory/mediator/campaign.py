@@ -200,12 +200,14 @@ class Campaign:
     def run(self, schedules: int | None = None, duration_s: float | None = None, stop: Callable[[], bool] | None = None) -> Progress:
         """Run schedules until `schedules` more are done, `duration_s` of total campaign time
         has passed, or `stop()` says so (checked between steps)."""
-        stop = stop or (lambda: False)
+        asked = stop or (lambda: False)
+
+        def stop_now() -> bool:  # checked between steps too: a deadline cuts the schedule short
+            return asked() or (duration_s is not None and self.progress.elapsed_s() >= duration_s)
+
         done = 0
-        while (schedules is None or done < schedules) and not stop():
-            if duration_s is not None and self.progress.elapsed_s() >= duration_s:
-                break
-            self.run_schedule(self.progress.schedules_done, stop)
+        while (schedules is None or done < schedules) and not stop_now():
+            self.run_schedule(self.progress.schedules_done, stop_now)
             done += 1
         return self.progress
 

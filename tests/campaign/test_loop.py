@@ -186,3 +186,14 @@ def test_a_directory_holding_a_campaign_is_not_overwritten(tmp_path):
     directory.create({"seed": 1})
     with pytest.raises(Exception, match="--resume"):
         directory.create({"seed": 2})
+
+
+def test_a_deadline_cuts_the_schedule_between_steps(tmp_path):
+    campaign, nemesis = make_campaign(tmp_path, "random")
+    clock = campaign.sleeper
+    start = clock.ns
+    campaign.progress.elapsed_s = lambda: (clock.ns - start) / 1e9  # campaign time on the fake clock
+    campaign.run(duration_s=10.0)
+    (record,) = campaign.dir.read_schedules()
+    assert len(record["steps"]) == 4, "2.5 s steps: the fourth ends at the 10 s deadline"
+    assert nemesis.resets == 1 and not nemesis.active
