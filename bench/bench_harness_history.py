@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from mallory.harness.edn import Keyword  # noqa: E402
+from mallory.oracles.edn import Keyword  # noqa: E402
 from mallory.harness.history import HistoryRecorder  # noqa: E402
 from mallory.harness.loopback import LoopbackBackend  # noqa: E402
 from mallory.harness.runner import RunConfig, WorkloadRunner  # noqa: E402

@@ -22,7 +22,7 @@ from redis.connection import Connection
 from redis.retry import Retry
 
 from mallory.harness.client import Completion, fail, info, ok
-from mallory.harness.edn import Keyword
+from mallory.oracles.edn import Keyword
 
 WORKLOADS = ("register", "list-append", "rw-register")
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mallory.harness.edn import Keyword, dumps
+from mallory.oracles.edn import Keyword, dumps
 from mallory.harness.history import HistoryRecorder, Op, edn_writer, jsonl_writer
 from mallory.oracles import edn as oracle_edn
 
@@ -143,7 +143,7 @@ RECORD_FOREVER = """
 import sys
 import time
 from pathlib import Path
-from mallory.harness.edn import Keyword
+from mallory.oracles.edn import Keyword
 from mallory.harness.history import HistoryRecorder
 rec = HistoryRecorder.to_dir(Path(sys.argv[1]), keep=False)
 print("go", flush=True)
