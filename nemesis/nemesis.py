@@ -80,6 +80,12 @@ class Nemesis:
                 raise MalloryError(f"fault {label} refused: {reason}")
             else:
                 self.refused[label] = reason
+        for name, family in self.families.items():
+            arm = getattr(family, "arm", None)  # families that must start watching early
+            if arm is not None:
+                specs = [label.partition(":")[2] for label in self._labels if label.partition(":")[0] == name]
+                if specs:
+                    arm(ctx, specs)
 
     def _unsupported(self, family: str, spec: str) -> str | None:
         try:

@@ -47,6 +47,11 @@ _PREFIX_SIZE = 256
 _MODE_OFFSET = 8
 _CLOCK = struct.Struct("<qQ")  # clock_offset_ns, clock_faked
 _CLOCK_OFFSET = 288
+_TRACK = struct.Struct("<IIII")  # track, lock, used, untracked
+_TRACK_OFFSET = 304
+_ENTRY = struct.Struct("<QQq")  # dev, ino, lowest unsynced offset
+_TABLE_OFFSET = 320
+_TRACK_PREFIX_OFFSET = 1856
 
 
 def fault_shim(build_dir: Path | None = None) -> Path:
@@ -174,6 +179,41 @@ class NodeControls:
             return DiskState(mode, err, ops, delay_us, injected, prefix)
 
         return self._with(node, read)
+
+    # -- unsynced writes ------------------------------------------------------------------
+
+    def set_tracking(self, node: str, prefix: str | None) -> None:
+        """Record unsynced writes to regular files under `prefix` (None: stop), from now on."""
+        raw = (prefix or "").encode()
+        if len(raw) >= _PREFIX_SIZE:
+            raise MalloryError(f"tracking prefix {prefix!r} longer than {_PREFIX_SIZE - 1} bytes")
+
+        def change(mem: mmap.mmap) -> None:
+            struct.pack_into("<I", mem, _TRACK_OFFSET, 0)
+            mem[_TRACK_PREFIX_OFFSET : _TRACK_PREFIX_OFFSET + _PREFIX_SIZE] = raw.ljust(_PREFIX_SIZE, b"\0")
+            _TRACK.pack_into(mem, _TRACK_OFFSET, 1 if prefix is not None else 0, 0, 0, 0)
+
+        self._with(node, change)
+
+    def unsynced(self, node: str) -> tuple[list[tuple[int, int, int]], int]:
+        """(dev, ino, lowest unsynced offset) of every tracked file, and how many files the
+        full table could not record."""
+
+        def read(mem: mmap.mmap) -> tuple[list[tuple[int, int, int]], int]:
+            _, _, used, untracked = _TRACK.unpack_from(mem, _TRACK_OFFSET)
+            entries = [_ENTRY.unpack_from(mem, _TABLE_OFFSET + i * _ENTRY.size) for i in range(min(used, 64))]
+            return entries, untracked
+
+        return self._with(node, read)
+
+    def forget_unsynced(self, node: str) -> None:
+        """Empty the table and free its lock (after the node's processes were killed)."""
+
+        def change(mem: mmap.mmap) -> None:
+            track = _TRACK.unpack_from(mem, _TRACK_OFFSET)[0]
+            _TRACK.pack_into(mem, _TRACK_OFFSET, track, 0, 0, 0)
+
+        self._with(node, change)
 
     def clear(self, node: str) -> None:
         self.set_clock(node, 0.0)

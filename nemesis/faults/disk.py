@@ -2,6 +2,11 @@
 errors (EIO) and slow I/O (every write and fsync delayed), through the project's preload
 shim (nemesis/preload/mallory_faults.c) and the node's control file.
 
+`disk:lose-unsynced` is a crash that loses the page cache: the shim records, per file in
+the data directory, the lowest offset written since its last fsync; the nemesis kills the
+node's SUT and cuts every such file back to that offset (healed by starting the node). The
+files cut and the bytes lost are the evidence; it is verified by their sizes after the cut.
+
 Covers SUTs that write their data with libc's write/pwrite/writev/fsync/fdatasync or through
 stdio streams (the error surfaces at fflush/fclose) and were started with the controls' env
 (Redis with AOF/RDB persistence, libraft servers, the example SUT); not statically linked
@@ -17,13 +22,16 @@ import errno
 import os
 import random
 import time
+from pathlib import Path
 
 from mallory.errors import MalloryError
 from nemesis.faults.base import FaultContext, FaultReport, check_spec
 from nemesis.faults.controls import MODE_ERROR, MODE_OFF, MODE_SLOW, OP_SYNC, OP_WRITE
 from nemesis.faults.preloaded import missing_library, run_with_env
+from nemesis.faults.process import sut_pid
+from nemesis.runstate import proc_state
 
-DISK_SPECS = ("eio", "enospc", "fsync", "slow")
+DISK_SPECS = ("eio", "enospc", "fsync", "slow", "lose-unsynced")
 PROBE_NAME = ".mallory-disk-probe"
 
 
@@ -37,6 +45,12 @@ class DiskFaults:
     def unsupported(self, ctx: FaultContext, spec: str) -> str | None:
         check_spec(self, spec)
         return missing_library(ctx, "disk")
+
+    def arm(self, ctx: FaultContext, specs: list[str]) -> None:
+        """Start recording unsynced writes when the campaign may lose them."""
+        if "lose-unsynced" in specs:
+            for node in ctx.nodes:
+                ctx.controls.set_tracking(node, data_prefix(ctx, node))
 
     def _settings(self, spec: str) -> dict:
         if spec == "eio":
@@ -62,9 +76,11 @@ class DiskFaults:
         reason = missing_library(ctx, "disk")
         if reason is not None:
             raise MalloryError(f"disk:{spec} refused: {reason}")
+        if spec == "lose-unsynced":
+            return self._lose_unsynced(ctx, rng)
         node = rng.choice(ctx.nodes)
         settings = self._settings(spec)
-        prefix = os.path.realpath(ctx.backend.data_dir(node)) + "/"
+        prefix = data_prefix(ctx, node)
         ctx.controls.set_disk(node, prefix=prefix, **settings)
         probe = self.probe(ctx, node)
         state = ctx.controls.disk_state(node)
@@ -84,9 +100,66 @@ class DiskFaults:
             evidence={"probe": probe, "injected_after_probe": state.injected},
         )
 
+    def _lose_unsynced(self, ctx: FaultContext, rng: random.Random) -> FaultReport:
+        report = FaultReport(action="disk:lose-unsynced", family=self.family, spec="lose-unsynced")
+        running = [n for n in ctx.nodes if ctx.adapter.is_running(n)]
+        if not running:
+            report.evidence = {"reason": "no running node"}
+            return report
+        node = rng.choice(running)
+        pid = sut_pid(ctx, node)
+        ctx.adapter.kill(node)
+        cut = lose_unsynced_writes(ctx.controls, node, ctx.backend.data_dir(node))
+        report.nodes = [node]
+        report.params = {"pid": pid}
+        report.evidence = {"files": cut, "proc_state": proc_state(pid) if pid else None}
+        cut_ok = all(f.get("size_after") == f["kept"] for path, f in cut.items() if path != "(untracked)")
+        report.verified = (pid is None or proc_state(pid) in (None, "Z")) and cut_ok
+        return report
+
     def heal(self, ctx: FaultContext, report: FaultReport) -> None:
+        if report.spec == "lose-unsynced":
+            for node in report.nodes:  # the crash is over: the node comes back (not awaited)
+                if not ctx.adapter.is_running(node):
+                    ctx.adapter.start(node)
+            report.healed = True
+            return
         for node in report.nodes:
             injected = ctx.controls.disk_state(node).injected
             ctx.controls.set_disk(node, MODE_OFF)
             report.heal_evidence[node] = {"injected_by_sut": injected - report.evidence["injected_after_probe"]}
         report.healed = True
+
+
+def data_prefix(ctx: FaultContext, node: str) -> str:
+    return os.path.realpath(ctx.backend.data_dir(node)) + "/"
+
+
+def lose_unsynced_writes(controls, node: str, root: Path) -> dict[str, dict]:
+    """Cut every file under `root` with unsynced writes back to its lowest unsynced offset,
+    then empty the node's table. Call it once the node's writers are dead. Per file: its
+    size before, the bytes kept, its size after (or the error that kept it whole)."""
+    entries, untracked = controls.unsynced(node)
+    wanted = {(dev, ino): lowest for dev, ino, lowest in entries}
+    out: dict[str, dict] = {}
+    for directory, _, files in os.walk(root):
+        for name in files:
+            path = os.path.join(directory, name)
+            try:
+                st = os.stat(path)
+            except FileNotFoundError:
+                continue
+            lowest = wanted.pop((st.st_dev, st.st_ino), None)
+            if lowest is None or lowest >= st.st_size:
+                continue
+            entry: dict = {"size_before": st.st_size, "kept": lowest}
+            try:
+                os.truncate(path, lowest)
+                entry["size_after"] = os.stat(path).st_size
+            except OSError as exc:
+                entry["error"] = str(exc)
+            out[os.path.relpath(path, root)] = entry
+    controls.forget_unsynced(node)
+    if untracked:
+        out["(untracked)"] = {"files": untracked, "kept": None, "error": "the table was full"}
+    return out

@@ -16,6 +16,10 @@
  * internally, out of an interposer's reach, so the fault is injected where a program sees
  * stdio's write errors: fflush and fclose of a stream with pending output discard that
  * output and fail (a stream that fills its buffer and writes on its own is not caught).
+ * Unsynced writes: while tracking is on, the shim records for every regular file under the
+ * tracking prefix the lowest offset written since its last fsync/fdatasync (sync/syncfs
+ * clear everything), so after killing the SUT the nemesis can cut each file back to what
+ * was synced: a crash that loses the page cache, which namespaces alone cannot lose.
  * Each faked clock read and each injected disk error or delay is counted in the control
  * file, so the nemesis can read back that the SUT itself received the fault.
  *
@@ -38,6 +42,12 @@
  *   32  char prefix[256] (NUL-terminated)
  *  288  i64 clock_offset_ns
  *  296  u64 clock_faked (reads that returned an offset time, incremented by the shim)
+ *  304  u32 track (1: record unsynced writes)
+ *  308  u32 lock (pid of the shim holding the table, 0 when free)
+ *  312  u32 entries in use (at most 64)
+ *  316  u32 untracked (files not recorded because the table was full)
+ *  320  64 x {u64 dev, u64 ino, i64 lowest unsynced offset}
+ * 1856  char track_prefix[256] (NUL-terminated)
  * The writer turns the disk mode off, changes the other disk fields, then sets the mode.
  */
 #define _GNU_SOURCE
@@ -50,6 +60,8 @@
 #include <stdio_ext.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -79,9 +91,21 @@ struct control {
     char prefix[256];
     int64_t clock_offset_ns;
     uint64_t clock_faked;
+    uint32_t track;
+    uint32_t lock;
+    uint32_t used;
+    uint32_t untracked;
+    struct unsynced {
+        uint64_t dev;
+        uint64_t ino;
+        int64_t lowest;
+    } table[64];
+    char track_prefix[256];
 };
 
 _Static_assert(offsetof(struct control, clock_offset_ns) == 288, "control layout");
+_Static_assert(offsetof(struct control, table) == 320, "control layout");
+_Static_assert(offsetof(struct control, track_prefix) == 1856, "control layout");
 
 static struct control *ctl;
 
@@ -96,6 +120,8 @@ static int (*real_fsync)(int);
 static int (*real_fdatasync)(int);
 static int (*real_fflush)(FILE *);
 static int (*real_fclose)(FILE *);
+static void (*real_sync)(void);
+static int (*real_syncfs)(int);
 
 __attribute__((constructor)) static void init(void) {
     real_clock_gettime = dlsym(RTLD_NEXT, "clock_gettime");
@@ -109,6 +135,8 @@ __attribute__((constructor)) static void init(void) {
     real_fdatasync = dlsym(RTLD_NEXT, "fdatasync");
     real_fflush = dlsym(RTLD_NEXT, "fflush");
     real_fclose = dlsym(RTLD_NEXT, "fclose");
+    real_sync = dlsym(RTLD_NEXT, "sync");
+    real_syncfs = dlsym(RTLD_NEXT, "syncfs");
 
     const char *path = getenv("MALLORY_FAULT_CONTROL");
     if (path == NULL || *path == '\0')
@@ -220,6 +248,93 @@ static uint32_t targeted(struct control *c, int fd, uint32_t op) {
     return result;
 }
 
+/* -- unsynced writes ------------------------------------------------------------------- */
+
+static int under(const char *prefix, size_t size, int fd) {
+    if (prefix[0] == '\0')
+        return 1;
+    char link[64], path[4096];
+    snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+    ssize_t n = readlink(link, path, sizeof path - 1);
+    size_t plen = strnlen(prefix, size);
+    return n >= 0 && (size_t)n >= plen && memcmp(path, prefix, plen) == 0;
+}
+
+/* The lock holds its holder's pid, so a holder killed inside the (short) critical section
+ * does not hang every later writer: its lock is taken over once the pid is gone. */
+static void lock(struct control *c) {
+    uint32_t me = (uint32_t)getpid();
+    for (unsigned spins = 1;; spins++) {
+        uint32_t holder = 0;
+        if (__atomic_compare_exchange_n(&c->lock, &holder, me, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+            return;
+        if (spins % 1024 == 0 && kill((pid_t)holder, 0) != 0 && errno == ESRCH &&
+            __atomic_compare_exchange_n(&c->lock, &holder, me, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+            return;
+        sched_yield();
+    }
+}
+
+static void unlock(struct control *c) { __atomic_store_n(&c->lock, 0u, __ATOMIC_RELEASE); }
+
+/* Record that fd is about to be written at `offset` (-1: at its current position). */
+static void track_write(int fd, int64_t offset) {
+    struct control *c = control();
+    if (c == NULL || !__atomic_load_n(&c->track, __ATOMIC_ACQUIRE))
+        return;
+    int saved = errno;
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || !under(c->track_prefix, sizeof c->track_prefix, fd)) {
+        errno = saved;
+        return;
+    }
+    if (offset < 0) {
+        int flags = fcntl(fd, F_GETFL);
+        offset = (flags >= 0 && (flags & O_APPEND)) ? (int64_t)st.st_size : (int64_t)lseek(fd, 0, SEEK_CUR);
+        if (offset < 0)
+            offset = 0;
+    }
+    lock(c);
+    uint32_t i;
+    for (i = 0; i < c->used; i++)
+        if (c->table[i].dev == (uint64_t)st.st_dev && c->table[i].ino == (uint64_t)st.st_ino)
+            break;
+    if (i < c->used) {
+        if (offset < c->table[i].lowest)
+            c->table[i].lowest = offset;
+    } else if (c->used < 64) {
+        c->table[c->used] = (struct unsynced){(uint64_t)st.st_dev, (uint64_t)st.st_ino, offset};
+        c->used++;
+    } else {
+        c->untracked++;
+    }
+    unlock(c);
+    errno = saved;
+}
+
+/* fd's data reached the disk: forget its unsynced writes (fd < 0: every file's). */
+static void track_synced(int fd) {
+    struct control *c = control();
+    if (c == NULL || !__atomic_load_n(&c->track, __ATOMIC_ACQUIRE))
+        return;
+    int saved = errno;
+    struct stat st;
+    if (fd >= 0 && fstat(fd, &st) != 0) {
+        errno = saved;
+        return;
+    }
+    lock(c);
+    for (uint32_t i = 0; i < c->used;) {
+        if (fd < 0 || (c->table[i].dev == (uint64_t)st.st_dev && c->table[i].ino == (uint64_t)st.st_ino)) {
+            c->table[i] = c->table[--c->used];
+        } else {
+            i++;
+        }
+    }
+    unlock(c);
+    errno = saved;
+}
+
 /* Apply a disk fault: 1 when the call must fail (errno set), 0 to go on with the call. */
 static int inject(int fd, uint32_t op) {
     struct control *c = control();
@@ -243,43 +358,69 @@ static int inject(int fd, uint32_t op) {
 ssize_t write(int fd, const void *buf, size_t count) {
     if (inject(fd, OP_WRITE))
         return -1;
+    track_write(fd, -1);
     return real_write ? real_write(fd, buf, count) : syscall(SYS_write, fd, buf, count);
 }
 
 ssize_t pwrite(int fd, const void *buf, size_t count, off_t offset) {
     if (inject(fd, OP_WRITE))
         return -1;
+    track_write(fd, (int64_t)offset);
     return real_pwrite ? real_pwrite(fd, buf, count, offset) : syscall(SYS_pwrite64, fd, buf, count, offset);
 }
 
 ssize_t pwrite64(int fd, const void *buf, size_t count, off64_t offset) {
     if (inject(fd, OP_WRITE))
         return -1;
+    track_write(fd, (int64_t)offset);
     return real_pwrite64 ? real_pwrite64(fd, buf, count, offset) : syscall(SYS_pwrite64, fd, buf, count, offset);
 }
 
 ssize_t writev(int fd, const struct iovec *iov, int iovcnt) {
     if (inject(fd, OP_WRITE))
         return -1;
+    track_write(fd, -1);
     return real_writev ? real_writev(fd, iov, iovcnt) : syscall(SYS_writev, fd, iov, iovcnt);
 }
 
 ssize_t pwritev(int fd, const struct iovec *iov, int iovcnt, off_t offset) {
     if (inject(fd, OP_WRITE))
         return -1;
+    track_write(fd, (int64_t)offset);
     return real_pwritev ? real_pwritev(fd, iov, iovcnt, offset) : syscall(SYS_pwritev, fd, iov, iovcnt, offset, 0);
 }
 
 int fsync(int fd) {
     if (inject(fd, OP_SYNC))
         return -1;
-    return real_fsync ? real_fsync(fd) : (int)syscall(SYS_fsync, fd);
+    int rc = real_fsync ? real_fsync(fd) : (int)syscall(SYS_fsync, fd);
+    if (rc == 0)
+        track_synced(fd);
+    return rc;
 }
 
 int fdatasync(int fd) {
     if (inject(fd, OP_SYNC))
         return -1;
-    return real_fdatasync ? real_fdatasync(fd) : (int)syscall(SYS_fdatasync, fd);
+    int rc = real_fdatasync ? real_fdatasync(fd) : (int)syscall(SYS_fdatasync, fd);
+    if (rc == 0)
+        track_synced(fd);
+    return rc;
+}
+
+void sync(void) {
+    if (real_sync)
+        real_sync();
+    else
+        syscall(SYS_sync);
+    track_synced(-1);
+}
+
+int syncfs(int fd) {
+    int rc = real_syncfs ? real_syncfs(fd) : (int)syscall(SYS_syncfs, fd);
+    if (rc == 0)
+        track_synced(-1);
+    return rc;
 }
 
 /* stdio: a stream with pending output on a faulty file loses that output and fails. There
@@ -288,10 +429,16 @@ static int stdio_fault(FILE *f) {
     if (f == NULL || __fpending(f) == 0)
         return 0;
     struct control *c = control();
-    if (c == NULL || targeted(c, fileno(f), OP_WRITE) == MODE_OFF)
+    if (c == NULL)
         return 0;
-    if (inject(fileno(f), OP_WRITE) == 0)
-        return 0; /* slow: delayed, then written */
+    if (targeted(c, fileno(f), OP_WRITE) == MODE_OFF) {
+        track_write(fileno(f), -1); /* the kernel's offset is where the pending bytes go */
+        return 0;
+    }
+    if (inject(fileno(f), OP_WRITE) == 0) {
+        track_write(fileno(f), -1); /* slow: delayed, then written */
+        return 0;
+    }
     int err = errno;
     __fpurge(f);
     errno = err;
@@ -309,6 +456,8 @@ int fflush(FILE *f) {
 int fclose(FILE *f) {
     if (!real_fclose)
         real_fclose = dlsym(RTLD_NEXT, "fclose");
+    real_sync = dlsym(RTLD_NEXT, "sync");
+    real_syncfs = dlsym(RTLD_NEXT, "syncfs");
     if (stdio_fault(f)) {
         int err = errno;
         real_fclose(f);

@@ -136,6 +136,15 @@ def test_fault_enacted_verified_and_healed(live, label):
     pids = {n: ctx.adapter.process(n).pid for n in NODES}
     log_sizes = {n: ctx.adapter.log_paths(n)[0].stat().st_size for n in NODES}
 
+    if label == "disk:lose-unsynced":
+        # Every node's processes write 4 synced bytes, then 5 unsynced ones, to a data file.
+        for node in NODES:
+            env = [f"{k}={v}" for k, v in ctx.controls.env(node).items()]
+            path = cluster.data_dir(node) / "unsynced.bin"
+            script = f"dd if=/dev/zero of={path} bs=4 count=1 conv=fsync status=none && echo lost >> {path}"
+            cluster.exec(node, ["env", *env, "sh", "-c", script])
+            assert path.stat().st_size == 9
+
     if family == "clock" and spec == "bump":
         report = enact_until(nemesis, label, lambda r: min(abs(d) for d in r.params["delta_s"].values()) >= 1.0)
     elif family == "clock" and spec == "strobe":
@@ -185,6 +194,11 @@ def test_fault_enacted_verified_and_healed(live, label):
         assert any(abs(s - delta) < 0.3 for s in seen) and any(abs(s) < 0.3 for s in seen), (delta, period, seen)
     elif family == "clock" and spec == "reset":
         assert all(abs(sut_clock_offset(cluster, n)) < 0.3 for n in NODES)
+    elif label == "disk:lose-unsynced":
+        node = report.nodes[0]
+        assert proc_state(pids[node]) in (None, "Z")  # crashed...
+        for n in NODES:  # ...and only its unsynced bytes are gone
+            assert (cluster.data_dir(n) / "unsynced.bin").read_bytes() == (b"\0" * 4 if n == node else b"\0" * 4 + b"lost\n")
     elif family == "disk":
         node = report.nodes[0]
         ok, seconds = sut_save(cluster, node)
@@ -223,7 +237,13 @@ def test_fault_enacted_verified_and_healed(live, label):
         assert all(proc_state(pids[n]) in ("S", "R") for n in NODES)
     if family == "clock":
         assert all(abs(sut_clock_offset(cluster, n)) < 0.3 for n in NODES)
-    if family == "disk":
+    if label == "disk:lose-unsynced":
+        node = report.nodes[0]
+        ctx.adapter.wait_ready(node, 20)  # started again
+        assert node_redis(cluster, node).ping()
+        for n in NODES:
+            (cluster.data_dir(n) / "unsynced.bin").unlink()
+    elif family == "disk":
         assert all(sut_save(cluster, n)[0] for n in NODES)
         if spec != "slow":
             assert report.heal_evidence[report.nodes[0]]["injected_by_sut"] >= 1

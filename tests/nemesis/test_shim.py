@@ -223,3 +223,65 @@ def test_attach_merges_the_env_once(node):
     assert env["LD_PRELOAD"] == f"{controls.shim} /opt/own.so"
     assert env["ASAN_OPTIONS"] == "detect_leaks=0:verify_asan_link_order=0"
     assert env["X"] == "1" and env["MALLORY_FAULT_CONTROL"] == str(controls.control_file("n1"))
+
+
+UNSYNCED_PROGRAM = r"""
+#include <fcntl.h>
+#include <stdio.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+    char path[600];
+    snprintf(path, sizeof path, "%s/wal", argv[1]);
+    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND, 0644);
+    write(fd, "synced\n", 7);
+    fsync(fd);
+    write(fd, "unsynced\n", 9);
+    snprintf(path, sizeof path, "%s/log", argv[1]);
+    FILE *f = fopen(path, "a");
+    fprintf(f, "stdio line\n");
+    fclose(f);
+    char tmp[600];
+    snprintf(tmp, sizeof tmp, "%s/state.tmp", argv[1]);
+    snprintf(path, sizeof path, "%s/state", argv[1]);
+    f = fopen(tmp, "w");
+    fprintf(f, "term 3\n");
+    fclose(f);
+    rename(tmp, path);  /* no fsync before the rename: a classic */
+    snprintf(path, sizeof path, "%s/outside", argv[2]);
+    fd = open(path, O_WRONLY | O_CREAT, 0644);
+    write(fd, "not tracked\n", 12);
+    puts("done");
+    fflush(stdout);
+    pause();
+    return 0;
+}
+"""
+
+
+def test_unsynced_writes_are_cut_back_after_the_crash(node):
+    from nemesis.faults.disk import lose_unsynced_writes
+
+    controls, _, data, tmp = node
+    src = tmp / "unsynced.c"
+    src.write_text(UNSYNCED_PROGRAM)
+    binary = tmp / "unsynced"
+    subprocess.run(["gcc", "-O1", "-o", str(binary), str(src)], check=True)
+    controls.set_tracking("n1", os.path.realpath(data) + "/")
+    proc = subprocess.Popen([str(binary), str(data), str(tmp)], env={**os.environ, **controls.env("n1")},
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "done"
+        entries, untracked = controls.unsynced("n1")
+        assert len(entries) == 3 and untracked == 0  # wal (after its fsync), log, state
+    finally:
+        proc.kill()
+        proc.wait(5)
+    cut = lose_unsynced_writes(controls, "n1", data)
+    assert cut == {
+        "wal": {"size_before": 16, "kept": 7, "size_after": 7},
+        "log": {"size_before": 11, "kept": 0, "size_after": 0},
+        "state": {"size_before": 7, "kept": 0, "size_after": 0},
+    }
+    assert (data / "wal").read_text() == "synced\n"
+    assert (tmp / "outside").read_text() == "not tracked\n"
+    assert controls.unsynced("n1") == ([], 0)
