@@ -203,7 +203,9 @@ def test_bulk_tcp_segments_have_one_id_at_all_three_vantage_points(make_cluster,
     assert sends == recvs
     assert metrics["firewall"]["seen"] == sum(sends.values())
     # The mediator joins an observer's event with its own packet record when the batch
-    # arrives. The receiver's RECVs come after the gateway forwarded the packet, so each
-    # must join; the sender's SENDs can race ahead of a firewall backlogged by the bulk
-    # stream and miss the join (seen here: up to ~70 of ~3000), which says nothing about ids.
-    assert metrics["ingest"]["nodes"]["n2"]["unjoined"] == 0
+    # arrives. A SEND can race ahead of a firewall backlogged by the bulk stream and miss
+    # the join (seen on n1: up to ~70 of ~3000 events), which says nothing about ids; the
+    # receiver's events are mostly RECVs, which come after the gateway forwarded the
+    # packet. Had the mediator computed other ids, nearly all of them would be unjoined.
+    n2 = metrics["ingest"]["nodes"]["n2"]
+    assert n2["unjoined"] <= n2["events"] // 100, n2
