@@ -27,7 +27,8 @@ from mallory.errors import MalloryError
 from mallory.harness.workload import WORKLOADS
 from mallory.learner.learner import Learner
 from mallory.learner.policies import POLICIES
-from mallory.mediator.campaign import Campaign, LoopConfig
+from mallory.learner.calibration import calibrate_threshold
+from mallory.mediator.campaign import Campaign, LoopConfig, RealSleeper, steady_summaries
 from mallory.mediator.campaign_dir import CampaignDir
 from mallory.mediator.live import BUILTIN_SUTS, live_parts
 from mallory.mediator.status import StatusScreen
@@ -65,6 +66,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--reset", type=float, default=5.0, help="seconds of reset after a schedule (default 5)")
     parser.add_argument("--abstraction", choices=sorted(ABSTRACTIONS), default="event-history")
     parser.add_argument("--threshold", type=float, default=0.7, help="state similarity threshold (default 0.7)")
+    parser.add_argument("--calibrate", type=int, default=0, metavar="WINDOWS",
+                        help="before fuzzing, run this many fault-free windows under load and set the "
+                        "threshold so that 90%% of them coincide (the paper's convention; default: off)")
     parser.add_argument("--port", type=int, default=6379, help="client port of a built-in SUT")
     parser.add_argument("--plain", action="store_true", help="log lines instead of the status screen")
 
@@ -97,6 +101,7 @@ def _config(args: argparse.Namespace) -> dict[str, Any]:
         "reset_s": args.reset,
         "abstraction": args.abstraction,
         "threshold": args.threshold,
+        "calibrate": args.calibrate,
     }
 
 
@@ -107,6 +112,25 @@ def _learner(directory: CampaignDir, config: dict[str, Any]) -> Learner:
     params = {"temperature": config["temperature"]} if config.get("temperature") is not None else {}
     return Learner.create(policy=config["policy"], reward=config["reward"], seed=config["seed"],
                           threshold=config["threshold"], policy_params=params)
+
+
+def _calibrate(config: dict[str, Any], directory: CampaignDir, live: Any) -> dict[str, Any]:
+    """The paper's calibration: fault-free windows under load set the similarity threshold."""
+    print(f"calibrating on {config['calibrate']} fault-free windows under load...", flush=True)
+    run_dir = directory.root / "runs" / "calibration"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    live.checks.start_workload(run_dir, config["seed"], key_slot=0)
+    try:
+        summaries = steady_summaries(live.windows, RealSleeper(), config["calibrate"], config["window_s"])
+    finally:
+        live.checks.stop_workload()
+    if len(summaries) < 3:
+        raise MalloryError(f"calibration: only {len(summaries)} complete windows; the timeline is not keeping up")
+    threshold = calibrate_threshold(summaries)
+    print(f"calibrated state similarity threshold: {threshold:.3f} (was {config['threshold']})", flush=True)
+    return directory.update_config(
+        {"threshold": threshold, "calibration": {"windows": len(summaries), "threshold": threshold}}
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -133,6 +157,8 @@ def run(args: argparse.Namespace) -> int:
     screen = StatusScreen(f"{config['sut']} x{config['nodes']} ({config['policy']})", plain=args.plain or None)
     try:
         with live_parts(config, directory, run_name) as live:
+            if config.get("calibrate") and directory.load_learner() is None and "calibration" not in config:
+                config = _calibrate(config, directory, live)
             loop = LoopConfig(steps=config["steps"], window_s=config["window_s"], reset_s=config["reset_s"], seed=config["seed"])
             campaign = Campaign(
                 directory, _learner(directory, config), live.windows, live.nemesis, loop,

@@ -23,12 +23,15 @@ MAX_REDIRECTS = 3
 
 
 class LineClient:
-    def __init__(self, host: str, port: int, workload: str, *, independent: bool = False, timeout: float = 2.0) -> None:
+    def __init__(self, host: str, port: int, workload: str, *, independent: bool = False, key_base: int = 0,
+                 timeout: float = 2.0) -> None:
         if workload != "register":
             raise ValueError(f"the line client runs the register workload only, not {workload!r}")
         self.host = host
         self.port = port
         self.independent = independent
+        #: added to the register's key on the wire: a campaign gives each schedule fresh keys
+        self.key_base = key_base
         self.timeout = timeout
         self._target = host
         self._sock: socket.socket | None = None
@@ -55,12 +58,13 @@ class LineClient:
         value = op["value"]
         key, arg = (value[0], value[1]) if self.independent else (0, value)
         f = op["f"]
+        wire_key = key + self.key_base
         if f == "read":
-            request = f"GET {key}"
+            request = f"GET {wire_key}"
         elif f == "write":
-            request = f"PUT {key} {arg}"
+            request = f"PUT {wire_key} {arg}"
         elif f == "cas":
-            request = f"CAS {key} {arg[0]} {arg[1]}"
+            request = f"CAS {wire_key} {arg[0]} {arg[1]}"
         else:
             return fail(value, "unknown-f", f"register has no op {f!r}")
         for _ in range(MAX_REDIRECTS + 1):

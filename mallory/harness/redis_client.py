@@ -42,6 +42,7 @@ class RedisClient:
         workload: str,
         *,
         independent: bool = False,
+        key_base: int = 0,
         timeout: float = 2.0,
     ) -> None:
         if workload not in WORKLOADS:
@@ -50,6 +51,8 @@ class RedisClient:
         self.port = port
         self.workload = workload
         self.independent = independent
+        #: added to the register's key on the wire: a campaign gives each schedule fresh keys
+        self.key_base = key_base
         self.timeout = timeout
         self._prefix = _KEY_PREFIX[workload]
         self._conn: Connection | None = None
@@ -93,7 +96,7 @@ class RedisClient:
 
     def _register(self, f: str, value: Any) -> Completion:
         key, arg = (value[0], value[1]) if self.independent else (0, value)
-        name = f"{self._prefix}{key}"
+        name = f"{self._prefix}{key + self.key_base}"
         if f == "read":
             got = _int_or_none(self._call("GET", name))
             return ok([key, got] if self.independent else got)

@@ -121,5 +121,6 @@ class RedisReplicationAdapter(ProcessAdapter):
             self.port,
             workload.name,
             independent=getattr(workload, "independent", False),
+            key_base=getattr(workload, "key_base", 0),
             timeout=self.client_timeout,
         )

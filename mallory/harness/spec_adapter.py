@@ -80,5 +80,6 @@ class SpecAdapter(ProcessAdapter):
             port,
             workload.name,
             independent=getattr(workload, "independent", False),
+            key_base=getattr(workload, "key_base", 0),
             timeout=client.timeout,
         )

@@ -46,6 +46,7 @@ class KeySpace:
         key_count: int = 10,
         distribution: str = "exponential",
         max_writes_per_key: int | None = 32,
+        key_base: int = 0,
         exponential_base: float = 2.0,
     ) -> None:
         if key_count < 1:
@@ -62,8 +63,9 @@ class KeySpace:
         self._weights = (
             [exponential_base ** -i for i in range(key_count)] if distribution == "exponential" else None
         )
-        self._active = list(range(key_count))
-        self._next_fresh = key_count
+        # keys start at key_base: a campaign gives each schedule keys no earlier one touched
+        self._active = list(range(key_base, key_base + key_count))
+        self._next_fresh = key_base + key_count
         self._last_value: dict[int, int] = {}
         self._lock = threading.Lock()
 
@@ -125,13 +127,16 @@ class RegisterWorkload:
 
     name = "register"
 
-    def __init__(self, key_count: int = 1, value_range: int = 5) -> None:
+    def __init__(self, key_count: int = 1, value_range: int = 5, key_base: int = 0) -> None:
         if key_count < 1:
             raise MalloryError(f"workload key_count must be at least 1, not {key_count}")
         if value_range < 1:
             raise MalloryError(f"workload value_range must be at least 1, not {value_range}")
         self.key_count = key_count
         self.value_range = value_range
+        #: the clients add this to the key on the wire; the history keeps keys 0..key_count-1,
+        #: so each schedule's history starts from a register nobody wrote (Knossos' nil)
+        self.key_base = key_base
 
     @property
     def independent(self) -> bool:
@@ -159,7 +164,7 @@ def make_workload(name: str, **options: Any) -> Workload:
     try:
         if name == "register":
             return RegisterWorkload(**options)
-        key_options = {k: options.pop(k) for k in ("key_count", "distribution", "max_writes_per_key") if k in options}
+        key_options = {k: options.pop(k) for k in ("key_count", "distribution", "max_writes_per_key", "key_base") if k in options}
         if name == "list-append":
             return ListAppendWorkload(KeySpace(**key_options), **options)
         if name == "rw-register":

@@ -105,6 +105,20 @@ class LoopConfig:
     seed: int = 0
 
 
+def steady_summaries(source: WindowSource, sleeper: Sleeper, windows: int, window_s: float) -> list[frozenset[str]]:
+    """Summaries of `windows` consecutive fault-free windows, for calibrating the state
+    similarity threshold (late windows are skipped: they would be half windows)."""
+    out = []
+    window_ns = int(window_s * 1e9)
+    for _ in range(windows):
+        t0 = source.now_ns()
+        sleeper.sleep(window_s)
+        window = source.window(t0, max(source.now_ns(), t0 + window_ns), 1.0)
+        if window.complete:
+            out.append(window.summary)
+    return out
+
+
 def schedule_seed(root_seed: int, index: int) -> int:
     """Each schedule's seed, derived from the campaign's root seed (stable across runs)."""
     digest = hashlib.blake2b(f"{root_seed}:{index}".encode(), digest_size=8).digest()

@@ -77,6 +77,12 @@ class CampaignDir:
             raise MalloryError(f"{path} must hold a JSON object")
         return config
 
+    def update_config(self, changes: Mapping[str, Any]) -> dict[str, Any]:
+        """Record decisions taken after creation (e.g. a calibrated threshold)."""
+        config = {**self.config(), **changes}
+        atomic_write(self.root / "campaign.json", orjson.dumps(config, option=orjson.OPT_INDENT_2))
+        return config
+
     def schedules_done(self) -> int:
         """Schedules completely recorded: a schedule file is written only when it ends."""
         return len(list((self.root / "schedules").glob("[0-9]*.json")))

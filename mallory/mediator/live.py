@@ -17,7 +17,6 @@ from mallory.errors import MalloryError
 from mallory.harness.adapter import SutAdapter
 from mallory.harness.runner import RunConfig
 from mallory.harness.session import start_all, teardown_all
-from mallory.harness.workload import make_workload
 from mallory.mediator.campaign import report_json
 from mallory.mediator.campaign_dir import CampaignDir
 from mallory.mediator.client import TimelineWindows
@@ -70,7 +69,7 @@ def live_parts(config: dict[str, Any], directory: CampaignDir, run_name: str) ->
         start_all(adapter)
         ctx = FaultContext(backend=backend, adapter=adapter, mediator=stack.client, controls=controls)
         nemesis = Nemesis(ctx, config["faults"])
-        workload = None if config["workload"] == "none" else make_workload(config["workload"])
+        workload = None if config["workload"] == "none" else config["workload"]
         run_config = RunConfig(concurrency=config["concurrency"], rate=config["rate"], seed=config["seed"])
         checks = ScheduleChecks(adapter, directory, workload, run_config)
         yield LiveParts(stack, adapter, nemesis, checks, TimelineWindows(stack.client, config["abstraction"]))

@@ -21,7 +21,7 @@ from mallory.harness.adapter import SutAdapter
 from mallory.harness.history import HistoryRecorder
 from mallory.harness.runner import RunConfig, WorkloadRunner
 from mallory.harness.session import client_node_for
-from mallory.harness.workload import Workload
+from mallory.harness.workload import make_workload
 from mallory.mediator.campaign import BugEvidence
 from mallory.mediator.campaign_dir import CampaignDir
 from mallory.oracles.asan import parse_asan
@@ -32,6 +32,9 @@ from mallory.oracles.triage import Finding, findings_from_result
 
 #: the longest run a schedule's workload may have; the campaign stops it at the schedule end
 _FOREVER_S = 24 * 3600.0
+#: each schedule's workload uses keys from its own range: a schedule's history is checked on
+#: its own, so it must not read what an earlier schedule (on the same cluster) wrote
+KEYS_PER_SCHEDULE = 1_000_000
 
 
 class ScheduleChecks:
@@ -39,7 +42,7 @@ class ScheduleChecks:
         self,
         adapter: SutAdapter,
         directory: CampaignDir,
-        workload: Workload | None,
+        workload: str | None,
         run_config: RunConfig,
         *,
         patterns: tuple[LogPattern, ...] = DEFAULT_PATTERNS,
@@ -60,20 +63,24 @@ class ScheduleChecks:
 
     def begin_schedule(self, index: int) -> None:
         self._offsets = {p: p.stat().st_size if p.exists() else 0 for p in self._log_paths()}
-        run_dir = self.dir.fresh_run_dir(index)
+        self.start_workload(self.dir.fresh_run_dir(index), self.run_config.seed + index, key_slot=index + 1)
+
+    def start_workload(self, run_dir: Path, seed: int, key_slot: int) -> None:
+        """Run a fresh instance of the workload, on keys of its own slot, recording into
+        run_dir, until stopped."""
         if self.workload is None:
             return
+        workload = make_workload(self.workload, key_base=key_slot * KEYS_PER_SCHEDULE)
         self.recorder = HistoryRecorder.to_dir(run_dir)
         node_for = client_node_for(self.adapter)
         config = RunConfig(
             concurrency=self.run_config.concurrency,
             time_limit=_FOREVER_S,
             rate=self.run_config.rate,
-            seed=self.run_config.seed + index,
+            seed=seed,
         )
-        workload = self.workload
         self._runner = WorkloadRunner(workload, lambda w: self.adapter.client(node_for(w), workload), self.recorder, config)
-        self._thread = threading.Thread(target=self._runner.run, name=f"workload-{index}", daemon=True)
+        self._thread = threading.Thread(target=self._runner.run, name=f"workload-{run_dir.name}", daemon=True)
         self._thread.start()
 
     def nemesis_op(self, f: str, value: Any = None) -> None:
@@ -81,14 +88,21 @@ class ScheduleChecks:
         if self.recorder is not None:
             self.recorder.nemesis(f, value)
 
+    def stop_workload(self) -> bool:
+        """Stop the background workload; whether one was running."""
+        if self._runner is None:
+            return False
+        self._runner.stop()
+        if self._thread is not None:
+            self._thread.join(30)
+        self.recorder.close()
+        self._runner = self._thread = self.recorder = None
+        return True
+
     def check_schedule(self, index: int, record: dict[str, Any]) -> list[BugEvidence]:
         findings: list[Finding] = []
         run_dir = self.dir.run_dir(index)
-        if self._runner is not None:
-            self._runner.stop()
-            self._thread.join(30)
-            self.recorder.close()
-            self._runner = self._thread = self.recorder = None
+        if self.stop_workload():
             findings += self._check_history(run_dir / "history.edn", record)
         logs_dir = run_dir / "logs"
         for path, start in self._offsets.items():
@@ -156,11 +170,7 @@ class ScheduleChecks:
         return BugEvidence(finding.signature, report, [run_dir])
 
     def close(self) -> None:
-        if self._runner is not None:
-            self._runner.stop()
-            self._thread.join(30)
-            self.recorder.close()
-            self._runner = self._thread = self.recorder = None
+        self.stop_workload()
 
 
 def copy_into(paths: list[Path], target: Path) -> None:

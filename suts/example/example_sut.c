@@ -43,7 +43,7 @@
 #define MAX_PEERS 8
 #define MAX_CLIENTS 64
 #define MAX_INBOUND 32
-#define MAX_KEYS 256
+#define MAX_KEYS 65536  /* a campaign gives every schedule fresh keys: thousands a day */
 #define TOKEN 32
 #define LINE_MAX_LEN 65536
 #define BATCH 32

@@ -121,3 +121,24 @@ def test_kill9_then_cleanup_then_resume(spec, tmp_path):
     assert indices == list(range(done_before + 1)), "the resumed campaign continues at the schedule in flight"
     assert int(d.read_stats()["distinct_states"]) >= states_before, "states survive the kill"
     assert_gone(out)
+
+
+def test_fault_free_schedules_check_valid_after_calibration(spec, tmp_path):
+    """Without faults the SUT is linearizable, so every schedule's history must check valid:
+    each schedule (and the calibration phase before them, which writes too) uses keys of its
+    own, since a history is checked from a register nobody has written."""
+    out = tmp_path / "campaign"
+    args = campaign_args(spec, out, schedules=2)
+    args[args.index("--faults") + 1] = "noop"
+    proc = subprocess.run(fuzz(*args, "--calibrate", "4"), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    d = CampaignDir(out)
+    config = d.config()
+    assert config["calibration"]["windows"] >= 3 and 0 < config["threshold"] <= 1
+    assert (out / "runs" / "calibration" / "history.edn").stat().st_size > 0
+    schedules = d.read_schedules()
+    assert len(schedules) == 2
+    for record in schedules:
+        assert record["history"]["valid"] is True, record["history"]
+    assert not d.known_bugs()
+    assert_gone(out)
