@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from mallory.errors import MalloryError
 from mallory.learner.learner import Learner
 from mallory.mediator.campaign_dir import CampaignDir
 
@@ -146,6 +147,7 @@ class Progress:
     schedules_done: int = 0
     steps_done: int = 0
     late_steps: int = 0
+    refused_faults: int = 0
     states: int = 0
     last_new_state_s: float | None = None
     bugs: int = 0
@@ -283,14 +285,22 @@ class Campaign:
         self.on_update(self.progress)
         t0 = self.source.now_ns()
         report = None
+        refused = None
         if action == HEAL:
             for old in active:
                 self.nemesis.heal(old)
             active.clear()
         elif action != NOOP:
-            report = self.nemesis.enact(action, rng)
-            active.append(report)
-        self.on_action(action, report)
+            try:
+                report = self.nemesis.enact(action, rng)
+                active.append(report)
+            except MalloryError as exc:
+                # A fault the cluster cannot take right now (e.g. its target is down) must not
+                # end a day-long campaign: the step is recorded as refused, like a noop.
+                refused = str(exc)
+                self.progress.refused_faults += 1
+        if refused is None:
+            self.on_action(action, report)
         self.sleeper.sleep(max(0.0, (t0 + window_ns - self.source.now_ns()) / 1e9))
         t1 = max(self.source.now_ns(), t0 + window_ns)
         window = self._feedback(t0, t1)
@@ -298,6 +308,7 @@ class Campaign:
             "step": step,
             "action": action,
             "report": report_json(report),
+            "refused": refused,
             "window_ns": [t0, t1],
             "events": window.events,
             "late": not window.complete,
@@ -361,6 +372,7 @@ class Campaign:
             "schedules_done": p.schedules_done,
             "steps_done": p.steps_done,
             "late_steps": p.late_steps,
+            "refused_faults": p.refused_faults,
             "distinct_states": p.states,
             "last_new_state": "-" if p.last_new_state_s is None else round(p.last_new_state_s, 1),
             "states_per_hour": round(p.states / max(p.elapsed_s(), 1e-9) * 3600, 1),

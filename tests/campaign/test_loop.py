@@ -13,6 +13,8 @@ from collections import Counter
 import orjson
 import pytest
 
+from mallory.errors import MalloryError
+
 from mallory.learner.learner import Learner
 from mallory.mediator.campaign import HEAL, NOOP, Campaign, BugEvidence, LoopConfig, Window, schedule_seed
 from mallory.mediator.campaign_dir import PLOT_COLUMNS, CampaignDir
@@ -34,11 +36,14 @@ class FakeNemesis:
         self.healed = 0
         self.resets = 0
         self.active: list[str] = []
+        self.refuse: str | None = None
 
     def actions(self) -> list[str]:
         return ["novel", "dull-1", "dull-2", "dull-3"]
 
     def enact(self, action: str, rng: random.Random) -> dict:
+        if action == self.refuse:
+            raise MalloryError(f"{action} refused: its target is down")
         self.enacted.append(action)
         self.active.append(action)
         return {"action": action, "verified": True}
@@ -197,3 +202,14 @@ def test_a_deadline_cuts_the_schedule_between_steps(tmp_path):
     (record,) = campaign.dir.read_schedules()
     assert len(record["steps"]) == 4, "2.5 s steps: the fourth ends at the 10 s deadline"
     assert nemesis.resets == 1 and not nemesis.active
+
+
+def test_a_refused_fault_is_recorded_and_the_campaign_goes_on(tmp_path):
+    campaign, nemesis = make_campaign(tmp_path, "random")
+    nemesis.refuse = "dull-1"
+    campaign.run(schedules=3)
+    steps = [s for r in campaign.dir.read_schedules() for s in r["steps"]]
+    refused = [s for s in steps if s["action"] == "dull-1"]
+    assert refused and all("its target is down" in s["refused"] and s["report"] is None for s in refused)
+    assert all(s["refused"] is None for s in steps if s["action"] != "dull-1")
+    assert campaign.dir.read_stats()["refused_faults"] == str(len(refused))
