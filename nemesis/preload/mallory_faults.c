@@ -60,6 +60,7 @@
 #include <stdio_ext.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -123,7 +124,11 @@ static int (*real_fclose)(FILE *);
 static void (*real_sync)(void);
 static int (*real_syncfs)(int);
 
+static void refresh_pid(void);
+
 __attribute__((constructor)) static void init(void) {
+    refresh_pid();
+    pthread_atfork(NULL, NULL, refresh_pid);
     real_clock_gettime = dlsym(RTLD_NEXT, "clock_gettime");
     real_gettimeofday = dlsym(RTLD_NEXT, "gettimeofday");
     real_write = dlsym(RTLD_NEXT, "write");
@@ -225,6 +230,40 @@ time_t time(time_t *out) {
 
 /* -- disk ------------------------------------------------------------------------------- */
 
+/* Is the file open on fd (stat'ed as st) under prefix? Reading the fd's path costs ~8 us,
+ * so verdicts are cached per process by inode and prefix. Racing threads may clobber an
+ * entry; the worst outcome is one call judged as if the cache missed or was stale. */
+struct verdict {
+    uint64_t dev, ino, prefix_hash;
+    int under;
+};
+static struct verdict verdicts[256];
+
+static uint64_t hash_prefix(const char *prefix, size_t size) {
+    uint64_t h = 1469598103934665603ULL;
+    for (size_t i = 0; i < size && prefix[i]; i++)
+        h = (h ^ (unsigned char)prefix[i]) * 1099511628211ULL;
+    return h;
+}
+
+static int under(const char *prefix, size_t size, int fd, const struct stat *st) {
+    if (prefix[0] == '\0')
+        return 1;
+    uint64_t h = hash_prefix(prefix, size);
+    struct verdict *v = &verdicts[((uint64_t)st->st_ino * 31u + (uint64_t)st->st_dev) % 256u];
+    if (v->ino == (uint64_t)st->st_ino && v->dev == (uint64_t)st->st_dev && v->prefix_hash == h)
+        return v->under;
+    char link[64], path[4096];
+    snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+    ssize_t n = readlink(link, path, sizeof path - 1);
+    size_t plen = strnlen(prefix, size);
+    int result = n >= 0 && (size_t)n >= plen && memcmp(path, prefix, plen) == 0;
+    *v = (struct verdict){(uint64_t)st->st_dev, (uint64_t)st->st_ino, h, result};
+    return result;
+}
+
+/* The lock holds its holder's pid, so a holder killed inside the (short) critical section
+ * does not hang every later writer: its lock is taken over once the pid is gone. */
 /* The disk mode applying to a call of kind `op` on fd (MODE_OFF if none). */
 static uint32_t targeted(struct control *c, int fd, uint32_t op) {
     uint32_t mode = __atomic_load_n(&c->mode, __ATOMIC_ACQUIRE);
@@ -233,37 +272,20 @@ static uint32_t targeted(struct control *c, int fd, uint32_t op) {
     int saved = errno;
     struct stat st;
     uint32_t result = MODE_OFF;
-    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && under(c->prefix, sizeof c->prefix, fd, &st))
         result = mode;
-        if (c->prefix[0] != '\0') {
-            char link[64], path[4096];
-            snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
-            ssize_t n = readlink(link, path, sizeof path - 1);
-            size_t plen = strnlen(c->prefix, sizeof c->prefix);
-            if (n < 0 || (size_t)n < plen || memcmp(path, c->prefix, plen) != 0)
-                result = MODE_OFF;
-        }
-    }
     errno = saved;
     return result;
 }
 
 /* -- unsynced writes ------------------------------------------------------------------- */
 
-static int under(const char *prefix, size_t size, int fd) {
-    if (prefix[0] == '\0')
-        return 1;
-    char link[64], path[4096];
-    snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
-    ssize_t n = readlink(link, path, sizeof path - 1);
-    size_t plen = strnlen(prefix, size);
-    return n >= 0 && (size_t)n >= plen && memcmp(path, prefix, plen) == 0;
-}
+static uint32_t my_pid; /* getpid() is a system call: cached, refreshed in a forked child */
 
-/* The lock holds its holder's pid, so a holder killed inside the (short) critical section
- * does not hang every later writer: its lock is taken over once the pid is gone. */
+static void refresh_pid(void) { my_pid = (uint32_t)getpid(); }
+
 static void lock(struct control *c) {
-    uint32_t me = (uint32_t)getpid();
+    uint32_t me = my_pid ? my_pid : (uint32_t)getpid();
     for (unsigned spins = 1;; spins++) {
         uint32_t holder = 0;
         if (__atomic_compare_exchange_n(&c->lock, &holder, me, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
@@ -284,7 +306,7 @@ static void track_write(int fd, int64_t offset) {
         return;
     int saved = errno;
     struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || !under(c->track_prefix, sizeof c->track_prefix, fd)) {
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || !under(c->track_prefix, sizeof c->track_prefix, fd, &st)) {
         errno = saved;
         return;
     }
