@@ -26,7 +26,7 @@ from pathlib import Path
 
 from mallory.errors import MalloryError
 from nemesis.faults.base import FaultContext, FaultReport, check_spec
-from nemesis.faults.controls import MODE_ERROR, MODE_OFF, MODE_SLOW, OP_SYNC, OP_WRITE
+from nemesis.faults.controls import MODE_ERROR, MODE_OFF, MODE_SLOW, OP_SYNC, OP_WRITE, NodeControls
 from nemesis.faults.preloaded import missing_library, run_with_env
 from nemesis.faults.process import sut_pid
 from nemesis.runstate import proc_state
@@ -135,7 +135,7 @@ def data_prefix(ctx: FaultContext, node: str) -> str:
     return os.path.realpath(ctx.backend.data_dir(node)) + "/"
 
 
-def lose_unsynced_writes(controls, node: str, root: Path) -> dict[str, dict]:
+def lose_unsynced_writes(controls: NodeControls, node: str, root: Path) -> dict[str, dict]:
     """Cut every file under `root` with unsynced writes back to its lowest unsynced offset,
     then empty the node's table. Call it once the node's writers are dead. Per file: its
     size before, the bytes kept, its size after (or the error that kept it whole)."""
