@@ -123,7 +123,7 @@ def iter_forms(text: str, source: str = "<edn>", child_lines: list[int] | None =
     When `child_lines` is a list, the line of every element of a top-level collection is
     appended to it, in order (Knossos histories are one vector of op maps).
     """
-    stack: list[tuple[str, list[Any], int]] = []  # (opener, items, line-start pos)
+    stack: list[tuple[str, list[Any], int, int]] = []  # (opener, items, start pos, start line)
     discard = 0  # pending #_ markers, applying to the next complete form
     tags = 0  # pending #tag markers (value read as the tagged form itself)
     pos = 0
@@ -149,16 +149,18 @@ def iter_forms(text: str, source: str = "<edn>", child_lines: list[int] | None =
                 value = _atom(m.group(kind))
             except ValueError as exc:
                 raise EdnError(f"{source}:{_line_of(text, m.start(kind))}: {exc}") from None
+            form_line = 0  # computed on demand: only top-level forms and their children need it
             form_start = m.start(kind)
         elif kind == "open":
-            stack.append((m.group(kind), [], m.start(kind)))
+            start = m.start(kind)
+            stack.append((m.group(kind), [], start, line_at(start)))
             continue
         elif kind == "close":
             start = m.start(kind)
             closer = m.group(kind)
             if not stack:
                 raise EdnError(f"{source}:{_line_of(text, start)}: unexpected {closer!r}")
-            opener, items, ostart = stack.pop()
+            opener, items, ostart, form_line = stack.pop()
             if _CLOSER[opener] != closer:
                 raise EdnError(
                     f"{source}:{_line_of(text, start)}: {closer!r} closes {opener!r} "
@@ -182,6 +184,7 @@ def iter_forms(text: str, source: str = "<edn>", child_lines: list[int] | None =
         elif kind == "string":
             raw = m.group(kind)[1:-1]
             value = _STRING_ESCAPES.sub(_unescape, raw) if "\\" in raw else raw
+            form_line = 0
             form_start = m.start(kind)
         elif kind == "eof":
             break
@@ -194,6 +197,7 @@ def iter_forms(text: str, source: str = "<edn>", child_lines: list[int] | None =
         else:  # char
             body = m.group(kind)[1:]
             value = _CHARS.get(body) or (chr(int(body[1:], 16)) if len(body) == 5 and body[0] == "u" else body)
+            form_line = 0
             form_start = m.start(kind)
         # A complete form: consume pending tags, then pending discards.
         if tags:
@@ -203,12 +207,12 @@ def iter_forms(text: str, source: str = "<edn>", child_lines: list[int] | None =
             continue
         if stack:
             stack[-1][1].append(value)
-            if child_lines is not None and len(stack) == 1:
-                child_lines.append(line_at(form_start))
+            if child_lines is not None and len(stack) == 1 and stack[0][0] in "[(":
+                child_lines.append(form_line or line_at(form_start))
         else:
-            yield line_at(form_start), value
+            yield form_line or line_at(form_start), value
     if stack:
-        opener, _, ostart = stack[-1]
+        opener, _, ostart, _ = stack[-1]
         raise EdnError(f"{source}:{_line_of(text, ostart)}: {opener!r} is never closed")
 
 

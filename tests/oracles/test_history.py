@@ -141,3 +141,17 @@ def test_ops_inside_one_vector_know_their_lines():
         read_history_text(text, "edn", "k.edn")
     _, ops = read_history_text(text.replace(":okk", ":invoke"), "edn", "k.edn")
     assert [o.line for o in ops] == [2, 4, 5]
+
+
+def test_line_numbers_never_rescan_the_text(monkeypatch):
+    # Counting newlines from the start of the text for each op made reading quadratic
+    # (a 24 MB history took minutes): only errors may take that slow path.
+    calls = []
+    real = edn._line_of
+    monkeypatch.setattr(edn, "_line_of", lambda text, pos: calls.append(pos) or real(text, pos))
+    stream = "".join(f'{{:type :invoke, :process {i}, :f :txn, :value [[:append :x {i}] [:r :y nil]]}}\n'
+                     for i in range(2000))
+    _, ops = read_history_text(stream)
+    _, nested = read_history_text("[" + stream + "]")
+    assert ops[-1].line == 2000 and nested[-1].line == 2000
+    assert calls == []
