@@ -203,9 +203,10 @@ def test_bulk_tcp_segments_have_one_id_at_all_three_vantage_points(make_cluster,
     assert sends == recvs
     assert metrics["firewall"]["seen"] == sum(sends.values())
     # The mediator joins an observer's event with its own packet record when the batch
-    # arrives. A SEND can race ahead of a firewall backlogged by the bulk stream and miss
-    # the join (seen on n1: up to ~70 of ~3000 events), which says nothing about ids; the
-    # receiver's events are mostly RECVs, which come after the gateway forwarded the
-    # packet. Had the mediator computed other ids, nearly all of them would be unjoined.
-    n2 = metrics["ingest"]["nodes"]["n2"]
-    assert n2["unjoined"] <= n2["events"] // 100, n2
+    # arrives, and a batch can race ahead of a firewall backlogged by the bulk stream (seen
+    # on this busy machine: up to ~2% of a node's events unjoined), which says nothing
+    # about ids. Had the mediator computed other ids for the segments (90% of the events
+    # here), nearly all would be unjoined.
+    for node in cluster.nodes:
+        stats = metrics["ingest"]["nodes"][node]
+        assert stats["unjoined"] <= stats["events"] // 10, (node, stats)
