@@ -48,7 +48,6 @@ def campaign(policy: str, duration: str, seed: int, faults: str, out: Path) -> N
         "--policy", policy, "--duration", duration, "--seed", str(seed), "--faults", faults,
         "--out", str(out), "--plain",
     ]  # fmt: skip
-    # The spec names the binary relative to the repository root.
     subprocess.run(argv, check=True, cwd=REPO, stdout=subprocess.DEVNULL)
 
 

@@ -35,10 +35,15 @@ Placeholders: {node} {index} {address} {port} {port_<name>} {peers} {nodes} {dat
 one, else `client`); {index} is the node's 1-based position. `{{` and `}}` are literal
 braces. Every template is checked when the spec is loaded, so a typo fails at once, with
 the file and the field in the message.
+
+A program given as a relative path with a slash (`build/my-server`) is relative to the spec
+file's directory, so a spec shipped next to its SUT works from any working directory; a
+bare name (`redis-server`) is looked up on PATH as usual.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import signal as signals
 import string
@@ -137,7 +142,11 @@ def load_spec(path: str | Path) -> SutSpec:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise SpecError(f"{path}: cannot read SUT spec: {exc.strerror}") from None
-    return parse_spec(text, source=str(path))
+    spec = parse_spec(text, source=str(path))
+    program = spec.command[0]
+    if "/" in program and not program.startswith("{") and not Path(program).is_absolute():
+        spec = dataclasses.replace(spec, command=(str(path.resolve().parent / program), *spec.command[1:]))
+    return spec
 
 
 def parse_spec(text: str, source: str = "<spec>") -> SutSpec:

@@ -17,7 +17,7 @@ from mallory.harness.spec_adapter import SpecAdapter
 REPO = Path(__file__).resolve().parents[2]
 SUT_DIR = REPO / "suts" / "example"
 SPEC = SUT_DIR / "example.toml"
-DEFAULT_BINARY = "suts/example/build/example-sut"
+DEFAULT_BINARY = "build/example-sut"  # as the spec names it, relative to the spec
 LABELS = {
     "election-started", "became-leader", "stepped-down", "replicate", "append-received", "commit",
     "apply", "truncate", "heartbeat-timeout", "client-request", "sticky-leader-kept-term", "stall-catchup-applied",

@@ -52,6 +52,7 @@ def test_the_bugs_spec_is_the_plain_spec_with_every_bug_on() -> None:
     assert bugs.command == (*plain.command, "--bugs", "all")
     assert (bugs.ports, bugs.ready, bugs.client) == (plain.ports, plain.ready, plain.client)
     assert plain.client is not None and plain.client.kind == "line"
+    assert plain.command[0] == str(ex.SUT_DIR / "build" / "example-sut")  # relative to the spec file
 
 
 def test_unknown_bug_names_are_refused(binary: Path, tmp_path: Path) -> None:
