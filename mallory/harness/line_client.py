@@ -68,8 +68,11 @@ class LineClient:
         else:
             return fail(value, "unknown-f", f"register has no op {f!r}")
         for _ in range(MAX_REDIRECTS + 1):
-            if self._sock is None:
-                return fail(value, "not-connected")
+            if self._sock is None:  # a redirect that went nowhere: back to our own node
+                try:
+                    self._connect(self.host)
+                except OSError as exc:
+                    return fail(value, "not-connected", str(exc))
             try:
                 reply = self._call(request)
             except socket.timeout:
