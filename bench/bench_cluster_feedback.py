@@ -127,13 +127,13 @@ def main() -> int:
                 cluster.spawn(node, [sys.executable, "-c", CHATTER, "9400", str(args.chatter), *peers], name="chatter")
         time.sleep(3.0)  # past the election: steady replication only
         start = metrics(cluster)["ingest"]
-        worst_p99 = 0.0
+        sampled: list[float] = []
         t0 = time.monotonic()
         while time.monotonic() - t0 < args.seconds:
             time.sleep(1.0)
             lag = metrics(cluster)["ingest"]["commit_lag_ms"]
             if lag["p99"] is not None:
-                worst_p99 = max(worst_p99, lag["p99"])
+                sampled.append(lag["p99"])
         end = metrics(cluster)["ingest"]
         elapsed = time.monotonic() - t0
         for proc in rafts:
@@ -146,8 +146,11 @@ def main() -> int:
     print(f"{args.nodes} nodes, leader tick {args.tick * 1000:.0f} ms, chatter {args.chatter:.0f}/s per link, {elapsed:.0f} s steady: {rate:.0f} events/s committed, "
           f"lost {end['lost_events'] - start['lost_events']}, unmatched recvs {end['unmatched_recvs']}")
     print(f"feedback latency (event -> commit), last 10k commits: p50 {lag['p50']} ms  p99 {lag['p99']} ms  max {lag['max']} ms")
-    print(f"worst p99 sampled each second: {worst_p99} ms")
-    print(f"target p99 <= 400 ms: {'ok' if lag['p99'] is not None and worst_p99 <= 400 else 'MISSED'}")
+    sampled.sort()
+    worst_p99 = sampled[-1] if sampled else float("nan")
+    print(f"p99 of the last 10k commits, sampled each second: median {sampled[len(sampled) // 2] if sampled else 'n/a'} ms, "
+          f"worst {worst_p99} ms ({sum(p > 400 for p in sampled)} of {len(sampled)} samples over 400 ms)")
+    print(f"target p99 <= 400 ms (worst sample): {'ok' if sampled and worst_p99 <= 400 else 'MISSED'}")
     return 0
 
 
