@@ -305,3 +305,38 @@ def cleanup_run(record: RunRecord) -> list[str]:
 def cleanup_all(root: Path | None = None) -> dict[str, list[str]]:
     """Clean up every registered run (what `mallory cleanup` does without arguments)."""
     return {run.name: cleanup_run(run) for run in list_runs(root)}
+
+
+#: Names the netns backend gives what it creates (nemesis/netns.py): namespaces
+#: mal-<run>-gw / mal-<run>-n<k>, and the root-namespace end of a run's control link.
+ORPHAN_NETNS = re.compile(r"^mal-[a-z0-9][a-z0-9-]{0,19}-(gw|n[0-9]+)$")
+ORPHAN_LINK = re.compile(r"^mal[0-9]+c$")
+
+
+def cleanup_orphans(root: Path | None = None) -> list[str]:
+    """Remove namespaces and control links named like the backend's that no registered
+    run's journal claims: what is left when the registry itself was lost (a wiped state
+    root). Processes inside those namespaces are killed first. Opt-in (`mallory cleanup
+    --orphans`): runs of another state root look like orphans from this one."""
+    claimed_netns: set[str] = set()
+    claimed_links: set[str] = set()
+    for run in list_runs(root):
+        for entry in run.entries():
+            if "netns" in entry:
+                claimed_netns.add(entry["netns"])
+            elif "link" in entry:
+                claimed_links.add(entry["link"])
+    removed: list[str] = []
+    for ns in sorted(existing_netns()):
+        if ORPHAN_NETNS.match(ns) and ns not in claimed_netns:
+            pids = netns_pids(ns)
+            for pid in pids:
+                _kill_process(pid, None)
+            _wait_gone(pids)
+            if _run(["ip", "netns", "del", ns]).returncode == 0:
+                removed.append(f"netns {ns}")
+    for link in sorted(p.name for p in Path("/sys/class/net").iterdir()):
+        if ORPHAN_LINK.match(link) and link not in claimed_links:
+            if _run(["ip", "link", "del", link]).returncode == 0:
+                removed.append(f"link {link}")
+    return removed

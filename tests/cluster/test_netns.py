@@ -271,3 +271,18 @@ def test_a_failure_during_up_removes_what_was_created(tmp_path, monkeypatch, fai
     assert not leftovers(run, "-", "-", []).netns
     host_links = [argv[3] for argv in calls if argv[:3] == ["ip", "link", "add"]]
     assert all(not Path("/sys/class/net", link).exists() for link in host_links)
+
+
+def test_cleanup_orphans_removes_a_run_whose_registry_was_wiped(make_cluster):
+    import shutil
+
+    cluster = make_cluster(2, "or")
+    sleeper = cluster.spawn("n1", ["sleep", "300"], name="sleeper")
+    run, link = cluster.run, cluster.layout.host_interface
+    shutil.rmtree(cluster.record.state_dir)  # the registry is gone, the namespaces are not
+    assert len(leftovers(run, link, "-", [sleeper.pid]).netns) == 3
+    out = subprocess.run([sys.executable, "-m", "mallory.cli", "cleanup", "--orphans", "-v"],
+                         capture_output=True, text=True, cwd=REPO)
+    assert out.returncode == 0, out.stderr
+    after = leftovers(run, link, "-", [sleeper.pid])
+    assert not after.netns and not after.links and not after.processes, after
