@@ -102,9 +102,10 @@ def _cycle_shape(case: dict[str, Any]) -> str:
 def findings_from_result(result: CheckResult, node: str | None = None) -> list[Finding]:
     """One finding per anomaly type a checker reported (none when valid or unknown).
 
-    Keyed by anomaly type plus the shape of the first witness: the cycle's edge kinds up
-    to rotation, or the number of keys involved, so the same anomaly on other keys and
-    values in another run has the same signature.
+    Keyed by anomaly type plus the shape of its first witness: a cycle's edge kinds up to
+    rotation, or the kind of operation that cannot be linearized. Keys, values, op
+    indices and counts are left out, so the same anomaly on other keys and values in
+    another run has the same signature.
     """
     if result.valid is not False:
         return []
@@ -112,12 +113,10 @@ def findings_from_result(result: CheckResult, node: str | None = None) -> list[F
     for kind in result.anomaly_types:
         cases = result.anomalies.get(kind, [])
         first = cases[0] if cases else {}
-        shape = _cycle_shape(first)
         if "stuck_op" in first:
             shape = "stuck=" + first["stuck_op"]["op"].split()[0]
-        elif not shape and "cycle" not in first:
-            n_keys = len(first.get("ops", [])) if "ops" in first else 1
-            shape = f"ops={n_keys}" if kind == "lost-update" else ("keyed" if first.get("key") else "")
+        else:
+            shape = _cycle_shape(first)
         text = first.get("text", kind)
         out.append(Finding(result.checker, kind, (shape,), text.splitlines()[0] if text else kind, node,
                            {"case": first, "cases": len(cases)}))
