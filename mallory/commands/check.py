@@ -35,10 +35,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="history format (default: detected from the content)")
     parser.add_argument("--checker", choices=("auto",) + CHECKERS, default="auto",
                         help="checker / model (default: inferred from the operations)")
-    parser.add_argument("--consistency-models", nargs="+", metavar="MODEL",
-                        help="models expected to hold (transactional checkers; default strict-serializable)")
-    parser.add_argument("--anomalies", nargs="+", metavar="ANOMALY",
-                        help="extra anomalies to look for (transactional checkers), e.g. G0")
+    parser.add_argument("--consistency-models", action="append", metavar="MODEL[,MODEL...]",
+                        help="models expected to hold (transactional checkers; default strict-serializable); "
+                             "comma-separated or repeated")
+    parser.add_argument("--anomalies", action="append", metavar="ANOMALY[,ANOMALY...]",
+                        help="extra anomalies to look for (transactional checkers), e.g. G0; "
+                             "comma-separated or repeated")
     parser.add_argument("--time-limit", type=float, metavar="S",
                         help="search budget in seconds; past it the verdict is unknown")
     parser.add_argument("--max-states", type=int, default=None,

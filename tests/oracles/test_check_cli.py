@@ -76,3 +76,11 @@ def test_malformed_history_exits_65_naming_the_line(tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 65
     assert f"{path}:2:" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_option_lists_are_comma_separated_or_repeated(tmp_path, capsys):
+    internal = _write(tmp_path, "internal.edn", concurrent("ax1ax2", "ax3rx12"))
+    for args in (["--anomalies", "G0,internal"], ["--anomalies", "G0", "--anomalies", ":internal"]):
+        assert main(["check", *args, str(internal), "--consistency-models", "read-uncommitted"]) == 1
+        assert "internal" in capsys.readouterr().out
+    assert main(["check", "--consistency-models", "read-uncommitted,serializable", str(internal)]) == 1
