@@ -400,7 +400,7 @@ def test_observer_buffer_is_bounded_and_counts_what_it_drops(make_cluster):
 UDP_COUNTER = """
 import socket, sys, time
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
+s.setsockopt(socket.SOL_SOCKET, 33, 32 << 20)  # SO_RCVBUFFORCE: past rmem_max, no drops while descheduled
 s.bind(("0.0.0.0", int(sys.argv[1])))
 s.settimeout(3.0)
 n = 0
