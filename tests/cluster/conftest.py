@@ -64,11 +64,15 @@ def leftovers(run: str, host_link: str, addresses_prefix: str, pids: list[int]) 
     return Leftovers(mine, links, iptables, shm, alive)
 
 
+@pytest.fixture(autouse=True)
+def _skip_root_tests_without_root(request):
+    if request.node.get_closest_marker("root") and os.geteuid() != 0:
+        pytest.skip("needs root (network namespaces, iptables)")
+
+
 @pytest.fixture
 def make_cluster(tmp_path):
     """Factory: make_cluster(nodes, tag) -> NetnsCluster; every run is removed afterwards."""
-    if os.geteuid() != 0:
-        pytest.skip("needs root")
     names: list[str] = []
 
     def make(nodes: int = 3, tag: str = "c") -> NetnsCluster:
