@@ -32,14 +32,14 @@ class MediatorClient:
         self.token = token
         self.timeout = timeout
 
-    def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+    def _call(self, method: str, path: str, body: dict[str, Any] | None = None, timeout: float | None = None) -> dict[str, Any]:
         data = None if body is None else json.dumps(body).encode()
         request = urllib.request.Request(self.base + path, data=data, method=method)
         request.add_header(TOKEN_HEADER, self.token)
         if data is not None:
             request.add_header("Content-Type", "application/json")
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+            with urllib.request.urlopen(request, timeout=self.timeout if timeout is None else timeout) as response:
                 return json.loads(response.read() or b"{}")
         except urllib.error.HTTPError as exc:
             try:
@@ -96,11 +96,7 @@ class MediatorClient:
     def window(self, start_ns: int, end_ns: int, wait_s: float, abstraction: str = "event-history") -> dict[str, Any]:
         """The timeline's summary of [start_ns, end_ns), waiting up to wait_s for it to complete."""
         body = {"start_ns": start_ns, "end_ns": end_ns, "wait_ms": round(wait_s * 1000), "abstraction": abstraction}
-        saved, self.timeout = self.timeout, max(self.timeout, wait_s + 5.0)
-        try:
-            return self._call("POST", "/window", body)
-        finally:
-            self.timeout = saved
+        return self._call("POST", "/window", body, timeout=max(self.timeout, wait_s + 5.0))
 
 
 class TimelineWindows:
