@@ -1,0 +1,82 @@
+"""Observer batching logic with named fakes for its sources and its sender (no root)."""
+
+from __future__ import annotations
+
+import time
+
+from mallory.observer.nfq import NF_INET_LOCAL_IN, NF_INET_LOCAL_OUT
+from mallory.observer.observer import RING_MARGIN_NS, Observer, clock_pair
+from mallory.observer.packet import id_and_data
+from mallory.timeline.event import Event, Kind
+
+from .netlink_messages import tcp_packet
+
+
+class FakeSender:
+    def __init__(self) -> None:
+        self.batches: list[tuple[list[Event], int, int]] = []
+
+    def submit(self, events, until_ns, lost=0) -> None:
+        self.batches.append((events, until_ns, lost))
+
+
+class FakeCapture:
+    """Stands in for NfQueue: `lost` as the kernel's id gaps would set it."""
+
+    def __init__(self) -> None:
+        self.lost = 0
+
+
+class FakeRing:
+    def __init__(self) -> None:
+        self.pending: list[Event] = []
+        self.lost_total = 0
+
+    def poll_events(self) -> list[Event]:
+        out, self.pending = self.pending, []
+        return out
+
+
+def test_packets_become_send_and_recv_events_with_the_packet_id():
+    sender = FakeSender()
+    obs = Observer("n1", FakeCapture(), sender)
+    out_pkt, in_pkt = tcp_packet(b"ping", seq=1), tcp_packet(b"pong", seq=2)
+    obs.on_packets([(1, NF_INET_LOCAL_OUT, 10, out_pkt), (2, NF_INET_LOCAL_IN, 20, in_pkt), (3, NF_INET_LOCAL_IN, 30, b"junk")])
+    obs.cut()
+    [(events, until, lost)] = sender.batches
+    assert events == [
+        Event("n1", Kind.SEND, 10, *id_and_data(out_pkt)),
+        Event("n1", Kind.RECV, 20, *id_and_data(in_pkt)),
+    ]
+    assert events[0].data == b"ping".hex() and obs.packets == 2 and lost == 0
+    assert until >= 20
+
+
+def test_lost_is_reported_as_a_delta_per_batch():
+    sender, capture, ring = FakeSender(), FakeCapture(), FakeRing()
+    obs = Observer("n1", capture, sender, ring=ring, ring_lost=lambda: ring.lost_total)
+    capture.lost, ring.lost_total = 3, 2
+    obs.cut()
+    obs.cut()
+    capture.lost = 4
+    obs.cut()
+    assert [lost for _, _, lost in sender.batches] == [5, 0, 1]
+
+
+def test_ring_events_merge_in_time_order_and_until_keeps_a_margin():
+    sender, ring = FakeSender(), FakeRing()
+    obs = Observer("n1", FakeCapture(), sender, ring=ring, ring_lost=lambda: 0)
+    now = time.monotonic_ns()
+    obs.on_packets([(1, NF_INET_LOCAL_OUT, now + 5, tcp_packet(b"a"))])
+    ring.pending = [Event("n1", Kind.FUNC, now + 9, 77), Event("n1", Kind.BLOCK, now + 1, 78)]
+    before = time.monotonic_ns()
+    obs.cut()
+    [(events, until, _)] = sender.batches
+    assert [e.ts for e in events] == [now + 1, now + 5, now + 9]
+    assert before - RING_MARGIN_NS <= until <= time.monotonic_ns() - RING_MARGIN_NS
+
+
+def test_clock_pair_reads_both_clocks_together():
+    pair = clock_pair("n3")
+    assert pair.node == "n3"
+    assert abs(pair.to_real(time.monotonic_ns()) - time.time_ns()) < 5_000_000
