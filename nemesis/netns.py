@@ -174,6 +174,7 @@ class NetnsCluster:
         self.record = record
         self.layout = layout
         self._children: dict[int, subprocess.Popen] = {}
+        self._starts: dict[int, int | None] = {}  # pid -> start ticks, as journaled
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -340,8 +341,10 @@ class NetnsCluster:
                 cwd=str(cwd) if cwd else None,
                 start_new_session=True,
             )
-        self.record.record(proc=popen.pid, start=proc_start_ticks(popen.pid), node=node, name=name, log=str(log_path))
+        start = proc_start_ticks(popen.pid)
+        self.record.record(proc=popen.pid, start=start, node=node, name=name, log=str(log_path))
         self._children[popen.pid] = popen
+        self._starts[popen.pid] = start
         return NodeProcess(node=node, name=name, pid=popen.pid, log_path=log_path)
 
     def processes(self) -> list[NodeProcess]:
@@ -353,10 +356,11 @@ class NetnsCluster:
         ]
 
     def _start_ticks(self, pid: int) -> int | None:
-        for entry in self.record.entries():
-            if entry.get("proc") == pid:
-                return entry.get("start")
-        return None
+        if pid not in self._starts:  # spawned by another controller: ask the journal
+            for entry in self.record.entries():
+                if entry.get("proc") == pid:
+                    self._starts[pid] = entry.get("start")
+        return self._starts.get(pid)
 
     def _same_process(self, pid: int) -> bool:
         start = self._start_ticks(pid)
