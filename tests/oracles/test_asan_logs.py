@@ -79,7 +79,11 @@ def test_use_after_free(buggy):
 
 
 def test_leaks_skip_allocator_frames_and_deduplicate(buggy):
-    findings = parse_asan(run_buggy(buggy, "leak"))
+    text = run_buggy(buggy, "leak")
+    if "LeakSanitizer has encountered a fatal error" in text:
+        # LSan stops the world with ptrace; some container sandboxes forbid it.
+        pytest.skip("LeakSanitizer cannot run here (ptrace denied by the sandbox)")
+    findings = parse_asan(text)
     assert {f.kind for f in findings} == {"direct-leak"}
     assert all(f.key[0].startswith("leak buggy.c:") for f in findings)
     assert all("malloc" not in k for f in findings for k in f.key)
