@@ -192,12 +192,12 @@ class _Analysis:
     def explain_order(self, a: int, b: int, rel: int) -> str:
         ta, tb = self.txns[a].call, self.txns[b].call
         if rel == PROCESS:
-            return f"process {ta.process} executed it before"
+            return f"process {ta.process} ran T{a} before T{b} (process order)"
         if rel != REALTIME:
             return f"of a {REL_WORD[rel]} dependency"
         return (
-            f"it completed (op {ta.done.index if ta.done else '?'}) before the other was invoked "
-            f"(op {tb.invoke.index}) in real time"
+            f"T{a} completed (op {ta.done.index if ta.done else '?'}) before T{b} was invoked "
+            f"(op {tb.invoke.index}) (real-time order)"
         )
 
 
