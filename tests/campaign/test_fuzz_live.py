@@ -29,7 +29,9 @@ def spec(tmp_path_factory) -> Path:
         pytest.skip("needs root")
     build_dir = tmp_path_factory.mktemp("example-build")
     binary = build(build_dir)
-    text = SPEC.read_text().replace('"suts/example/build/example-sut"', json.dumps(str(binary)))
+    shipped = SPEC.read_text()
+    assert '"build/example-sut"' in shipped, "the shipped spec's program path changed: update this fixture"
+    text = shipped.replace('"build/example-sut"', json.dumps(str(binary)))
     path = build_dir / "example.toml"
     path.write_text(text)
     return path
