@@ -125,6 +125,76 @@ def parse_datagram(buf: bytearray, view: memoryview, n: int, ts: int, out: list)
         off += (msg_len + 3) & ~3
 
 
+class QueueBinding:
+    """One NFQUEUE queue bound in the current network namespace: the library handle and
+    queue (setup and verdicts through ctypes), fail-open, and a non-blocking socket over the
+    library's fd for reading packet messages without ctypes. Shared by the observer's
+    reader (below) and the mediator's FORWARD queue (mallory/mediator/queue.py)."""
+
+    def __init__(self, queue_num: int, *, copy_range: int, maxlen: int, rcvbuf: int, fail_open: bool, owner: str) -> None:
+        self.lib = _load_library()
+        self.queue = None
+        self.sock: socket.socket | None = None
+        self._handle = self.lib.nfq_open()
+        if not self._handle:
+            raise MalloryError(f"nfq_open failed (errno {ctypes.get_errno()}): NFQUEUE needs root and nfnetlink_queue")
+        # The library dispatches to this callback only while it waits for a config ack
+        # (packets may already be queued if stale rules exist): accept them, one by one.
+        self._callback = _CALLBACK(self._on_library_packet)
+        self.queue = self.lib.nfq_create_queue(self._handle, queue_num, self._callback, None)
+        if not self.queue:
+            err = ctypes.get_errno()
+            self.lib.nfq_close(self._handle)
+            self._handle = None
+            raise MalloryError(
+                f"cannot bind NFQUEUE {queue_num} (errno {err}: {errno.errorcode.get(err, '?')}); is another {owner} bound?"
+            )
+        if self.lib.nfq_set_mode(self.queue, NFQNL_COPY_PACKET, copy_range) < 0:
+            self.close()
+            raise MalloryError("nfq_set_mode failed")
+        self.lib.nfq_set_queue_maxlen(self.queue, maxlen)
+        if fail_open and self.lib.nfq_set_queue_flags(self.queue, NFQA_CFG_F_FAIL_OPEN, NFQA_CFG_F_FAIL_OPEN) < 0:
+            self.close()
+            raise MalloryError("nfq_set_queue_flags(FAIL_OPEN) failed: kernel too old?")
+        # A socket object over a duplicate of the library's fd: recv_into without ctypes.
+        self.sock = socket.socket(fileno=socket.dup(self.lib.nfq_fd(self._handle)))
+        self.sock.setblocking(False)
+        try:
+            self.sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, rcvbuf)
+        except OSError:
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+        # Overruns are seen as id gaps; without this flag recv would fail with ENOBUFS.
+        self.sock.setsockopt(SOL_NETLINK, NETLINK_NO_ENOBUFS, 1)
+
+    def _on_library_packet(self, qh: int, _nfmsg: int, nfad: int, _data: int) -> int:
+        hdr = self.lib.nfq_get_msg_packet_hdr(nfad)
+        if hdr:
+            self.lib.nfq_set_verdict(qh, hdr.contents.packet_id, NF_ACCEPT, 0, None)
+        return 0
+
+    def recv_into(self, buf: bytearray) -> int:
+        """One netlink datagram into buf: its length, or 0 when nothing is pending."""
+        while True:
+            try:
+                return self.sock.recv_into(buf)
+            except BlockingIOError:
+                return 0
+            except OSError as exc:
+                if exc.errno != errno.ENOBUFS:
+                    raise
+
+    def close(self) -> None:
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
+        if self.queue:
+            self.lib.nfq_destroy_queue(self.queue)
+            self.queue = None
+        if self._handle:
+            self.lib.nfq_close(self._handle)
+            self._handle = None
+
+
 class NfQueue:
     """One bound NFQUEUE queue in the current network namespace, accepting everything."""
 
@@ -134,62 +204,25 @@ class NfQueue:
         self.received = 0
         self.reads = 0  # drains that found packets: received / reads = packets per wakeup
         self._last_id = 0
-        self._lib = _load_library()
-        self._handle = self._lib.nfq_open()
-        if not self._handle:
-            raise MalloryError(f"nfq_open failed (errno {ctypes.get_errno()}): NFQUEUE needs root and nfnetlink_queue")
-        # The library dispatches to this callback only while it waits for a config ack
-        # (packets may already be queued if stale rules exist): accept them, one by one.
-        self._callback = _CALLBACK(self._on_library_packet)
-        self._queue = self._lib.nfq_create_queue(self._handle, queue_num, self._callback, None)
-        if not self._queue:
-            err = ctypes.get_errno()
-            self._lib.nfq_close(self._handle)
-            raise MalloryError(f"cannot bind NFQUEUE {queue_num} (errno {err}: {errno.errorcode.get(err, '?')}); is another observer bound?")
-        if self._lib.nfq_set_mode(self._queue, NFQNL_COPY_PACKET, COPY_RANGE) < 0:
-            self.close()
-            raise MalloryError("nfq_set_mode failed")
-        self._lib.nfq_set_queue_maxlen(self._queue, maxlen)
-        if fail_open and self._lib.nfq_set_queue_flags(self._queue, NFQA_CFG_F_FAIL_OPEN, NFQA_CFG_F_FAIL_OPEN) < 0:
-            self.close()
-            raise MalloryError("nfq_set_queue_flags(FAIL_OPEN) failed: kernel too old?")
-        # A socket object over a duplicate of the library's fd: recv_into without ctypes.
-        self._sock = socket.socket(fileno=socket.dup(self._lib.nfq_fd(self._handle)))
-        self._sock.setblocking(False)
-        try:
-            self._sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, rcvbuf)
-        except OSError:
-            self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
-        # Overruns are seen as id gaps; without this flag recv would fail with ENOBUFS.
-        self._sock.setsockopt(SOL_NETLINK, NETLINK_NO_ENOBUFS, 1)
+        self._bound = QueueBinding(queue_num, copy_range=COPY_RANGE, maxlen=maxlen, rcvbuf=rcvbuf,
+                                   fail_open=fail_open, owner="observer")
         self._buf = bytearray(65536)
         self._view = memoryview(self._buf)
 
-    def _on_library_packet(self, qh: int, _nfmsg: int, nfad: int, _data: int) -> int:
-        hdr = self._lib.nfq_get_msg_packet_hdr(nfad)
-        if hdr:
-            self._lib.nfq_set_verdict(qh, hdr.contents.packet_id, NF_ACCEPT, 0, None)
-        return 0
-
     def fileno(self) -> int:
-        return self._sock.fileno()
+        return self._bound.sock.fileno()
 
     def drain(self, on_packets: Callable[[list[tuple[int, int, int, bytes]]], None], limit: int = 1024) -> int:
         """Read every pending packet (up to `limit`), accept them all with one verdict, then
         hand them to on_packets as (packet id, hook, mono_ns, ip_bytes) tuples: the SUT's
         packets are on their way before we spend time on them. Returns how many were read."""
         got: list[tuple[int, int, int, bytes]] = []
-        buf, view, recv_into = self._buf, self._view, self._sock.recv_into
+        buf, view, recv_into = self._buf, self._view, self._bound.recv_into
         monotonic_ns = time.monotonic_ns
         while len(got) < limit:
-            try:
-                n = recv_into(buf)
-            except BlockingIOError:
+            n = recv_into(buf)
+            if not n:
                 break
-            except OSError as exc:
-                if exc.errno == errno.ENOBUFS:
-                    continue
-                raise
             parse_datagram(buf, view, n, monotonic_ns(), got)
         if not got:
             return 0
@@ -199,19 +232,11 @@ class NfQueue:
                 self.lost += packet_id - last - 1
             last = packet_id
         self._last_id = last
-        self._lib.nfq_set_verdict_batch(self._queue, last, NF_ACCEPT)
+        self._bound.lib.nfq_set_verdict_batch(self._bound.queue, last, NF_ACCEPT)
         on_packets(got)
         self.received += len(got)
         self.reads += bool(got)
         return len(got)
 
     def close(self) -> None:
-        if getattr(self, "_sock", None) is not None:
-            self._sock.close()
-            self._sock = None
-        if self._queue:
-            self._lib.nfq_destroy_queue(self._queue)
-            self._queue = None
-        if self._handle:
-            self._lib.nfq_close(self._handle)
-            self._handle = None
+        self._bound.close()
