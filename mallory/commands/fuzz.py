@@ -136,6 +136,7 @@ def _calibrate(config: dict[str, Any], directory: CampaignDir, live: Any) -> dic
 def run(args: argparse.Namespace) -> int:
     if bool(args.out) == bool(args.resume):
         raise MalloryError("give either --out DIR (a new campaign) or --resume DIR")
+    duration = parse_duration(args.duration) if args.duration else (None if args.schedules else 3600.0)
     if args.resume:
         directory = CampaignDir(args.resume)
         config = directory.config()
@@ -143,7 +144,6 @@ def run(args: argparse.Namespace) -> int:
         config = _config(args)
         directory = CampaignDir(args.out)
         directory.create(config)
-    duration = parse_duration(args.duration) if args.duration else (None if args.schedules else 3600.0)
 
     stopping = threading.Event()
 

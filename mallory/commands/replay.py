@@ -15,12 +15,10 @@ import argparse
 import secrets
 from pathlib import Path
 
-import orjson
-
 from mallory.errors import MalloryError
 from mallory.learner.learner import Learner
 from mallory.mediator.campaign import Campaign, LoopConfig
-from mallory.mediator.campaign_dir import CampaignDir
+from mallory.mediator.campaign_dir import CampaignDir, read_json_object
 from mallory.mediator.live import live_parts
 
 NAME = "replay"
@@ -33,16 +31,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def _load(bundle: Path, name: str) -> dict:
-    path = bundle / name
-    try:
-        value = orjson.loads(path.read_bytes())
-    except FileNotFoundError:
-        raise MalloryError(f"{bundle} is not a bug bundle: it has no {name}") from None
-    except orjson.JSONDecodeError as exc:
-        raise MalloryError(f"{path}: not valid JSON ({exc})") from None
-    if not isinstance(value, dict):
-        raise MalloryError(f"{path}: expected a JSON object")
-    return value
+    return read_json_object(bundle / name, f"{bundle} is not a bug bundle: it has no {name}")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -47,6 +47,20 @@ def atomic_write(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
+def read_json_object(path: Path, missing: str) -> dict[str, Any]:
+    """A JSON object from a file, or MalloryError: `missing` if there is no file, else what
+    is wrong with it."""
+    try:
+        value = orjson.loads(path.read_bytes())
+    except FileNotFoundError:
+        raise MalloryError(missing) from None
+    except orjson.JSONDecodeError as exc:
+        raise MalloryError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(value, dict):
+        raise MalloryError(f"{path}: expected a JSON object")
+    return value
+
+
 class CampaignDir:
     """Reads and writes one campaign's directory."""
 
@@ -66,16 +80,7 @@ class CampaignDir:
             f.write("# " + ", ".join(PLOT_COLUMNS) + "\n")
 
     def config(self) -> dict[str, Any]:
-        path = self.root / "campaign.json"
-        try:
-            config = orjson.loads(path.read_bytes())
-        except FileNotFoundError:
-            raise MalloryError(f"{self.root} holds no campaign (no campaign.json)") from None
-        except orjson.JSONDecodeError as exc:
-            raise MalloryError(f"{path} is not valid JSON: {exc}") from None
-        if not isinstance(config, dict):
-            raise MalloryError(f"{path} must hold a JSON object")
-        return config
+        return read_json_object(self.root / "campaign.json", f"{self.root} holds no campaign (no campaign.json)")
 
     def update_config(self, changes: Mapping[str, Any]) -> dict[str, Any]:
         """Record decisions taken after creation (e.g. a calibrated threshold)."""

@@ -1,0 +1,49 @@
+"""`mallory fuzz` and `mallory replay` reject bad input with a reason, before touching the
+machine (no cluster is created, no directory is overwritten). No root needed."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from mallory.commands.fuzz import parse_duration
+from mallory.errors import MalloryError
+
+
+def mallory(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "mallory.cli", *args], capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize(
+    "args, reason",
+    [
+        (["fuzz", "--sut", "x.toml"], "either --out DIR"),
+        (["fuzz", "--resume", "/nonexistent-campaign"], "holds no campaign"),
+        (["fuzz", "--out", "{tmp}/c", "--sut", "{tmp}/missing.toml"], "no such spec file"),
+        (["fuzz", "--out", "{tmp}/c", "--sut", "redis-replication", "--duration", "soon"], "use e.g. 90s"),
+        (["fuzz", "--out", "{tmp}/c"], "--sut is required"),
+        (["replay", "{tmp}"], "is not a bug bundle"),
+        (["replay", "{tmp}", "--attempts", "0"], "--attempts must be at least 1"),
+    ],
+)
+def test_bad_input_is_refused_with_a_reason(tmp_path, args, reason):
+    proc = mallory(*[a.replace("{tmp}", str(tmp_path)) for a in args])
+    assert proc.returncode == 65, proc.stderr
+    assert reason in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "c").exists(), "nothing is created for a refused command"
+
+
+def test_an_existing_campaign_is_not_overwritten(tmp_path):
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "campaign.json").write_text("{}")
+    proc = mallory("fuzz", "--out", str(tmp_path / "c"), "--sut", "redis-replication")
+    assert proc.returncode == 65 and "--resume" in proc.stderr
+    assert (tmp_path / "c" / "campaign.json").read_text() == "{}"
+
+
+def test_durations():
+    assert [parse_duration(t) for t in ("90", "90s", "30m", "1.5h", "2d")] == [90, 90, 1800, 5400, 172800]
+    with pytest.raises(MalloryError):
+        parse_duration("1 hour")
