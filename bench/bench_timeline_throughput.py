@@ -16,6 +16,7 @@ import resource
 import tempfile
 import time
 
+from mallory.cli import tune_gc
 from mallory.timeline.builder import TimelineBuilder
 from mallory.timeline.codec import decode, write_records
 from mallory.timeline.event import Batch
@@ -37,6 +38,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--events", type=int, default=1_000_000)
     args = parser.parse_args()
+    tune_gc()  # as every mallory command does
 
     with tempfile.NamedTemporaryFile(suffix=".jsonl") as f:
         t = time.perf_counter()
@@ -64,7 +66,7 @@ def main() -> None:
                     window_start += WINDOW_NS
                 if seen >= next_report:
                     rss_at[next_report] = rss_mib()
-                    next_report *= 10
+                    next_report = {100_000: 250_000, 250_000: 500_000}.get(next_report, next_report * 2)
         timeline.finish()
         if window_start is not None:
             tokens += len(summarize(timeline.take(window_start, 2**63)))
@@ -81,6 +83,8 @@ def main() -> None:
     if len(rss_at) >= 2:
         first, last = rss_at[min(rss_at)], rss_at[max(rss_at)]
         print(f"RSS ratio {max(rss_at):,} / {min(rss_at):,} events: {last / first:.2f}")
+        print("(the table of SENDs awaiting late RECVs fills for link_timeout = 30 s of stream time,")
+        print(" 300k events here, then memory stays flat)")
 
 
 if __name__ == "__main__":

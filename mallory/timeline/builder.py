@@ -39,7 +39,10 @@ class Committed:
 
     lamport: its Lamport timestamp; index: its position on its node (0, 1, ...).
     send:    for a RECV, the committed SEND it receives, or None if it has none.
-    recvs:   for a SEND, the RECVs committed so far that receive it (the pending target).
+    recvs:   for a SEND, (node, index) of the RECVs committed so far that receive it (the
+             pending target). Positions, not entries: an entry pointing back at the SEND
+             would make a reference cycle per message, which only the cyclic garbage
+             collector can free; without cycles a released window is freed at once.
     """
 
     __slots__ = ("event", "real_ns", "lamport", "index", "send", "recvs")
@@ -50,7 +53,7 @@ class Committed:
         self.lamport = lamport
         self.index = index
         self.send = send
-        self.recvs: list[Committed] | None = [] if event.kind is _SEND else None
+        self.recvs: list[tuple[str, int]] | None = [] if event.kind is _SEND else None
 
     def __repr__(self) -> str:
         e = self.event
@@ -291,7 +294,7 @@ class TimelineBuilder:
             index += 1
             out.append(entry)
             if send is not None:
-                send.recvs.append(entry)
+                send.recvs.append((event.node, index - 1))
             elif kind is _SEND:
                 pid = event.id
                 sends[pid] = entry
