@@ -31,6 +31,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from mallory.polling import wait_until  # noqa: E402
 from nemesis.netns import NetnsCluster  # noqa: E402
 
 PING_SERVER = """
@@ -77,15 +78,6 @@ def measure(cluster: NetnsCluster, seconds: float, rounds: int) -> dict:
     return rtt
 
 
-def _wait(predicate, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise RuntimeError(f"timed out waiting for {what}")
-
-
 def start_mediator(cluster: NetnsCluster) -> list:
     ready = cluster.data_dir("gw") / "mediator.ready"
     proc = cluster.spawn(
@@ -93,7 +85,7 @@ def start_mediator(cluster: NetnsCluster) -> list:
         [sys.executable, "-m", "mallory.cli", "mediator", "--run", cluster.run, "--token", "bench", "--ready-file", str(ready)],
         name="mediator",
     )
-    _wait(ready.exists, 20, "the mediator")
+    wait_until(ready.exists, 20, "the mediator")
     return [proc]
 
 
@@ -106,7 +98,7 @@ def start_observers(cluster: NetnsCluster, mode: str) -> list:
             )
         )
     for node in ("n1", "n2"):
-        _wait(lambda: "MALLORY-OBS-IN" in cluster.exec(node, ["iptables-save"]).stdout, 20, f"the observer of {node}")
+        wait_until(lambda: "MALLORY-OBS-IN" in cluster.exec(node, ["iptables-save"]).stdout, 20, f"the observer of {node}")
     time.sleep(0.3)
     return procs
 

@@ -11,23 +11,14 @@ from __future__ import annotations
 import secrets
 import signal
 import sys
-import time
 from pathlib import Path
 
 from mallory.commands.mediator import DEFAULT_API_PORT
 from mallory.errors import MalloryError
 from mallory.mediator.client import MediatorClient
+from mallory.polling import wait_until
 from nemesis.backend import NodeProcess
 from nemesis.netns import NetnsCluster
-
-
-def _wait(condition, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.05)
-    raise MalloryError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
 class ObservedCluster:
@@ -52,7 +43,7 @@ class ObservedCluster:
         if record_dir is not None:
             argv += ["--record", str(record_dir)]
         self.mediator_proc = self.cluster.spawn("gw", argv, name="mediator")
-        _wait(lambda: ready.exists() or not self.cluster.is_running(self.mediator_proc), 30, "the mediator")
+        wait_until(lambda: ready.exists() or not self.cluster.is_running(self.mediator_proc), 30, "the mediator")
         if not ready.exists():
             raise MalloryError(f"the mediator did not start; see {self.mediator_proc.log_path}")
 
@@ -68,7 +59,7 @@ class ObservedCluster:
             nodes = client.metrics()["ingest"]["nodes"]
             return all(nodes.get(n, {}).get("batches", 0) > 0 for n in self.cluster.nodes)
 
-        _wait(all_reporting, 30, "batches from every observer")
+        wait_until(all_reporting, 30, "batches from every observer")
 
     def close(self) -> None:
         for proc in [*self.observers, *([self.mediator_proc] if self.mediator_proc else [])]:

@@ -19,7 +19,9 @@ from mallory.timeline.codec import read_records
 from mallory.timeline.event import Batch, Kind
 from nemesis.netns import NetnsCluster
 
-from .test_observer import RAFT_NODE, _wait
+from mallory.polling import wait_until
+
+from .test_observer import RAFT_NODE
 
 pytestmark = pytest.mark.root
 
@@ -48,7 +50,7 @@ def start_mediator(cluster: NetnsCluster, record_dir):
          "--ready-file", str(ready), "--record", str(record_dir)],
         name="mediator",
     )
-    _wait(ready.exists, 20, "the mediator")
+    wait_until(ready.exists, 20, "the mediator")
     return proc
 
 
@@ -68,7 +70,7 @@ def test_raft_cluster_observed_by_observers_and_mediator(make_cluster, tmp_path)
         cluster.spawn(node, [sys.executable, "-m", "mallory.cli", "observe", "--run", cluster.run], name="observer")
         for node in cluster.nodes
     ]
-    _wait(
+    wait_until(
         lambda: all(api_get(cluster, "/metrics")["ingest"]["nodes"].get(n, {}).get("batches", 0) > 0 for n in cluster.nodes),
         15,
         "batches from every observer at the mediator",
@@ -89,7 +91,7 @@ def test_raft_cluster_observed_by_observers_and_mediator(make_cluster, tmp_path)
         leaders = {s["leader"] for s in last}
         return len(leaders) == 1 and None not in leaders and min(s["value"] for s in last) >= 5
 
-    _wait(agreed, 30, "a leader and 5 replicated increments")
+    wait_until(agreed, 30, "a leader and 5 replicated increments")
     for proc in rafts:
         cluster.signal(proc, signal.SIGKILL)
     for proc in rafts:
@@ -142,12 +144,12 @@ def test_killed_mediator_leaves_raft_running_and_observers_reconnect_to_a_new_on
         cluster.spawn(name, [sys.executable, RAFT_NODE, addr, *[a for a in addrs.values() if a != addr]], name="raft")
         for name, addr in addrs.items()
     ]
-    _wait(lambda: min(_raft_value(p) for p in rafts) >= 3, 30, "Raft replicating")
+    wait_until(lambda: min(_raft_value(p) for p in rafts) >= 3, 30, "Raft replicating")
 
     cluster.signal(mediator, signal.SIGKILL)
     cluster.wait(mediator, 5)
     before = min(_raft_value(p) for p in rafts)
-    _wait(lambda: min(_raft_value(p) for p in rafts) >= before + 5, 15, "Raft replicating without a mediator")
+    wait_until(lambda: min(_raft_value(p) for p in rafts) >= before + 5, 15, "Raft replicating without a mediator")
 
     mediator = start_mediator(cluster, tmp_path / "rec2")
 
@@ -155,8 +157,8 @@ def test_killed_mediator_leaves_raft_running_and_observers_reconnect_to_a_new_on
         nodes = api_get(cluster, "/metrics")["ingest"]["nodes"]
         return all(nodes.get(n, {}).get("batches", 0) >= 5 and nodes[n]["events"] > 0 for n in cluster.nodes)
 
-    _wait(batches_from_all, 15, "every observer's batches at the restarted mediator")
-    _wait(lambda: api_get(cluster, "/metrics")["firewall"]["seen"] > 0, 10, "the new firewall in the path")
+    wait_until(batches_from_all, 15, "every observer's batches at the restarted mediator")
+    wait_until(lambda: api_get(cluster, "/metrics")["firewall"]["seen"] > 0, 10, "the new firewall in the path")
     for proc in [*rafts, *observers]:
         cluster.signal(proc, signal.SIGKILL)
     cluster.signal(mediator, signal.SIGTERM)
@@ -175,7 +177,7 @@ def test_bulk_tcp_segments_have_one_id_at_all_three_vantage_points(make_cluster,
         cluster.spawn(node, [sys.executable, "-m", "mallory.cli", "observe", "--run", cluster.run], name="observer")
         for node in cluster.nodes
     ]
-    _wait(
+    wait_until(
         lambda: all(api_get(cluster, "/metrics")["ingest"]["nodes"].get(n, {}).get("batches", 0) > 0 for n in cluster.nodes),
         15,
         "every observer",

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from mallory.mediator.receiver import BatchServer
+from mallory.polling import wait_until
 from mallory.timeline.event import Batch, ClockPair, Kind
 from nemesis.netns import NetnsCluster
 
@@ -55,15 +56,6 @@ class CollectingSink:
             return [(b.node, e.id, e.data, e.ts) for b in self.batches.values() for e in b.events if e.kind == kind]
 
 
-def _wait(predicate, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def _start_observers(cluster: NetnsCluster, sink: CollectingSink, port: int, mode: str = "nfqueue") -> dict:
     mediator = f"{cluster.layout.host_address}:{port}"
     procs = {
@@ -75,7 +67,7 @@ def _start_observers(cluster: NetnsCluster, sink: CollectingSink, port: int, mod
         for node in cluster.nodes
     }
     # The clock pair is sent after the rules are installed: from then on the node is observed.
-    _wait(lambda: set(sink.clocks) == set(cluster.nodes), 10, "every observer's clock pair")
+    wait_until(lambda: set(sink.clocks) == set(cluster.nodes), 10, "every observer's clock pair")
     return procs
 
 
@@ -123,7 +115,7 @@ def test_raft_cluster_is_observed_segment_for_segment(make_cluster, mode):
             leaders = {s["leader"] for s in last}
             return len(leaders) == 1 and None not in leaders and min(s["value"] for s in last) >= 5
 
-        _wait(agreed, 30, "a leader all three nodes agree on, and 5 replicated increments")
+        wait_until(agreed, 30, "a leader all three nodes agree on, and 5 replicated increments")
         for proc in rafts:
             cluster.signal(proc, signal.SIGKILL)
         for proc in rafts:
@@ -174,7 +166,7 @@ def test_killed_observer_leaves_traffic_flowing(make_cluster):
         cluster.spawn("n2", [sys.executable, "-c", ECHO, "9000", "3"], name="echo")
         _wait_listening(cluster, "n2", 9000)
         assert _echo_ok(cluster, "n1", "n2", 9000)
-        _wait(lambda: len(sink.events(Kind.RECV)) >= 8, 5, "the first exchange observed")
+        wait_until(lambda: len(sink.events(Kind.RECV)) >= 8, 5, "the first exchange observed")
 
         cluster.signal(observers["n2"], signal.SIGKILL)
         cluster.wait(observers["n2"], 5)
@@ -223,7 +215,7 @@ def test_stalled_observer_fails_open(make_cluster):
              "--mediator", f"{cluster.layout.host_address}:{BATCH_PORT + 5}"],
             name="observer",
         )
-        _wait(lambda: "n2" in sink.clocks, 10, "the observer")
+        wait_until(lambda: "n2" in sink.clocks, 10, "the observer")
         cluster.spawn("n2", [sys.executable, "-c", BULK_SERVER, "9000"], name="bulk")
         _wait_listening(cluster, "n2", 9000)
         cluster.signal(observer, signal.SIGSTOP)
@@ -265,7 +257,7 @@ def test_observers_reconnect_after_a_mediator_restart_and_lose_nothing(make_clus
     _wait_listening(cluster, "n2", 9000)
     try:
         assert _echo_ok(cluster, "n1", "n2", 9000)
-        _wait(lambda: len(sink.events(Kind.RECV)) >= 8, 5, "the first exchange observed")
+        wait_until(lambda: len(sink.events(Kind.RECV)) >= 8, 5, "the first exchange observed")
         server.close()
         time.sleep(0.3)
         assert _echo_ok(cluster, "n1", "n2", 9000)  # observed while the mediator is away
@@ -273,7 +265,7 @@ def test_observers_reconnect_after_a_mediator_restart_and_lose_nothing(make_clus
 
         restarted = CollectingSink()
         server = BatchServer(cluster.layout.host_address, port, restarted).start()
-        _wait(lambda: all(restarted.of(n) for n in cluster.nodes), 10, "batches from both observers after the restart")
+        wait_until(lambda: all(restarted.of(n) for n in cluster.nodes), 10, "batches from both observers after the restart")
         assert set(restarted.clocks) == set(cluster.nodes)  # the clock pair again, first
         time.sleep(0.5)
         _stop(cluster, observers.values())
@@ -323,17 +315,17 @@ def test_restarted_observer_resumes_the_ring_where_its_predecessor_stopped(make_
     ring = cluster.shm_name("n1")
     try:
         first = cluster.spawn("n1", argv, name="observer")
-        _wait(lambda: Path("/dev/shm", ring.lstrip("/")).exists() and "n1" in sink.clocks, 10, "the first observer")
+        wait_until(lambda: Path("/dev/shm", ring.lstrip("/")).exists() and "n1" in sink.clocks, 10, "the first observer")
         now = time.monotonic_ns()
         _write_ring(ring, [(now + i, 1 + i, int(Kind.FUNC)) for i in range(10)])
-        _wait(lambda: sum(len(b.events) for b in sink.of("n1")) == 10, 5, "the first 10 events")
+        wait_until(lambda: sum(len(b.events) for b in sink.of("n1")) == 10, 5, "the first 10 events")
         _stop(cluster, [first])
         _write_ring(ring, [(now + 100 + i, 100 + i, int(Kind.BLOCK)) for i in range(10)])  # nobody reading
         restarted = CollectingSink()
         server.close()
         server = BatchServer(cluster.layout.host_address, port, restarted).start()
         second = cluster.spawn("n1", argv, name="observer")
-        _wait(lambda: sum(len(b.events) for b in restarted.of("n1")) >= 10, 10, "the events written in between")
+        wait_until(lambda: sum(len(b.events) for b in restarted.of("n1")) >= 10, 10, "the events written in between")
         _stop(cluster, [second])
     finally:
         server.close()
@@ -354,7 +346,7 @@ def test_observer_drains_the_nodes_shm_ring(make_cluster):
         now = time.monotonic_ns()
         written = [(now + i, 1000 + i, int(Kind.FUNC if i % 2 else Kind.BLOCK)) for i in range(500)]
         _write_ring(ring, written)
-        _wait(lambda: sum(len(b.events) for b in sink.of("n1")) >= 500, 5, "the ring's events at the mediator")
+        wait_until(lambda: sum(len(b.events) for b in sink.of("n1")) >= 500, 5, "the ring's events at the mediator")
         _stop(cluster, observers.values())
     finally:
         server.close()
@@ -375,7 +367,7 @@ def test_observer_buffer_is_bounded_and_counts_what_it_drops(make_cluster):
                              "--mediator", mediator, "--buffer-events", "4"], name="observer")
         for node in cluster.nodes
     ]
-    _wait(lambda: all("MALLORY-OBS-IN" in cluster.exec(n, ["iptables-save"]).stdout for n in cluster.nodes), 10,
+    wait_until(lambda: all("MALLORY-OBS-IN" in cluster.exec(n, ["iptables-save"]).stdout for n in cluster.nodes), 10,
           "the observers' rules")
     cluster.spawn("n2", [sys.executable, "-c", ECHO, "9000", "3"], name="echo")
     _wait_listening(cluster, "n2", 9000)
@@ -385,7 +377,7 @@ def test_observer_buffer_is_bounded_and_counts_what_it_drops(make_cluster):
     sink = CollectingSink()
     server = BatchServer(cluster.layout.host_address, port, sink).start()
     try:
-        _wait(lambda: all(sum(b.lost for b in sink.of(n)) > 0 for n in cluster.nodes), 10, "lost counts")
+        wait_until(lambda: all(sum(b.lost for b in sink.of(n)) > 0 for n in cluster.nodes), 10, "lost counts")
         _stop(cluster, observers)
     finally:
         server.close()

@@ -7,10 +7,9 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
-from typing import Callable
 
+from mallory.polling import wait_until
 from mallory.harness.spec import parse_spec
 from mallory.harness.spec_adapter import SpecAdapter
 
@@ -69,22 +68,12 @@ def leaders(sut: SpecAdapter) -> list[str]:
     return [n for n in backend.nodes if sut.is_running(n) and request(backend.client_address(n), "GET probe", timeout=0.5).startswith("OK")]
 
 
-def wait_for(predicate: Callable[[], object], timeout: float, what: str) -> object:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-
-
 def wait_leader(sut: SpecAdapter, timeout: float = 10.0, among: list[str] | None = None) -> str:
     def one() -> str | None:
         found = [n for n in leaders(sut) if among is None or n in among]
         return found[0] if len(found) == 1 else None
 
-    return wait_for(one, timeout, "one leader")  # type: ignore[return-value]
+    return wait_until(one, timeout, "one leader")  # type: ignore[return-value]
 
 
 def log_text(sut: SpecAdapter, node: str) -> str:
@@ -101,7 +90,7 @@ def start_mediator(cluster, record_dir: Path | None = None):
     if record_dir is not None:
         argv += ["--record", str(record_dir)]
     proc = cluster.spawn("gw", argv, name="mediator")
-    wait_for(ready.exists, 20, "the mediator")
+    wait_until(ready.exists, 20, "the mediator")
     return proc, MediatorClient(cluster.layout.gateway_control_address, API_PORT, TOKEN)
 
 

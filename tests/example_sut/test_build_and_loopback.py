@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from mallory.polling import wait_until
 from mallory.harness.loopback import LoopbackBackend
 from mallory.harness.runner import RunConfig
 from mallory.harness.session import record_run, start_all, teardown_all
@@ -28,11 +29,6 @@ from mallory.oracles.models import CasRegister
 from tests.example_sut import example_cluster as ex
 
 pytestmark = pytest.mark.timeout(180)
-
-
-@pytest.fixture(scope="module")
-def binary(tmp_path_factory) -> Path:
-    return ex.build(tmp_path_factory.mktemp("example-build"))
 
 
 def test_catalogue_names_every_annotation(binary: Path) -> None:
@@ -124,7 +120,7 @@ def test_killed_or_paused_leader_is_replaced_and_the_cluster_recovers(binary: Pa
         assert third != second
         assert ex.request(loopback.client_address(third), "GET x") == "OK 2"
         sut.resume(second)
-        ex.wait_for(lambda: "following leader" in ex.log_text(sut, second).rsplit("stalled for", 1)[-1], 10, "the resumed node to follow")
+        wait_until(lambda: "following leader" in ex.log_text(sut, second).rsplit("stalled for", 1)[-1], 10, "the resumed node to follow")
         time.sleep(0.3)
         assert ex.request(loopback.client_address(second), "GET x") == f"ERR not-leader {loopback.client_address(third)}"
         assert ex.leaders(sut) == [third]
@@ -146,7 +142,7 @@ def test_a_torn_log_line_is_dropped_on_restart(binary: Path, tmp_path: Path) -> 
     )  # fmt: skip
     try:
         assert "restored 2 log entries" in proc.stdout.readline()
-        ex.wait_for(lambda: ex.request("127.0.0.1", "GET x", port=port) == "OK 6", 10, "the single node to lead and apply")
+        wait_until(lambda: ex.request("127.0.0.1", "GET x", port=port) == "OK 6", 10, "the single node to lead and apply")
         assert ex.request("127.0.0.1", "PUT x 8", port=port) == "OK"
     finally:
         proc.kill()

@@ -6,15 +6,13 @@ annotated code events by name."""
 
 from __future__ import annotations
 
-import os
-import shutil
 import signal
-import uuid
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
+from mallory.polling import wait_until
 from mallory.harness.runner import RunConfig
 from mallory.harness.session import record_run, start_all, teardown_all
 from mallory.harness.workload import RegisterWorkload
@@ -28,19 +26,6 @@ from mallory.timeline.event import Batch, Kind
 from tests.example_sut import example_cluster as ex
 
 pytestmark = [pytest.mark.root, pytest.mark.timeout(240)]
-
-
-@pytest.fixture
-def cluster(tmp_path: Path):
-    if os.geteuid() != 0 or shutil.which("ip") is None:
-        pytest.skip("needs root and iproute2")
-    from nemesis.netns import NetnsCluster
-
-    c = NetnsCluster.up(f"exc-{uuid.uuid4().hex[:6]}", 3, data_root=tmp_path / "data")
-    try:
-        yield c
-    finally:
-        c.down()
 
 
 def _workload(sut, out: Path, seconds: float) -> int:
@@ -64,12 +49,11 @@ def _serves(sut, value: int) -> str:
     return leader
 
 
-def test_observed_cluster_survives_kill_pause_and_partition(cluster, tmp_path: Path) -> None:
-    binary = ex.build(tmp_path / "build")
+def test_observed_cluster_survives_kill_pause_and_partition(cluster, binary, tmp_path: Path) -> None:
     catalogue = Catalogue.load(catalogue_path(binary))
     mediator_proc, mediator = ex.start_mediator(cluster, tmp_path / "rec")
     observers = ex.start_observers(cluster)
-    ex.wait_for(
+    wait_until(
         lambda: all(mediator.metrics()["ingest"]["nodes"].get(n, {}).get("batches", 0) > 0 for n in cluster.nodes),
         20,
         "batches from every observer (each has created its node's ring)",

@@ -21,7 +21,7 @@ from nemesis.faults.base import FaultContext
 from nemesis.faults.controls import NodeControls, attach
 from nemesis.faults.disk import DiskFaults, data_prefix
 from tests.example_sut import example_cluster as ex
-from tests.example_sut.test_seeded_bugs import Driver, binary, cluster, linearizable, ok_read  # noqa: F401
+from tests.example_sut.test_seeded_bugs import Driver, linearizable, ok_read
 
 pytestmark = [pytest.mark.root, pytest.mark.timeout(240)]
 

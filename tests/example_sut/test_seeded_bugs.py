@@ -9,16 +9,14 @@ linearizability checker; node logs go through the log oracle, exits through deat
 from __future__ import annotations
 
 import itertools
-import os
 import re
-import shutil
 import threading
 import time
-import uuid
 from pathlib import Path
 
 import pytest
 
+from mallory.polling import wait_until
 from mallory.harness.history import HistoryRecorder
 from mallory.harness.line_client import LineClient
 from mallory.oracles.history import read_history
@@ -28,24 +26,6 @@ from mallory.oracles.models import CasRegister
 from tests.example_sut import example_cluster as ex
 
 pytestmark = [pytest.mark.root, pytest.mark.timeout(240)]
-
-
-@pytest.fixture(scope="module")
-def binary(tmp_path_factory) -> Path:
-    return ex.build(tmp_path_factory.mktemp("example-build"))
-
-
-@pytest.fixture
-def cluster(tmp_path: Path):
-    if os.geteuid() != 0 or shutil.which("ip") is None:
-        pytest.skip("needs root and iproute2")
-    from nemesis.netns import NetnsCluster
-
-    c = NetnsCluster.up(f"ex-{uuid.uuid4().hex[:6]}", 3, data_root=tmp_path / "data")
-    try:
-        yield c
-    finally:
-        c.down()
 
 
 class Driver:
@@ -120,12 +100,12 @@ def sticky_leader_sequence(cluster, sut, mediator, driver: Driver) -> str:
     assert driver.op(new, "write", 2).type == "ok"
     assert driver.op(new, "read").value == 2
     survivor = next(n for n in rest if n != new)
-    ex.wait_for(lambda: re.search(r"committed up to|following", ex.log_text(sut, survivor)), 5, "the survivor to follow")
+    wait_until(lambda: re.search(r"committed up to|following", ex.log_text(sut, survivor)), 5, "the survivor to follow")
     time.sleep(0.3)  # the survivor learns the commit of the write from the next heartbeat
     driver.fault("kill", [new])
     sut.kill(new)
     # The survivor cannot win alone: it campaigns again every 300-600 ms, term after term.
-    ex.wait_for(
+    wait_until(
         lambda: len(re.findall(r"term \d+ candidate\] election started", ex.log_text(sut, survivor))) >= 4,
         15,
         "the survivor to campaign for several terms",
@@ -154,7 +134,7 @@ def test_sticky_leader_after_partition_then_kill(cluster, binary, tmp_path, bugs
         # The old leader keeps its leadership into the survivor's term; the survivor follows
         # it, and the first client op the old leader replicates overwrites the new leader's
         # committed write on the survivor: its invariant check aborts it.
-        ex.wait_for(lambda: "kept leadership into a higher term" in old_log(), 10, "the old leader to keep its leadership")
+        wait_until(lambda: "kept leadership into a higher term" in old_log(), 10, "the old leader to keep its leadership")
         driver.op(old, "read")
         status = cluster.wait(sut.process(survivor), 10)
         assert status is not None, "the survivor did not die"
@@ -208,7 +188,7 @@ def stall_catchup_sequence(cluster, sut, mediator, driver: Driver, stale_writes:
         out = cluster.exec(old, ["ss", "-tnH", "state", "established", f"( sport = :7001 )"]).stdout
         return any(leader_address in line and int(line.split()[0]) > 0 for line in out.splitlines())
 
-    ex.wait_for(queued, 20, "the new leader's appends queued at the paused node")
+    wait_until(queued, 20, "the new leader's appends queued at the paused node")
     time.sleep(0.5)  # stalled for longer than an election timeout in any case
     driver.fault("resume", [old])
     sut.resume(old)
@@ -253,7 +233,7 @@ def test_stall_catchup_after_partition_then_pause(cluster, binary, tmp_path, bug
         assert "caught up after a stall" not in ex.log_text(sut, old)
         assert [op.type for op in stale_done] == ["info"] * 3  # the old leader lost track of them
         assert result.valid is True, result.explanation
-        ex.wait_for(lambda: "following leader" in ex.log_text(sut, old).rsplit("stalled for", 1)[-1], 10, "the old leader to follow")
+        wait_until(lambda: "following leader" in ex.log_text(sut, old).rsplit("stalled for", 1)[-1], 10, "the old leader to follow")
         assert sut.is_running(old)
         assert findings(sut, old) == []
     for node in others(cluster, old):
