@@ -21,7 +21,7 @@ from nemesis.netns import NetnsCluster
 
 from mallory.polling import wait_until
 
-from .test_observer import RAFT_NODE
+from .test_observer import _forward_tcp_packets, count_forwarded_tcp, raft_agreed, start_raft
 
 pytestmark = pytest.mark.root
 
@@ -56,15 +56,8 @@ def start_mediator(cluster: NetnsCluster, record_dir):
 
 def test_raft_cluster_observed_by_observers_and_mediator(make_cluster, tmp_path):
     cluster = make_cluster(3, "e2e")
-    lay = cluster.layout
     mediator = start_mediator(cluster, tmp_path / "rec")
-    # Count inter-node TCP segments ahead of the mediator's queue (NFQUEUE ends the hook).
-    cluster.exec("gw", ["iptables", "-w", "-N", "MALLORY-TEST-COUNT"])
-    for a in lay.nodes:
-        for b in lay.nodes:
-            if a != b:
-                cluster.exec("gw", ["iptables", "-w", "-A", "MALLORY-TEST-COUNT", "-s", a.address, "-d", b.address, "-p", "tcp"])
-    cluster.exec("gw", ["iptables", "-w", "-I", "FORWARD", "1", "-j", "MALLORY-TEST-COUNT"])
+    count_forwarded_tcp(cluster)
 
     observers = [
         cluster.spawn(node, [sys.executable, "-m", "mallory.cli", "observe", "--run", cluster.run], name="observer")
@@ -75,30 +68,14 @@ def test_raft_cluster_observed_by_observers_and_mediator(make_cluster, tmp_path)
         15,
         "batches from every observer at the mediator",
     )
-    addrs = {n.name: f"{n.address}:4321" for n in lay.nodes}
-    rafts = [
-        cluster.spawn(name, [sys.executable, RAFT_NODE, addr, *[a for a in addrs.values() if a != addr]], name="raft")
-        for name, addr in addrs.items()
-    ]
-
-    def agreed() -> bool:
-        last = []
-        for proc in rafts:
-            lines = proc.log_path.read_text().splitlines()
-            if not lines:
-                return False
-            last.append(json.loads(lines[-1]))
-        leaders = {s["leader"] for s in last}
-        return len(leaders) == 1 and None not in leaders and min(s["value"] for s in last) >= 5
-
-    wait_until(agreed, 30, "a leader and 5 replicated increments")
+    rafts = start_raft(cluster)
+    wait_until(lambda: raft_agreed(rafts), 30, "a leader and 5 replicated increments")
     for proc in rafts:
         cluster.signal(proc, signal.SIGKILL)
     for proc in rafts:
         cluster.wait(proc, 5)
     time.sleep(0.5)
-    out = cluster.exec("gw", ["iptables", "-w", "-nvxL", "MALLORY-TEST-COUNT"]).stdout
-    forwarded = sum(int(line.split()[0]) for line in out.splitlines()[2:] if line.strip())
+    forwarded = _forward_tcp_packets(cluster)
     for proc in observers:
         cluster.signal(proc, signal.SIGTERM)
     for proc in observers:
@@ -139,11 +116,7 @@ def test_killed_mediator_leaves_raft_running_and_observers_reconnect_to_a_new_on
         cluster.spawn(node, [sys.executable, "-m", "mallory.cli", "observe", "--run", cluster.run], name="observer")
         for node in cluster.nodes
     ]
-    addrs = {n.name: f"{n.address}:4321" for n in cluster.layout.nodes}
-    rafts = [
-        cluster.spawn(name, [sys.executable, RAFT_NODE, addr, *[a for a in addrs.values() if a != addr]], name="raft")
-        for name, addr in addrs.items()
-    ]
+    rafts = start_raft(cluster)
     wait_until(lambda: min(_raft_value(p) for p in rafts) >= 3, 30, "Raft replicating")
 
     cluster.signal(mediator, signal.SIGKILL)

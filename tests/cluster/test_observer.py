@@ -78,6 +78,38 @@ def _stop(cluster: NetnsCluster, procs) -> None:
         assert cluster.wait(proc, 10) == 0, proc.log_path.read_text()
 
 
+def count_forwarded_tcp(cluster: NetnsCluster) -> None:
+    """Count inter-node TCP segments at the gateway, ahead of any NFQUEUE rule (which ends the
+    hook); `_forward_tcp_packets` reads the count."""
+    cluster.exec("gw", ["iptables", "-w", "-N", "MALLORY-TEST-COUNT"])
+    for a in cluster.layout.nodes:
+        for b in cluster.layout.nodes:
+            if a != b:
+                cluster.exec("gw", ["iptables", "-w", "-A", "MALLORY-TEST-COUNT", "-s", a.address, "-d", b.address, "-p", "tcp"])
+    cluster.exec("gw", ["iptables", "-w", "-I", "FORWARD", "1", "-j", "MALLORY-TEST-COUNT"])
+
+
+def start_raft(cluster: NetnsCluster) -> list:
+    """A pysyncobj Raft node on every node of the cluster."""
+    addrs = {n.name: f"{n.address}:4321" for n in cluster.layout.nodes}
+    return [
+        cluster.spawn(name, [sys.executable, RAFT_NODE, addr, *[a for a in addrs.values() if a != addr]], name="raft")
+        for name, addr in addrs.items()
+    ]
+
+
+def raft_agreed(rafts: list) -> bool:
+    """Every node names the same leader and has applied at least 5 increments."""
+    last = []
+    for proc in rafts:
+        lines = proc.log_path.read_text().splitlines()
+        if not lines:
+            return False
+        last.append(json.loads(lines[-1]))
+    leaders = {s["leader"] for s in last}
+    return len(leaders) == 1 and None not in leaders and min(s["value"] for s in last) >= 5
+
+
 def _forward_tcp_packets(cluster: NetnsCluster) -> int:
     out = cluster.exec("gw", ["iptables", "-w", "-nvxL", "MALLORY-TEST-COUNT"]).stdout
     return sum(int(line.split()[0]) for line in out.splitlines()[2:] if line.strip())
@@ -88,34 +120,14 @@ def test_raft_cluster_is_observed_segment_for_segment(make_cluster, mode):
     cluster = make_cluster(3, "ob")
     lay = cluster.layout
     # Count, at the gateway, every TCP segment between two nodes (FORWARD sees them all).
-    cluster.exec("gw", ["iptables", "-w", "-N", "MALLORY-TEST-COUNT"])
-    for a in lay.nodes:
-        for b in lay.nodes:
-            if a != b:
-                cluster.exec("gw", ["iptables", "-w", "-A", "MALLORY-TEST-COUNT", "-s", a.address, "-d", b.address, "-p", "tcp"])
-    cluster.exec("gw", ["iptables", "-w", "-I", "FORWARD", "-j", "MALLORY-TEST-COUNT"])
+    count_forwarded_tcp(cluster)
 
     sink = CollectingSink()
     server = BatchServer(lay.host_address, BATCH_PORT, sink).start()
     try:
         observers = _start_observers(cluster, sink, BATCH_PORT, mode)
-        addrs = {n.name: f"{n.address}:4321" for n in lay.nodes}
-        rafts = [
-            cluster.spawn(name, [sys.executable, RAFT_NODE, addr, *[a for a in addrs.values() if a != addr]], name="raft")
-            for name, addr in addrs.items()
-        ]
-
-        def agreed() -> bool:
-            last = []
-            for proc in rafts:
-                lines = proc.log_path.read_text().splitlines()
-                if not lines:
-                    return False
-                last.append(json.loads(lines[-1]))
-            leaders = {s["leader"] for s in last}
-            return len(leaders) == 1 and None not in leaders and min(s["value"] for s in last) >= 5
-
-        wait_until(agreed, 30, "a leader all three nodes agree on, and 5 replicated increments")
+        rafts = start_raft(cluster)
+        wait_until(lambda: raft_agreed(rafts), 30, "a leader all three nodes agree on, and 5 replicated increments")
         for proc in rafts:
             cluster.signal(proc, signal.SIGKILL)
         for proc in rafts:
