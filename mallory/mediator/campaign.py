@@ -23,7 +23,7 @@ import hashlib
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, is_dataclass
 from typing import Any, Protocol
 
 from mallory.errors import MalloryError
@@ -131,9 +131,7 @@ def report_json(report: Any) -> Any:
         return None
     if hasattr(report, "to_json"):
         return report.to_json()
-    if hasattr(report, "__dataclass_fields__"):
-        from dataclasses import asdict
-
+    if is_dataclass(report):
         return asdict(report)
     return report
 

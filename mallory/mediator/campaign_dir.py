@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -172,7 +173,7 @@ class CampaignDir:
         """
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in signature)[:120]
         bundle = self.root / "bugs" / safe
-        sighting = {"schedule": schedule.get("index"), "time": report.get("time")}
+        sighting = {"schedule": schedule.get("index"), "time": time.time()}
         if bundle.exists():
             with open(bundle / "sightings.jsonl", "ab") as f:
                 f.write(orjson.dumps(sighting) + b"\n")

@@ -11,7 +11,6 @@ the campaign turns those into bundles (one per signature).
 
 from __future__ import annotations
 
-import shutil
 import threading
 from pathlib import Path
 from typing import Any
@@ -165,16 +164,9 @@ class ScheduleChecks:
             "node": finding.node,
             "details": finding.details,
             "schedule": index,
-            "time": index,
         }
         return BugEvidence(finding.signature, report, [run_dir])
 
     def close(self) -> None:
         self.stop_workload()
 
-
-def copy_into(paths: list[Path], target: Path) -> None:
-    target.mkdir(parents=True, exist_ok=True)
-    for p in paths:
-        if p.exists():
-            shutil.copy2(p, target / p.name)

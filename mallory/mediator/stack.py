@@ -25,6 +25,7 @@ class ObservedCluster:
     def __init__(self, run: str, nodes: int, record_dir: Path | None = None, skew_ms: float = 100.0) -> None:
         self.token = secrets.token_hex(16)
         self.cluster = NetnsCluster.up(run, nodes)
+        self.client = MediatorClient(self.cluster.layout.gateway_control_address, DEFAULT_API_PORT, self.token)
         self.mediator_proc: NodeProcess | None = None
         self.observers: list[NodeProcess] = []
         try:
@@ -33,7 +34,6 @@ class ObservedCluster:
         except BaseException:
             self.close()
             raise
-        self.client = MediatorClient(self.cluster.layout.gateway_control_address, DEFAULT_API_PORT, self.token)
 
     def _start_mediator(self, record_dir: Path | None, skew_ms: float) -> None:
         ready = self.cluster.data_dir("gw") / "mediator.ready"
@@ -53,19 +53,19 @@ class ObservedCluster:
                 self.cluster.spawn(node, [sys.executable, "-m", "mallory.cli", "observe", "--run", self.cluster.run],
                                    name="observer")
             )
-        client = MediatorClient(self.cluster.layout.gateway_control_address, DEFAULT_API_PORT, self.token)
 
         def all_reporting() -> bool:
-            nodes = client.metrics()["ingest"]["nodes"]
+            nodes = self.client.metrics()["ingest"]["nodes"]
             return all(nodes.get(n, {}).get("batches", 0) > 0 for n in self.cluster.nodes)
 
         wait_until(all_reporting, 30, "batches from every observer")
 
     def close(self) -> None:
-        for proc in [*self.observers, *([self.mediator_proc] if self.mediator_proc else [])]:
+        procs = [*self.observers, *([self.mediator_proc] if self.mediator_proc else [])]
+        for proc in procs:
             if self.cluster.is_running(proc):
                 self.cluster.signal(proc, signal.SIGTERM)
-        for proc in [*self.observers, *([self.mediator_proc] if self.mediator_proc else [])]:
+        for proc in procs:
             if self.cluster.wait(proc, 10) is None:
                 self.cluster.signal(proc, signal.SIGKILL)
                 self.cluster.wait(proc, 5)

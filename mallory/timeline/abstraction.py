@@ -172,10 +172,9 @@ class EventHistory(Abstraction):
             if kind is send_kind:
                 snapshots[id(entry)] = h
 
-    def _decoded(self) -> list[tuple[str, dict[int, list[str]]]]:
+    def _decoded(self, names: list[str]) -> list[tuple[str, dict[int, list[str]]]]:
         """Per node, per type, the names of its predecessor types (bitsets decoded once each:
         busy windows share the same few bitsets across many types and nodes)."""
-        names = [type_name(k) for k in self._keys]
         cache: dict[int, list[str]] = {}
         out = []
         for node, per_type in self._pairs.items():
@@ -196,12 +195,12 @@ class EventHistory(Abstraction):
     def pairs(self) -> set[tuple[str, str, str]]:
         """(node, type a, type b) for every a happens-before b, b on node."""
         names = [type_name(k) for k in self._keys]
-        return {(node, a, names[t]) for node, decoded in self._decoded() for t, preds in decoded.items() for a in preds}
+        return {(node, a, names[t]) for node, decoded in self._decoded(names) for t, preds in decoded.items() for a in preds}
 
     def summary(self) -> Summary:
         names = [type_name(k) for k in self._keys]
         tokens = set()
-        for node, decoded in self._decoded():
+        for node, decoded in self._decoded(names):
             prefix = node + "|"
             for t, preds in decoded.items():
                 suffix = "|" + names[t]
