@@ -30,7 +30,8 @@ from mallory.learner.policies import POLICIES
 from mallory.learner.calibration import calibrate_threshold
 from mallory.mediator.campaign import Campaign, LoopConfig, RealSleeper, steady_summaries
 from mallory.mediator.campaign_dir import CampaignDir
-from mallory.mediator.live import BUILTIN_SUTS, live_parts
+from mallory.harness.suts import BUILTIN_SUTS
+from mallory.mediator.live import live_parts
 from mallory.mediator.status import StatusScreen
 from mallory.timeline.abstraction import ABSTRACTIONS
 

@@ -6,20 +6,14 @@ import argparse
 from pathlib import Path
 
 from mallory.errors import MalloryError
-from mallory.harness.adapter import SutAdapter
 from mallory.harness.loopback import LoopbackBackend
-from mallory.harness.redis_sut import RedisReplicationAdapter
 from mallory.harness.runner import RunConfig
 from mallory.harness.session import record_run, start_all, teardown_all
-from mallory.harness.spec import load_spec
-from mallory.harness.spec_adapter import SpecAdapter
+from mallory.harness.suts import BUILTIN_SUTS, make_adapter
 from mallory.harness.workload import DISTRIBUTIONS, WORKLOADS, make_workload
 
 NAME = "workload"
 HELP = "run a register / list-append / rw-register workload against an SUT and write its history"
-
-BUILTIN_SUTS = ("redis-replication",)
-
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sut", required=True, help=f"a TOML SUT spec, or a built-in: {', '.join(BUILTIN_SUTS)}")
@@ -53,12 +47,6 @@ def _workload_options(args: argparse.Namespace) -> dict:
     return options
 
 
-def _adapter(args: argparse.Namespace, backend) -> SutAdapter:
-    if args.sut == "redis-replication":
-        return RedisReplicationAdapter(backend, port=args.port)
-    return SpecAdapter(load_spec(args.sut), backend)
-
-
 def run(args: argparse.Namespace) -> int:
     workload = make_workload(args.workload, **_workload_options(args))
     config = RunConfig(
@@ -71,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
         own_backend = None
     else:
         own_backend = backend = LoopbackBackend(args.nodes)
-    adapter = _adapter(args, backend)
+    adapter = make_adapter(args.sut, backend, args.port)
     try:
         start_all(adapter)
         summary = record_run(adapter, workload, config, args.out)

@@ -10,11 +10,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from mallory.errors import MalloryError
 from mallory.harness.adapter import SutAdapter
+from mallory.harness.suts import make_adapter
 from mallory.harness.runner import RunConfig
 from mallory.harness.session import start_all, teardown_all
 from mallory.mediator.campaign import report_json
@@ -22,9 +21,6 @@ from mallory.mediator.campaign_dir import CampaignDir
 from mallory.mediator.client import TimelineWindows
 from mallory.mediator.schedule_checks import ScheduleChecks
 from mallory.mediator.stack import ObservedCluster
-
-BUILTIN_SUTS = ("redis-replication",)
-
 
 @dataclass
 class LiveParts:
@@ -40,18 +36,6 @@ class LiveParts:
         self.checks.nemesis_op(action, report_json(report))
 
 
-def make_adapter(config: dict[str, Any], backend) -> SutAdapter:
-    from mallory.harness.redis_sut import RedisReplicationAdapter
-    from mallory.harness.spec import load_spec
-    from mallory.harness.spec_adapter import SpecAdapter
-
-    if config["sut"] == "redis-replication":
-        return RedisReplicationAdapter(backend, port=config.get("port", 6379))
-    if not Path(config["sut"]).exists():
-        raise MalloryError(f"SUT spec {config['sut']} does not exist (built-ins: {', '.join(BUILTIN_SUTS)})")
-    return SpecAdapter(load_spec(config["sut"]), backend)
-
-
 @contextmanager
 def live_parts(config: dict[str, Any], directory: CampaignDir, run_name: str) -> Iterator[LiveParts]:
     from nemesis.faults.base import FaultContext
@@ -63,7 +47,7 @@ def live_parts(config: dict[str, Any], directory: CampaignDir, run_name: str) ->
     try:
         backend = stack.cluster
         (directory.root / "cluster.json").write_text(backend.layout.to_json())
-        adapter = make_adapter(config, backend)
+        adapter = make_adapter(config["sut"], backend, config.get("port", 6379))
         controls = NodeControls(backend.record, list(backend.nodes)).prepare()
         attach(adapter, controls)
         start_all(adapter)

@@ -36,7 +36,7 @@ import time
 from typing import Callable
 
 from mallory.errors import MalloryError
-from mallory.observer.nfq import NLMSG_ERROR, SO_RCVBUFFORCE
+from mallory.observer.nfq import _NLATTR, _NLMSGHDR, NLMSG_ERROR, SO_RCVBUFFORCE
 
 NETLINK_NETFILTER = 12
 NFNL_SUBSYS_ULOG = 4
@@ -59,8 +59,6 @@ NLM_F_REQUEST = 1
 NLM_F_ACK = 4
 COPY_RANGE = 128
 
-_NLMSGHDR = struct.Struct("=IHHII")
-_NLATTR = struct.Struct("=HH")
 _NFGEN = struct.Struct("!BBH")
 _HOOK = struct.Struct("!HB")
 _SEQ = struct.Struct("!I")

@@ -1,0 +1,21 @@
+"""An SUT by name: a built-in adapter, or a TOML spec file."""
+
+from __future__ import annotations
+
+from mallory.harness.adapter import SutAdapter
+from nemesis.backend import ClusterBackend
+
+#: SUTs with a Python adapter of their own, usable by name instead of a spec file.
+BUILTIN_SUTS = ("redis-replication",)
+
+
+def make_adapter(sut: str, backend: ClusterBackend, port: int = 6379) -> SutAdapter:
+    """The adapter for `sut` (a built-in name or a spec path) on `backend`; `port` is the
+    client port of a built-in. A spec that cannot be read or is broken is a MalloryError."""
+    from mallory.harness.redis_sut import RedisReplicationAdapter
+    from mallory.harness.spec import load_spec
+    from mallory.harness.spec_adapter import SpecAdapter
+
+    if sut == "redis-replication":
+        return RedisReplicationAdapter(backend, port=port)
+    return SpecAdapter(load_spec(sut), backend)
