@@ -15,10 +15,10 @@ from collections.abc import Callable
 
 from mallory.timeline.abstraction import ABSTRACTIONS
 from mallory.timeline.builder import Committed
-from mallory.timeline.window import summarize
+from mallory.timeline.window import EntryBuffer, summarize
 
-#: entries older than this behind the newest request are dropped even if no window took them
-#: (a campaign that stops asking must not grow the mediator without bound)
+#: entries older than this behind the newest commit are dropped even if no window took them
+#: (a mediator nobody asks for windows must not grow without bound)
 RETAIN_NS = 120_000_000_000
 
 
@@ -27,7 +27,7 @@ class WindowService:
 
     def __init__(self, frontier: Callable[[], int | None], retain_ns: int = RETAIN_NS) -> None:
         self._frontier = frontier
-        self._entries: list[Committed] = []
+        self._buffer = EntryBuffer()
         self._cond = threading.Condition()
         self.retain_ns = retain_ns
         self.served = 0
@@ -35,7 +35,9 @@ class WindowService:
 
     def on_commit(self, entries: list[Committed]) -> None:
         with self._cond:
-            self._entries.extend(entries)
+            self._buffer.add(entries)
+            if entries:  # nobody may be asking for windows: keep only the last retain_ns
+                self._buffer.release_before(entries[-1].real_ns - self.retain_ns, slack=self.retain_ns // 2)
             self._cond.notify_all()
 
     def window(self, start_ns: int, end_ns: int, wait_s: float, abstraction: str = "event-history") -> dict:
@@ -56,13 +58,12 @@ class WindowService:
             with self._cond:
                 self._cond.wait(min(remaining, 0.02))
         with self._cond:
-            inside = [e for e in self._entries if start_ns <= e.real_ns < end_ns]
             if complete:
-                # Release what this window covered and anything older.
-                self._entries = [e for e in self._entries if e.real_ns >= end_ns]
+                inside = self._buffer.take(start_ns, end_ns)
             else:
-                cutoff = end_ns - self.retain_ns
-                self._entries = [e for e in self._entries if e.real_ns >= cutoff]
+                # The window may be asked for again once complete: keep its entries.
+                inside = self._buffer.peek(start_ns, end_ns)
+                self._buffer.release_before(end_ns - self.retain_ns)
         self.served += 1
         self.incomplete += not complete
         summary = summarize(inside, abstraction)

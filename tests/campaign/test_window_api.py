@@ -76,3 +76,15 @@ def test_bad_window_requests_are_rejected_with_a_reason(mediator, body, reason):
     with pytest.raises(MalloryError, match=reason):
         client(mediator)._call("POST", "/window", body)
     assert mediator.api.rejected == 1
+
+
+def test_entries_nobody_asks_for_are_released_after_the_retention(mediator):
+    """A mediator no campaign asks for windows must not grow without bound."""
+    windows = mediator.windows
+    windows.retain_ns = 1_000_000_000
+    for n in NODES:
+        mediator.ingest.on_clock(ClockPair(n, 0, 0))
+    for second in range(6):
+        ts = second * 1_000_000_000
+        mediator.ingest.on_batch(Batch("n1", second, ts + 1, [Event("n1", Kind.FUNC, ts, 7)]))
+    assert 1 <= len(windows._buffer) <= 3, "only the last retention period (+ slack) is kept"
