@@ -175,7 +175,15 @@ def stall_catchup_sequence(cluster, sut, mediator, driver: Driver, stale_writes:
     stale = threading.Thread(target=driver.op, args=(old, "read"), kwargs={"timeout": 30.0})
     stale.start()
     stale_writes.append(stale)
-    time.sleep(0.3)
+    # Pause only once all three sit in its log (a loaded host may take a while to deliver
+    # them); the leader-finding probes are in that log too, on another key.
+    raft_log = cluster.data_dir(old) / "raft.log"
+
+    def stale_ops_logged() -> bool:
+        ops = [fields[1] for fields in (line.split(",") for line in raft_log.read_text().splitlines()) if fields[2] == "0"]
+        return sorted(ops[-3:]) == ["G", "P", "P"]
+
+    wait_until(stale_ops_logged, 10, "the stale ops in the old leader's log")
     driver.fault("pause", [old])
     sut.pause(old)
     driver.fault("heal", None)
