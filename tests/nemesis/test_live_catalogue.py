@@ -27,6 +27,7 @@ from mallory.harness.redis_sut import RedisReplicationAdapter
 from mallory.mediator.client import MediatorClient
 from nemesis.faults.base import FaultContext, FaultReport
 from nemesis.faults.controls import NodeControls, attach
+from nemesis.faults.preloaded import missing_library
 from nemesis.nemesis import Nemesis, default_families
 from nemesis.netns import NetnsCluster
 from nemesis.runstate import proc_state
@@ -347,3 +348,15 @@ def test_healing_one_network_fault_leaves_the_others_in_force(live):
     nemesis.heal(delay)
     assert ctx.mediator.rules() == []
     assert nemesis.active == []
+
+
+def test_a_just_restarted_sut_still_takes_clock_faults(live):
+    """Right after a restart the node's pid may still be the launcher (before its execve):
+    the check waits for the shim to be mapped instead of refusing the fault."""
+    cluster, ctx, nemesis = live
+    for _ in range(3):
+        ctx.adapter.kill("n1")
+        ctx.adapter.start("n1")
+        assert missing_library(ctx, "clock") is None
+    ctx.adapter.wait_ready("n1")
+    assert nemesis.reset().healthy
