@@ -48,6 +48,9 @@ def _workload_options(args: argparse.Namespace) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
+    for name in ("history.edn", "history.jsonl"):
+        if (args.out / name).exists():
+            raise MalloryError(f"{args.out / name} exists: a workload writes a new history; choose another --out")
     workload = make_workload(args.workload, **_workload_options(args))
     config = RunConfig(
         concurrency=args.concurrency, time_limit=args.time_limit, rate=args.rate, seed=args.seed

@@ -42,6 +42,16 @@ def test_workload_command_rejects_a_broken_spec(tmp_path: Path, capsys: pytest.C
     assert not (tmp_path / "run").exists()
 
 
+def test_workload_command_keeps_an_existing_history(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "history.edn").write_text("{:type :invoke}\n")
+    code = main(["workload", "--sut", "no-such-spec.toml", "--out", str(out)])
+    assert code == 65
+    assert "history.edn exists" in capsys.readouterr().err
+    assert (out / "history.edn").read_text() == "{:type :invoke}\n"
+
+
 def test_workload_command_rejects_options_that_do_not_apply(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["workload", "--sut", "redis-replication", "--workload", "register", "--key-distribution", "uniform",
                  "--out", str(tmp_path)])  # fmt: skip
