@@ -9,6 +9,7 @@ counted (`api_rejected`), and the mediator keeps running.
     POST /test/start   {"name": "t1"}
     POST /test/end     {}               heals every rule (no fault outlives a test)
     POST /client       {"process": 3, "type": "invoke"|"ok"|"fail"|"info", "f": "write"}
+    POST /client/batch {"ops": [CLIENT_OP, ...]}   1..1000 ops as for /client, all checked first
     POST /firewall/drop       {"links": LINKS} or {"partition": [["n1"], ["n2", "n3"]]}
     POST /firewall/heal       {"links": LINKS} or {} for every link
     POST /firewall/delay      {"links": LINKS, "ms": 50}
@@ -23,6 +24,9 @@ LINKS is a list of "n1->n2" strings or ["n1", "n2"] pairs (directed). Firewall a
 say which links changed, how many held packets the change released or dropped, for a
 heal how many packets each healed rule acted on (`affected`), and `applied_us`, the time
 the change took to take effect. /status lists the rules with their `affected` so far.
+
+EDN instead of JSON (the Clojure Jepsen bridge): send `Content-Type: application/edn`
+and/or `Accept: application/edn`; same routes, same checks (see edn_api.py).
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from mallory.errors import MalloryError
+from mallory.mediator import edn_api
 
 if TYPE_CHECKING:
     from mallory.mediator.service import Mediator
@@ -43,6 +48,7 @@ if TYPE_CHECKING:
 TOKEN_HEADER = "X-Mallory-Token"
 MAX_BODY = 1 << 20
 CLIENT_TYPES = ("invoke", "ok", "fail", "info")
+MAX_CLIENT_BATCH = 1000
 
 
 class BadRequest(Exception):
@@ -80,9 +86,24 @@ def parse_links(value: object) -> list[tuple[str, str]]:
     return links
 
 
+def _client_op(body: dict) -> tuple[int, str, str]:
+    """(process, type, f) of one relayed client op, checked."""
+    process = _field(body, "process", int)
+    kind = _field(body, "type", str)
+    f = _field(body, "f", str)
+    if process < 0:
+        raise BadRequest("'process' must be non-negative")
+    if kind not in CLIENT_TYPES:
+        raise BadRequest(f"'type' must be one of {list(CLIENT_TYPES)}, got {kind!r}")
+    if not f or len(f) > 64:
+        raise BadRequest("'f' must be a non-empty string of at most 64 characters")
+    return process, kind, f
+
+
 class _Handler(BaseHTTPRequestHandler):
     server: "ApiServer"
     protocol_version = "HTTP/1.1"
+    _edn = False  # set per request: answer in EDN (see edn_api)
 
     def log_message(self, format: str, *args: Any) -> None:  # quiet: the mediator has metrics
         pass
@@ -95,6 +116,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _dispatch(self, method: str) -> None:
         api = self.server
+        self._edn = edn_api.is_edn(self.headers.get("Content-Type")) or edn_api.is_edn(self.headers.get("Accept"))
         try:
             token = self.headers.get(TOKEN_HEADER, "")
             if not hmac.compare_digest(token.encode(), api.token.encode()):
@@ -127,6 +149,11 @@ class _Handler(BaseHTTPRequestHandler):
         raw = self.rfile.read(int(length))
         if not raw.strip():
             return {}
+        if edn_api.is_edn(self.headers.get("Content-Type")):
+            try:
+                return edn_api.parse_body(raw)
+            except edn_api.EdnBodyError as exc:
+                raise BadRequest(str(exc)) from None
         try:
             body = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
@@ -136,9 +163,9 @@ class _Handler(BaseHTTPRequestHandler):
         return body
 
     def _reply(self, status: HTTPStatus, payload: object) -> None:
-        data = orjson.dumps(payload)
+        data = edn_api.render(payload) if self._edn else orjson.dumps(payload)
         self.send_response(status)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", edn_api.EDN_TYPE if self._edn else "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
@@ -164,6 +191,7 @@ class ApiServer(ThreadingHTTPServer):
             ("POST", "/test/start"): lambda body: m.test_start(_field(body, "name", str)),
             ("POST", "/test/end"): lambda body: m.test_end(),
             ("POST", "/client"): self._client,
+            ("POST", "/client/batch"): self._client_batch,
             ("POST", "/firewall/drop"): self._drop,
             ("POST", "/firewall/heal"): self._heal,
             ("POST", "/firewall/delay"): self._delay,
@@ -193,16 +221,24 @@ class ApiServer(ThreadingHTTPServer):
     # -- request checking ---------------------------------------------------------------
 
     def _client(self, body: dict) -> dict:
-        process = _field(body, "process", int)
-        kind = _field(body, "type", str)
-        f = _field(body, "f", str)
-        if process < 0:
-            raise BadRequest("'process' must be non-negative")
-        if kind not in CLIENT_TYPES:
-            raise BadRequest(f"'type' must be one of {list(CLIENT_TYPES)}, got {kind!r}")
-        if not f or len(f) > 64:
-            raise BadRequest("'f' must be a non-empty string of at most 64 characters")
-        return self.mediator.client_op(process, kind, f)
+        return self.mediator.client_op(*_client_op(body))
+
+    def _client_batch(self, body: dict) -> dict:
+        """A batch of relayed client ops, in order: every op is checked before any counts."""
+        ops = _field(body, "ops", list)
+        if not 0 < len(ops) <= MAX_CLIENT_BATCH:
+            raise BadRequest(f"'ops' must hold 1..{MAX_CLIENT_BATCH} client ops, got {len(ops)}")
+        checked = []
+        for i, op in enumerate(ops):
+            if type(op) is not dict:
+                raise BadRequest(f"ops[{i}] must be an object, got {op!r}")
+            try:
+                checked.append(_client_op(op))
+            except BadRequest as exc:
+                raise BadRequest(f"ops[{i}]: {exc.reason}") from None
+        for op in checked:
+            self.mediator.client_op(*op)
+        return {"ok": True, "ops": len(checked)}
 
     def _drop(self, body: dict) -> dict:
         if "partition" in body:

@@ -1,0 +1,98 @@
+"""EDN on the mediator API, for the Clojure Jepsen bridge (jepsen-bridge/).
+
+A request whose `Content-Type` is `application/edn` has an EDN map for a body; a request
+that sends EDN or asks for it (`Accept: application/edn`) gets an EDN answer. Every route
+and every check is the JSON API's: this module only translates at the edge.
+
+Translation, both ways: map keys are keywords with hyphens in EDN (`:start-ns`) and
+strings with underscores in JSON (`"start_ns"`). Keyword values arrive as plain strings
+(`:type :invoke` checks like `"type": "invoke"`); EDN vectors and lists are lists. A set,
+a non-keyword map key or a tagged literal has no JSON twin and is refused. Answers
+carry strings as strings, never as keywords, so Clojure sees exactly what JSON would say.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from mallory.oracles.edn import EdnError, Keyword, Symbol, loads, dumps
+
+EDN_TYPE = "application/edn"
+_KEYWORD_NAME = re.compile(r"[A-Za-z*+!?<>=_-][A-Za-z0-9*+!?<>=_./-]*\Z")
+
+
+class EdnBodyError(ValueError):
+    """An EDN body the API cannot take; the message says what is wrong and where."""
+
+
+def is_edn(content_type: str | None) -> bool:
+    return bool(content_type) and content_type.split(";")[0].strip().lower() == EDN_TYPE
+
+
+def parse_body(raw: bytes) -> dict[str, Any]:
+    """An EDN request body as the dict the JSON API would have decoded."""
+    try:
+        form = loads(raw.decode("utf-8"), source="request body")
+    except UnicodeDecodeError as exc:
+        raise EdnBodyError(f"body is not UTF-8: {exc}") from None
+    except EdnError as exc:
+        raise EdnBodyError(f"body is not EDN: {exc}") from None
+    if not isinstance(form, dict):
+        raise EdnBodyError(f"body must be an EDN map, got {_edn_kind(form)}")
+    return _from_edn(form, "body")
+
+
+def _edn_kind(form: Any) -> str:
+    if isinstance(form, Keyword):
+        return "a keyword"
+    if isinstance(form, (set, frozenset)):
+        return "a set"
+    if isinstance(form, list):
+        return "a vector"
+    return type(form).__name__
+
+
+def _from_edn(form: Any, where: str) -> Any:
+    if isinstance(form, dict):
+        out: dict[str, Any] = {}
+        for key, value in form.items():
+            if not isinstance(key, Keyword):
+                raise EdnBodyError(f"{where}: map keys must be keywords, got {key!r}")
+            name = str.__str__(key).replace("-", "_")
+            out[name] = _from_edn(value, f"{where} :{key}")
+        return out
+    if isinstance(form, list):
+        return [_from_edn(item, f"{where}[{i}]") for i, item in enumerate(form)]
+    if isinstance(form, (Keyword, Symbol)):
+        return str.__str__(form)
+    if isinstance(form, (frozenset, tuple)):
+        raise EdnBodyError(f"{where}: {_edn_kind(form)} has no JSON equivalent; use a vector")
+    return form
+
+
+def render(payload: Any) -> bytes:
+    """An API answer (JSON-shaped: dicts, lists, str, numbers, bool, None) as EDN text."""
+    return dumps(_to_edn(payload)).encode("utf-8")
+
+
+def _to_edn(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {_key(k): _to_edn(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_to_edn(v) for v in value]
+    if isinstance(value, (set, frozenset)):
+        return sorted((_to_edn(v) for v in value), key=repr)
+    if isinstance(value, str) and type(value) is not str:
+        return str.__str__(value)  # a Keyword/Symbol that reached an answer stays a string
+    return value
+
+
+def _key(key: Any) -> Any:
+    if isinstance(key, str):
+        name = str.__str__(key).replace("_", "-")
+        if _KEYWORD_NAME.match(name):
+            return Keyword(name)
+        return str.__str__(key)
+    return key
