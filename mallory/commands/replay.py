@@ -17,7 +17,7 @@ from pathlib import Path
 
 from mallory.errors import MalloryError
 from mallory.learner.learner import Learner
-from mallory.mediator.campaign import Campaign, LoopConfig
+from mallory.mediator.campaign import Campaign, LoopConfig, script_of
 from mallory.mediator.campaign_dir import CampaignDir, read_json_object
 from mallory.mediator.live import live_parts
 
@@ -41,10 +41,10 @@ def run(args: argparse.Namespace) -> int:
     config = _load(bundle, "campaign.json")
     schedule = _load(bundle, "schedule.json")
     signature = bundle.name
-    script = [step["action"] for step in schedule.get("steps", [])]
+    script = script_of(schedule)
     if not script:
         raise MalloryError(f"{bundle}/schedule.json has no steps to replay")
-    print(f"replaying {len(script)} steps of schedule {schedule.get('index')}: {' -> '.join(script)}")
+    print(f"replaying {len(script)} steps of schedule {schedule.get('index')}: {' -> '.join(s.action for s in script)}")
     print("(faults on real systems are not deterministic: the answer is a count over attempts)")
     reappeared = 0
     for attempt in range(1, args.attempts + 1):

@@ -106,6 +106,33 @@ class LoopConfig:
     seed: int = 0
 
 
+@dataclass(frozen=True)
+class ScriptedStep:
+    """One step of a scripted schedule (replay, shrink).
+
+    `draw` is the step number whose random draws the fault makes (its targets): a schedule
+    with steps left out still gives each remaining fault the targets it had. `window_s`
+    overrides the loop's window for this step (None: the loop's)."""
+
+    action: str
+    draw: int
+    window_s: float | None = None
+
+
+def script_of(record: dict[str, Any]) -> list[ScriptedStep]:
+    """The script that re-enacts a recorded schedule (records written before steps had a
+    `draw` use the step number, which is what they drew with)."""
+    return [
+        ScriptedStep(step["action"], int(step.get("draw", step.get("step", i))), step.get("window_s"))
+        for i, step in enumerate(record.get("steps", []))
+    ]
+
+
+def step_rng(seed: int, draw: int) -> random.Random:
+    """The random source of one step's fault, derived from the schedule's seed."""
+    return random.Random(schedule_seed(seed, draw))
+
+
 def steady_summaries(source: WindowSource, sleeper: Sleeper, windows: int, window_s: float) -> list[frozenset[str]]:
     """Summaries of `windows` consecutive fault-free windows, for calibrating the state
     similarity threshold (late windows are skipped: they would be half windows)."""
@@ -229,15 +256,14 @@ class Campaign:
         self,
         index: int,
         stop: Callable[[], bool] = lambda: False,
-        script: list[str] | None = None,
+        script: list[ScriptedStep] | None = None,
         seed: int | None = None,
     ) -> dict[str, Any]:
-        """One schedule. With `script` (a recorded schedule's actions, for replay) the actions
-        are taken in that order instead of being chosen, and `seed` replaces the derived one,
-        so the faults pick the same targets as they did."""
+        """One schedule. With `script` (a recorded schedule's steps, for replay and shrink)
+        the actions are taken in that order instead of being chosen, and `seed` replaces the
+        derived one, so the faults pick the same targets as they did."""
         cfg = self.config
         seed = schedule_seed(cfg.seed, index) if seed is None else seed
-        rng = random.Random(seed)
         window_ns = int(cfg.window_s * 1e9)
         record: dict[str, Any] = {"index": index, "seed": seed, "started_ns": self.source.now_ns(), "steps": []}
         if self.checker is not None:
@@ -257,8 +283,11 @@ class Campaign:
             for step in range(cfg.steps if script is None else len(script)):
                 if stop():
                     break
-                action = self.learner.next_action(self.actions()) if script is None else script[step]
-                record["steps"].append(self._step(step, action, rng, window_ns, active))
+                planned = ScriptedStep(self.learner.next_action(self.actions()), step) if script is None else script[step]
+                window_s = cfg.window_s if planned.window_s is None else planned.window_s
+                entry = self._step(step, planned.action, step_rng(seed, planned.draw), int(window_s * 1e9), active)
+                entry.update(draw=planned.draw, window_s=window_s)
+                record["steps"].append(entry)
         finally:
             for report in active:
                 self.nemesis.heal(report)
