@@ -72,6 +72,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         "threshold so that 90%% of them coincide (the paper's convention; default: off)")
     parser.add_argument("--port", type=int, default=6379, help="client port of a built-in SUT")
     parser.add_argument("--plain", action="store_true", help="log lines instead of the status screen")
+    parser.add_argument("--backend", choices=["netns", "docker"], default="netns",
+                        help="netns: a cluster of namespaces made here (default); docker: the containers of the "
+                        "compose project this runs in (see `mallory compose`)")
 
 
 def _config(args: argparse.Namespace) -> dict[str, Any]:
@@ -103,6 +106,7 @@ def _config(args: argparse.Namespace) -> dict[str, Any]:
         "abstraction": args.abstraction,
         "threshold": args.threshold,
         "calibrate": args.calibrate,
+        "backend": args.backend,
     }
 
 

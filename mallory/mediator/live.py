@@ -42,7 +42,12 @@ def live_parts(config: dict[str, Any], directory: CampaignDir, run_name: str) ->
     from nemesis.faults.controls import NodeControls, attach
     from nemesis.nemesis import Nemesis
 
-    stack = ObservedCluster(run_name, config["nodes"], record_dir=directory.root / "events")
+    if config.get("backend", "netns") == "docker":  # inside a compose project (deploy/compose)
+        from nemesis.docker_stack import ObservedDockerCluster
+
+        stack = ObservedDockerCluster.from_env(run_name, config["nodes"], record_dir=directory.root / "events")
+    else:
+        stack = ObservedCluster(run_name, config["nodes"], record_dir=directory.root / "events")
     adapter = checks = None
     try:
         backend = stack.cluster
