@@ -6,16 +6,21 @@ from mallory.harness.adapter import SutAdapter
 from nemesis.backend import ClusterBackend
 
 #: SUTs with a Python adapter of their own, usable by name instead of a spec file.
-BUILTIN_SUTS = ("redis-replication",)
+BUILTIN_SUTS = ("redis-replication", "raft-kv")
 
 
 def make_adapter(sut: str, backend: ClusterBackend, port: int = 6379) -> SutAdapter:
     """The adapter for `sut` (a built-in name or a spec path) on `backend`; `port` is the
-    client port of a built-in. A spec that cannot be read or is broken is a MalloryError."""
+    client port of redis-replication (raft-kv's ports are its spec's). A spec that cannot
+    be read or is broken is a MalloryError."""
     from mallory.harness.redis_sut import RedisReplicationAdapter
     from mallory.harness.spec import load_spec
     from mallory.harness.spec_adapter import SpecAdapter
 
     if sut == "redis-replication":
         return RedisReplicationAdapter(backend, port=port)
+    if sut == "raft-kv":
+        from mallory.harness.raft_sut import RaftKvAdapter
+
+        return RaftKvAdapter.default(backend)
     return SpecAdapter(load_spec(sut), backend)
