@@ -1,0 +1,192 @@
+"""raft-kv (suts/raft): the project's key-value server on Canonical Raft, as an SUT with
+membership changes.
+
+The process side is the shipped TOML spec (`suts/raft/raft.toml`); this adapter adds what a
+spec cannot say, through the server's admin commands on its client port:
+
+* `primaries()`: the nodes whose `STATUS` says `state=leader`;
+* `promote(node)`: leadership transfer to `node` (`TRANSFER <raft address>` on the leader);
+* `remove_member(node)`: `REMOVE` on the leader (after moving leadership away if `node`
+  leads), then the node is stopped and its data wiped: a removed server that kept its log
+  would come back with a higher term and depose the leader;
+* `add_member(node)`: the node starts empty with `--join` (no bootstrap), then the leader
+  `ADD`s it (as a spare) and `ASSIGN`s it the voter role (libraft catches it up first).
+
+A server's raft address is `<node address>:<peer port>`; the server derives its id from it.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Sequence
+
+from mallory.errors import MalloryError
+from mallory.harness.adapter import Capabilities
+from mallory.harness.spec import SutSpec, load_spec
+from mallory.harness.spec_adapter import SpecAdapter
+from nemesis.backend import ClusterBackend
+
+SUT_DIR = Path(__file__).resolve().parents[2] / "suts" / "raft"
+DEFAULT_SPEC = SUT_DIR / "raft.toml"
+#: how long a membership change or transfer may take (libraft promotes a spare after
+#: catch-up rounds; an election after a transfer takes an election timeout or two)
+CHANGE_TIMEOUT = 20.0
+
+
+def build(build_dir: Path | None = None) -> Path:
+    """Build suts/raft with mallory-cc (the venv's, next to this Python); the binary's path.
+    make is a no-op when the binary is up to date."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLORY_")}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    argv = ["make", "-C", str(SUT_DIR)] + ([f"BUILD={build_dir}"] if build_dir else [])
+    try:
+        result = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise MalloryError(f"raft-kv: cannot build {SUT_DIR}: {exc}") from None
+    if result.returncode != 0:
+        raise MalloryError(
+            f"raft-kv: building {SUT_DIR} failed (needs libraft-dev, libuv1-dev: .ci/apt/raft.txt):\n"
+            f"{result.stdout[-2000:]}{result.stderr[-2000:]}"
+        )
+    return (build_dir or SUT_DIR / "build") / "raft-kv"
+
+
+def request(address: str, port: int, line: str, timeout: float = 2.0) -> str:
+    """One request line to a raft-kv client port, its reply line ('' if there is none)."""
+    try:
+        with socket.create_connection((address, port), timeout=timeout) as sock:
+            sock.sendall(line.encode() + b"\n")
+            data = b""
+            while not data.endswith(b"\n"):
+                chunk = sock.recv(4096)
+                if not chunk:
+                    break
+                data += chunk
+            return data.decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def parse_status(reply: str) -> dict[str, str]:
+    """`OK state=leader term=3 ...` -> {"state": "leader", "term": "3", ...}; {} otherwise."""
+    if not reply.startswith("OK "):
+        return {}
+    return dict(field.split("=", 1) for field in reply[3:].split() if "=" in field)
+
+
+class RaftKvAdapter(SpecAdapter):
+    capabilities = Capabilities(primaries=True, add_member=True, remove_member=True, promote=True)
+
+    def __init__(self, spec: SutSpec, backend: ClusterBackend) -> None:
+        super().__init__(spec, backend)
+        if "peer" not in spec.ports:
+            raise MalloryError(f"{spec.source}: raft-kv needs a `peer` port in [ports] (its raft address)")
+        #: nodes that start empty and wait to be added (a removed node coming back)
+        self._joining: set[str] = set()
+
+    @classmethod
+    def default(cls, backend: ClusterBackend) -> "RaftKvAdapter":
+        """The shipped spec and binary (built on first use)."""
+        spec = load_spec(DEFAULT_SPEC)
+        if not Path(spec.command[0]).exists():
+            build()
+        return cls(spec, backend)
+
+    # -- addresses and requests -------------------------------------------------------------
+
+    def raft_address(self, node: str) -> str:
+        return f"{self.backend.node_address(node)}:{self.spec.ports['peer']}"
+
+    def ask(self, node: str, line: str, timeout: float = 2.0) -> str:
+        return request(self.backend.client_address(node), self.spec.ports["client"], line, timeout)
+
+    def status(self, node: str) -> dict[str, str]:
+        """The node's STATUS fields ({} when it does not answer)."""
+        return parse_status(self.ask(node, "STATUS", timeout=1.0)) if self.is_running(node) else {}
+
+    def leader(self, timeout: float = CHANGE_TIMEOUT) -> str:
+        """The node that is leader, once exactly one running node says so."""
+        deadline = time.monotonic() + timeout
+        while True:
+            found = self.primaries()
+            if len(found) == 1:
+                return found[0]
+            if time.monotonic() >= deadline:
+                raise MalloryError(f"raft-kv: no single leader after {timeout:g} s (leaders: {found or 'none'})")
+            time.sleep(0.1)
+
+    def _on_leader(self, line: str, done: Callable[[], bool] | None = None, timeout: float = CHANGE_TIMEOUT) -> str:
+        """Send an admin command to the leader until it answers OK, following leadership
+        changes; `done` (checked before every attempt) says the change already took effect
+        (an earlier attempt answered UNKNOWN but committed). The last reply."""
+        deadline = time.monotonic() + timeout
+        last = ""
+        while time.monotonic() < deadline:
+            if done is not None and done():
+                return "OK"
+            leader = self.leader(max(0.1, deadline - time.monotonic()))
+            last = self.ask(leader, line, timeout=max(0.5, deadline - time.monotonic()))
+            if last.startswith("OK"):
+                return last
+            time.sleep(0.2)  # not leader any more, a change in flight (busy): again
+        raise MalloryError(f"raft-kv: {line!r} not accepted in {timeout:g} s (last reply {last!r})")
+
+    def members(self) -> dict[str, str]:
+        """raft address -> role, as the leader's configuration has it."""
+        reply = self._on_leader("MEMBERS")
+        return dict(item.rsplit("/", 1) for item in reply[2:].split())
+
+    # -- process side -----------------------------------------------------------------------
+
+    def command(self, node: str) -> Sequence[str]:
+        argv = list(super().command(node))
+        return argv + ["--join"] if node in self._joining else argv
+
+    def teardown(self, node: str) -> None:
+        super().teardown(node)
+        self._joining.discard(node)
+
+    # -- roles and membership ---------------------------------------------------------------
+
+    def primaries(self) -> list[str]:
+        return [n for n in self.backend.nodes if self.status(n).get("state") == "leader"]
+
+    def promote(self, node: str) -> None:
+        """Transfer leadership to `node`; returns once it says it leads."""
+        if self.leader() == node:
+            return
+        self._on_leader(f"TRANSFER {self.raft_address(node)}")
+        deadline = time.monotonic() + CHANGE_TIMEOUT
+        while self.status(node).get("state") != "leader":
+            if time.monotonic() >= deadline:
+                raise MalloryError(f"raft-kv: {node} did not become leader after a transfer to it")
+            time.sleep(0.1)
+
+    def remove_member(self, node: str) -> None:
+        if self.leader() == node:
+            others = [n for n in self.backend.nodes if n != node and self.status(n)]
+            if not others:
+                raise MalloryError(f"raft-kv: cannot remove {node}: no other running node to lead")
+            self.promote(others[0])
+        address = self.raft_address(node)
+        self._on_leader(f"REMOVE {address}", done=lambda: address not in self.members())
+        self.stop(node)
+        super().teardown(node)  # wipe: it comes back only as a fresh server
+        self._joining.add(node)
+
+    def add_member(self, node: str) -> None:
+        """Start `node` empty and make it a voter; returns once the change is committed."""
+        address = self.raft_address(node)
+        if self.members().get(address) == "voter" and node not in self._joining:
+            return
+        if node in self._joining and not self.is_running(node):
+            super().teardown(node)
+            self.start(node)
+        self._on_leader(f"ADD {address}", done=lambda: address in self.members())
+        self._on_leader(f"ASSIGN {address} voter", done=lambda: self.members().get(address) == "voter")
+        self._joining.discard(node)
