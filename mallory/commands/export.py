@@ -1,0 +1,79 @@
+"""`mallory export --shiviz SOURCE`: a recorded timeline in ShiViz's log format.
+
+SOURCE is an event recording (the wire codec, e.g. a campaign's events/events.jsonl) or a
+bug bundle (DIR/bugs/<signature>: its schedule's span of the campaign's recording). The
+output opens in ShiViz (https://bestchai.bitbucket.io/shiviz/) as is: the first line is
+ShiViz's parser expression `(?<event>.*)\\n(?<host>\\S*) (?<clock>{.*})`, the second the
+(empty) execution delimiter, then two lines per event: its text, and `host {vector clock}`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from mallory.errors import MalloryError
+from mallory.report.build import load_catalogues, schedule_span, sut_catalogue
+from mallory.report.campaign_data import load_bug
+from mallory.report.names import EventNamer
+from mallory.report.recording import read_recording
+from mallory.report.shiviz import shiviz_log
+from mallory.report.timeline_view import tail_by_time
+from mallory.mediator.campaign_dir import read_json_object
+
+NAME = "export"
+HELP = "export a recorded timeline for other tools (--shiviz: ShiViz's vector-clock log)"
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("source", type=Path, help="an event recording (JSON lines) or a bug bundle directory")
+    parser.add_argument("--shiviz", action="store_true", required=True, help="write ShiViz's log format")
+    parser.add_argument("--out", type=Path, help="output file (default: stdout)")
+    parser.add_argument("--catalogue", type=Path, action="append", default=[], metavar="FILE",
+                        help="an annotation catalogue naming code events (default for a bundle: the SUT's)")
+    parser.add_argument("--max-events", type=int, default=None, help="only the latest N events")
+
+
+def _bundle_slice(bundle: Path) -> tuple[list, list[str], dict]:
+    bug = load_bug(bundle)
+    campaign = bundle.resolve().parent.parent
+    span = schedule_span(bug.schedule)
+    if span is None:
+        raise MalloryError(f"{bundle}/schedule.json: no started_ns/ended_ns: cannot cut its timeline")
+    recordings = sorted((campaign / "events").glob("events*.jsonl")) if (campaign / "events").is_dir() else []
+    if not recordings:
+        raise MalloryError(f"{bundle}: no event recording at {campaign}/events/ (the bundle's campaign directory)")
+    recording = read_recording(recordings, [span])
+    config = read_json_object(bundle / "campaign.json", "") if (bundle / "campaign.json").exists() else {}
+    return recording.spans[0], recording.warnings, config
+
+
+def run(args: argparse.Namespace) -> int:
+    source: Path = args.source
+    if args.max_events is not None and args.max_events < 1:
+        raise MalloryError(f"--max-events must be positive, got {args.max_events}")
+    if source.is_dir():
+        entries, warnings, config = _bundle_slice(source)
+    elif source.is_file():
+        recording = read_recording([source], [(0, 2**63 - 1)])
+        entries, warnings, config = recording.spans[0], recording.warnings, {}
+    else:
+        raise MalloryError(f"{source}: no such event recording or bug bundle")
+    catalogue = load_catalogues(args.catalogue)
+    found = sut_catalogue(config) if not args.catalogue else None
+    if found is not None:
+        catalogue = catalogue.merge(found)
+    if args.max_events is not None:
+        entries = tail_by_time(entries, args.max_events)
+    if not entries:
+        raise MalloryError(f"{source}: no committed events to export" + (f" ({'; '.join(warnings)})" if warnings else ""))
+    text = shiviz_log(entries, EventNamer(catalogue))
+    for warning in warnings:
+        print(f"mallory export: warning: {warning}", file=sys.stderr)
+    if args.out:
+        args.out.write_text(text)
+        print(f"{len(entries)} events -> {args.out}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return 0

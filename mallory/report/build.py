@@ -1,0 +1,163 @@
+"""`mallory report`'s work: read campaign directories, compute, write the report's files.
+
+    OUT/index.html                 summary, plots (PNG data: URIs), bug lists
+    OUT/bugs/<signature>.html      one page per bug: schedule, timeline SVG, explanation, logs
+    OUT/bugs/<signature>.shiviz    the bug's timeline slice in ShiViz's log format
+
+With several campaigns, bug files are prefixed by the campaign's position (c1-, c2-...).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from mallory.errors import MalloryError
+from mallory.harness.spec import load_spec
+from mallory.observer.catalogue import Catalogue, catalogue_path
+from mallory.report import pages, plots, series
+from mallory.report.campaign_data import BugInfo, CampaignData, load_campaign
+from mallory.report.names import EventNamer
+from mallory.report.recording import Recording, read_recording
+from mallory.report.shiviz import shiviz_log
+from mallory.report.timeline_view import fault_spans, tail_by_time, timeline_svg
+from mallory.timeline.builder import Committed
+
+#: the most events a bug page draws: the latest ones of the schedule, where checks found the bug
+DEFAULT_MAX_EVENTS = 2500
+
+
+@dataclass
+class ReportOptions:
+    out: Path | None = None
+    catalogues: Sequence[Path] = ()
+    max_events: int = DEFAULT_MAX_EVENTS
+
+
+def sut_catalogue(config: dict) -> Catalogue | None:
+    """The catalogue the build wrote next to the SUT's program (`<program>.mallory.json`),
+    found through the campaign's spec; None if there is none (names fall back to ids)."""
+    sut = config.get("sut")
+    if not isinstance(sut, str) or not sut.endswith(".toml") or not Path(sut).exists():
+        return None
+    try:
+        program = load_spec(sut).command[0]
+    except MalloryError:
+        return None
+    path = Path(catalogue_path(program))
+    return Catalogue.load(path) if path.exists() else None
+
+
+def load_catalogues(paths: Sequence[Path]) -> Catalogue:
+    catalogue = Catalogue()
+    for path in paths:
+        catalogue = catalogue.merge(Catalogue.load(path))
+    return catalogue
+
+
+def schedule_span(schedule: dict) -> tuple[int, int] | None:
+    start, end = schedule.get("started_ns"), schedule.get("ended_ns")
+    if isinstance(start, int) and isinstance(end, int) and end > start:
+        return start, end
+    return None
+
+
+def bug_timeline(bug: BugInfo, recording: Recording | None, span_index: int | None, max_events: int) -> tuple[list[Committed], str]:
+    """The entries the bug page draws and a sentence saying which they are."""
+    if recording is None:
+        return [], "No event recording in the campaign directory (events/events*.jsonl): no timeline."
+    if span_index is None:
+        return [], "The schedule record has no start and end times: no timeline."
+    entries = recording.spans[span_index]
+    if not entries:
+        return [], "The recording holds no event of this schedule."
+    shown = tail_by_time(entries, max_events)
+    start, _ = schedule_span(bug.schedule)
+    first = min(e.real_ns for e in shown)
+    note = f"{len(shown)} events of {len(entries)} in schedule {bug.schedule.get('index')}"
+    if len(shown) < len(entries):
+        note += f": the latest ones, from {(first - start) / 1e9:.2f} s after the schedule's start to its end"
+    else:
+        note += ": the whole schedule, its reset included"
+    note += ". The oracles ran after the reset, so the failure lies within this span."
+    return shown, note + (" " + " ".join(recording.warnings) if recording.warnings else "")
+
+
+def _campaign_plots(data: CampaignData, recording: Recording | None, width: float, with_states: bool) -> list[tuple[str, bytes]]:
+    out = []
+    if with_states:
+        out.append(("distinct states over time", plots.states_plot({data.name: series.states_over_time(data.plot)})))
+        out.append(("new states per hour", plots.rate_plot({data.name: series.states_per_hour(data.plot, width)}, width)))
+    starts, mix = series.fault_mix(data.plot, width)
+    out.append(("fault mix over time", plots.fault_mix_plot(starts, mix, width)))
+    t, fb = series.feedback_series(data.plot)
+    lt, late = series.late_series(data.plot)
+    out.append(("feedback latency", plots.feedback_plot(t, fb, lt, late)))
+    origin = int(data.start_time * 1e9) if data.start_time is not None else None
+    out.append(("observer loss", plots.loss_plot(recording.loss if recording else [], origin)))
+    return out
+
+
+def build_report(dirs: Sequence[Path], options: ReportOptions) -> Path:
+    """Write the report; returns the path of its index.html."""
+    if not dirs:
+        raise MalloryError("give at least one campaign directory")
+    if options.max_events < 1:
+        raise MalloryError(f"--max-events must be positive, got {options.max_events}")
+    campaigns = [load_campaign(Path(d)) for d in dirs]
+    out = Path(options.out) if options.out else Path(dirs[0]) / "report"
+    (out / "bugs").mkdir(parents=True, exist_ok=True)
+    extra = load_catalogues(options.catalogues)
+    duration = max((c.plot[-1].time_s for c in campaigns if c.plot), default=0.0)
+    width = series.bin_width(duration)
+    several = len(campaigns) > 1
+    sections = []
+    for k, data in enumerate(campaigns, start=1):
+        section = pages.CampaignSection(data, anchor=f"c{k}")
+        found = sut_catalogue(data.config)
+        namer = EventNamer(extra.merge(found) if found is not None else extra)
+        if found is None and not options.catalogues:
+            section.notes.append("No annotation catalogue found next to the SUT's program: code events are named by id.")
+        spans = [schedule_span(b.schedule) for b in data.bugs]
+        recorded = data.recordings()
+        recording = read_recording(recorded, [s for s in spans if s is not None]) if recorded else None
+        positions = iter(range(len(spans)))
+        span_index = [next(positions) if s is not None else None for s in spans]
+        for bug, index in zip(data.bugs, span_index):
+            stem = f"c{k}-{bug.signature}" if several else bug.signature
+            section.bug_pages[bug.signature] = f"bugs/{stem}.html"
+            _write_bug_page(out, stem, bug, data, recording, index, namer, options.max_events)
+        section.plots = _campaign_plots(data, recording, width, with_states=not several)
+        sections.append(section)
+    overview, shared = "", []
+    if several:
+        groups: dict[str, list] = {}
+        for data in campaigns:
+            groups.setdefault(data.policy, []).append(data.plot)
+        horizon, curves = series.overlay(groups)
+        if curves:
+            overview = pages.comparison(curves, horizon, series.pairwise_a12(curves), plots.overlay_plot(curves, horizon))
+        labels = [f"{d.name} ({d.policy})" for d in campaigns]
+        shared = [
+            ("distinct states over time", plots.states_plot({l: series.states_over_time(d.plot) for l, d in zip(labels, campaigns)})),
+            ("new states per hour", plots.rate_plot({l: series.states_per_hour(d.plot, width) for l, d in zip(labels, campaigns)}, width)),
+        ]
+    index = out / "index.html"
+    index.write_text(pages.index_page(sections, overview, shared))
+    return index
+
+
+def _write_bug_page(out: Path, stem: str, bug: BugInfo, data: CampaignData, recording: Recording | None,
+                    span_index: int | None, namer: EventNamer, max_events: int) -> None:
+    entries, note = bug_timeline(bug, recording, span_index, max_events)
+    bugs_dir = out / "bugs"
+    timeline = pages.TimelinePart(svg=None, note=note)
+    if entries:
+        timeline.svg = timeline_svg(entries, namer, fault_spans(bug.schedule), recording.nodes)
+        (bugs_dir / f"{stem}.shiviz").write_text(shiviz_log(entries, namer))
+        timeline.shiviz_href = f"{stem}.shiviz"
+    logs = [(p.name, os.path.relpath(p, bugs_dir)) for p in bug.log_files()]
+    html_text = pages.bug_page(bug, data.start_time, "../index.html", timeline, logs)
+    (bugs_dir / f"{stem}.html").write_text(html_text)

@@ -1,0 +1,186 @@
+"""Everything the report needs from one campaign directory, read once.
+
+Only reading: `plot_data`, `fuzzer_stats`, `campaign.json`, `schedules/`, `bugs/*/`. The
+event recording is read separately (`recording.py`), since only bug pages and the loss plot
+need it and it is the one large file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from mallory.errors import MalloryError
+from mallory.mediator.campaign_dir import PLOT_COLUMNS, CampaignDir, read_json_object
+
+
+@dataclass(frozen=True)
+class PlotRow:
+    """One line of `plot_data`: the campaign right after one step."""
+
+    time_s: float
+    schedules_done: int
+    steps_done: int
+    distinct_states: int
+    bugs: int
+    late_steps: int
+    action: str
+    state: int | None
+    new_state: bool
+    feedback_ms: float | None
+
+
+def parse_plot_data(text: str, source: str = "plot_data") -> list[PlotRow]:
+    """The rows of a `plot_data` file (header and blank lines skipped). A torn last line (the
+    campaign was killed while appending) is dropped; any other malformed line is an error."""
+    lines = [(n, line) for n, line in enumerate(text.splitlines(), start=1) if line.strip() and not line.startswith("#")]
+    rows = []
+    for pos, (lineno, line) in enumerate(lines):
+        fields = [f.strip() for f in line.split(",")]
+        try:
+            if len(fields) != len(PLOT_COLUMNS):
+                raise ValueError(f"{len(fields)} fields, expected {len(PLOT_COLUMNS)}")
+            rows.append(
+                PlotRow(
+                    time_s=float(fields[0]),
+                    schedules_done=int(fields[1]),
+                    steps_done=int(fields[2]),
+                    distinct_states=int(fields[3]),
+                    bugs=int(fields[4]),
+                    late_steps=int(fields[5]),
+                    action=fields[6],
+                    state=int(fields[7]) if fields[7] else None,
+                    new_state=fields[8] == "1",
+                    feedback_ms=float(fields[9]) if fields[9] else None,
+                )
+            )
+        except ValueError as exc:
+            if pos == len(lines) - 1 and not text.endswith("\n"):
+                break  # torn last line
+            raise MalloryError(f"{source}:{lineno}: malformed plot_data line ({exc}): {line!r}") from None
+    return rows
+
+
+@dataclass
+class BugInfo:
+    """One bug bundle and its sightings."""
+
+    signature: str
+    bundle: Path
+    report: dict[str, Any]
+    schedule: dict[str, Any]
+    sightings: list[dict[str, Any]]
+
+    @property
+    def count(self) -> int:
+        return len(self.sightings)
+
+    @property
+    def first_seen(self) -> float | None:
+        times = [s["time"] for s in self.sightings if isinstance(s.get("time"), (int, float))]
+        return min(times) if times else None
+
+    @property
+    def last_seen(self) -> float | None:
+        times = [s["time"] for s in self.sightings if isinstance(s.get("time"), (int, float))]
+        return max(times) if times else None
+
+    def run_dir(self) -> Path | None:
+        """The schedule's run directory copied into the bundle (node logs, history)."""
+        index = self.schedule.get("index")
+        if isinstance(index, int):
+            path = self.bundle / f"{index:06d}"
+            if path.is_dir():
+                return path
+        return None
+
+    def log_files(self) -> list[Path]:
+        run = self.run_dir()
+        if run is None or not (run / "logs").is_dir():
+            return []
+        return sorted(p for p in (run / "logs").iterdir() if p.is_file())
+
+
+@dataclass
+class CampaignData:
+    root: Path
+    config: dict[str, Any]
+    stats: dict[str, str]
+    plot: list[PlotRow]
+    schedules: list[dict[str, Any]]
+    bugs: list[BugInfo] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return self.root.resolve().name
+
+    @property
+    def policy(self) -> str:
+        return str(self.config.get("policy", "?"))
+
+    @property
+    def start_time(self) -> float | None:
+        """The campaign's start (Unix seconds), from fuzzer_stats."""
+        try:
+            return float(self.stats["start_time"])
+        except (KeyError, ValueError):
+            return None
+
+    def recordings(self) -> list[Path]:
+        """The mediator's event recordings, one per incarnation (events.jsonl, events.1.jsonl...)."""
+        folder = self.root / "events"
+        if not folder.is_dir():
+            return []
+
+        def incarnation(p: Path) -> int:
+            middle = p.name[len("events."):-len(".jsonl")]
+            return int(middle) if middle.isdigit() else 0
+
+        return sorted(folder.glob("events*.jsonl"), key=incarnation)
+
+
+def _sightings(path: Path) -> list[dict[str, Any]]:
+    out = []
+    if path.exists():
+        for line in path.read_bytes().splitlines():
+            if line.strip():
+                try:
+                    value = orjson.loads(line)
+                except orjson.JSONDecodeError:
+                    continue  # a torn last line of a killed campaign
+                if isinstance(value, dict):
+                    out.append(value)
+    return out
+
+
+def load_bug(bundle: Path) -> BugInfo:
+    bundle = Path(bundle)
+    report = read_json_object(bundle / "report.json", f"{bundle} is not a bug bundle (no report.json)")
+    schedule = read_json_object(bundle / "schedule.json", f"{bundle} is not a bug bundle (no schedule.json)")
+    return BugInfo(bundle.name, bundle, report, schedule, _sightings(bundle / "sightings.jsonl"))
+
+
+def load_campaign(root: Path) -> CampaignData:
+    """A campaign directory, or MalloryError naming what is missing or malformed."""
+    root = Path(root)
+    if not root.is_dir():
+        raise MalloryError(f"{root}: no such campaign directory")
+    directory = CampaignDir(root)
+    config = directory.config()
+    plot_path = root / "plot_data"
+    plot = parse_plot_data(plot_path.read_text(), str(plot_path)) if plot_path.exists() else []
+    try:
+        schedules = directory.read_schedules()
+    except orjson.JSONDecodeError as exc:
+        raise MalloryError(f"{root}/schedules: a schedule file is not valid JSON ({exc})") from None
+    bugs_dir = root / "bugs"
+    bugs = []
+    if bugs_dir.is_dir():
+        for bundle in sorted(bugs_dir.iterdir()):
+            if bundle.is_dir() and not bundle.name.startswith("."):
+                bugs.append(load_bug(bundle))
+    bugs.sort(key=lambda b: (b.first_seen is None, b.first_seen or 0.0, b.signature))
+    return CampaignData(root, config, directory.read_stats(), plot, schedules, bugs)

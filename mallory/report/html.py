@@ -1,0 +1,119 @@
+"""The report's HTML pages as strings (pure): inline CSS, images as data: URIs, SVG inline.
+
+Nothing a page refers to lives on another machine: no scripts, fonts or style sheets from
+a CDN; links go only to other pages of the report and to files of the campaign directory.
+"""
+
+from __future__ import annotations
+
+import base64
+import time
+from collections.abc import Iterable, Sequence
+from html import escape
+from typing import Any
+
+import orjson
+
+CSS = """
+body { font-family: sans-serif; margin: 1.5em; color: #222; max-width: 1400px; }
+h1 { font-size: 1.5em; } h2 { font-size: 1.2em; margin-top: 1.6em; border-bottom: 1px solid #ddd; }
+table { border-collapse: collapse; margin: 0.5em 0; font-size: 0.9em; }
+td, th { border: 1px solid #ddd; padding: 3px 8px; text-align: left; vertical-align: top; }
+th { background: #f4f4f4; }
+img.plot { display: block; margin: 0.6em 0; max-width: 100%; }
+pre { background: #f7f7f7; padding: 0.6em; overflow-x: auto; font-size: 0.85em; }
+.scroll { overflow-x: auto; border: 1px solid #ddd; }
+.note { color: #666; font-size: 0.9em; }
+svg.timeline circle:hover { stroke: #000; stroke-width: 2; }
+svg.timeline line.msg:hover { stroke: #d62728; stroke-width: 2; }
+"""
+
+
+def page(title: str, body: str) -> str:
+    return (
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        f"<title>{escape(title)}</title><style>{CSS}</style></head>\n<body>\n{body}\n</body></html>\n"
+    )
+
+
+def png_img(png: bytes, alt: str) -> str:
+    data = base64.b64encode(png).decode()
+    return f'<img class="plot" alt="{escape(alt)}" src="data:image/png;base64,{data}">'
+
+
+def cell(value: Any) -> str:
+    if value is None or value == "":
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return escape(str(value))
+
+
+def table(header: Sequence[str], rows: Iterable[Sequence[Any]], raw_columns: Sequence[int] = ()) -> str:
+    """A table; cells of `raw_columns` are HTML already (e.g. links), the rest are escaped."""
+    head = "".join(f"<th>{escape(h)}</th>" for h in header)
+    body = []
+    for row in rows:
+        body.append("<tr>" + "".join(f"<td>{v if i in raw_columns else cell(v)}</td>" for i, v in enumerate(row)) + "</tr>")
+    return f"<table><tr>{head}</tr>{''.join(body)}</table>"
+
+
+def key_values(pairs: Iterable[tuple[str, Any]]) -> str:
+    return "<table>" + "".join(f"<tr><th>{escape(k)}</th><td>{cell(v)}</td></tr>" for k, v in pairs) + "</table>"
+
+
+def link(href: str, text: str) -> str:
+    return f'<a href="{escape(href)}">{escape(text)}</a>'
+
+
+def when(unix_s: float | None, origin_s: float | None = None) -> str:
+    """A Unix time as UTC, with its offset from the campaign start when known."""
+    if unix_s is None:
+        return "-"
+    text = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(unix_s)) + " UTC"
+    if origin_s is not None:
+        text += f" (+{unix_s - origin_s:.1f} s)"
+    return text
+
+
+def explanation(report: dict[str, Any]) -> str:
+    """The oracle's explanation: the anomaly's text (cycle, non-linearizable op), the
+    sanitizer's report (stack), or the log line; then every detail it recorded."""
+    details = report.get("details") or {}
+    parts = [f"<p><b>{escape(str(report.get('oracle', '?')))}</b> / {escape(str(report.get('kind', '?')))}"
+             + (f" on {escape(str(report['node']))}" if report.get("node") else "") + "</p>"]
+    parts.append(f"<pre>{escape(str(report.get('message', '')))}</pre>")
+    case = details.get("case") if isinstance(details, dict) else None
+    if isinstance(case, dict) and case.get("text"):
+        parts.append(f"<p>Anomaly</p><pre>{escape(str(case['text']))}</pre>")
+    if isinstance(details, dict) and details.get("report"):
+        parts.append(f"<p>Sanitizer report</p><pre>{escape(str(details['report']))}</pre>")
+    if isinstance(details, dict) and isinstance(details.get("line"), int) and report.get("node"):
+        parts.append(f"<p class=\"note\">line {details['line']} of {escape(str(report['node']))}'s log during the schedule</p>")
+    if details:
+        parts.append("<details><summary>all details</summary><pre>"
+                     + escape(orjson.dumps(details, option=orjson.OPT_INDENT_2).decode()) + "</pre></details>")
+    return "\n".join(parts)
+
+
+def targets(report: dict[str, Any]) -> str:
+    """The nodes (and links) a fault's report says it hit."""
+    nodes = report.get("nodes") or []
+    links = report.get("links") or []
+    text = ",".join(str(n) for n in nodes)
+    if links:
+        text += (" " if text else "") + " ".join("-".join(map(str, l)) if isinstance(l, list) else str(l) for l in links)
+    return text
+
+
+def schedule_table(schedule: dict[str, Any]) -> str:
+    """The fault schedule: each step's action, when it started, what the learner saw."""
+    start = schedule.get("started_ns")
+    rows = []
+    for step in schedule.get("steps", []):
+        window = step.get("window_ns") or [None, None]
+        offset = (window[0] - start) / 1e9 if isinstance(start, int) and isinstance(window[0], int) else None
+        report = step.get("report") if isinstance(step.get("report"), dict) else {}
+        rows.append([step.get("step"), step.get("action"), offset, targets(report), step.get("refused"),
+                     step.get("state"), step.get("new"), step.get("reward"), step.get("late")])
+    return table(["step", "action", "at (s)", "targets", "refused", "state", "new", "reward", "late"], rows)

@@ -1,0 +1,39 @@
+"""What the report calls each event (pure given a catalogue).
+
+Code events are named through the build's annotation catalogue (its label, else
+function@file:line); packets by direction, their peer in the timeline and the first payload
+bytes; client operations, faults and log lines by their data.
+"""
+
+from __future__ import annotations
+
+from mallory.observer.catalogue import Catalogue
+from mallory.timeline.builder import Committed
+from mallory.timeline.event import Kind
+
+
+class EventNamer:
+    def __init__(self, catalogue: Catalogue | None = None) -> None:
+        self.catalogue = catalogue if catalogue is not None else Catalogue()
+
+    def __call__(self, entry: Committed) -> str:
+        e = entry.event
+        kind = e.kind
+        if kind in (Kind.FUNC, Kind.BLOCK):
+            return self.catalogue.name(e.id)
+        payload = f" [{e.data}]" if e.data else ""
+        if kind is Kind.SEND:
+            peers = sorted({node for node, _ in entry.recvs or ()})
+            return f"send{payload} -> {','.join(peers) if peers else '?'}"
+        if kind is Kind.RECV:
+            source = entry.send.event.node if entry.send is not None else "?"
+            return f"recv{payload} <- {source}"
+        if kind is Kind.CLIENT_INVOKE:
+            return f"invoke {e.data}"
+        if kind is Kind.CLIENT_COMPLETE:
+            return f"complete {e.data}"
+        if kind is Kind.FAULT:
+            return f"fault {e.data}"
+        if kind is Kind.LOG:
+            return f"log {e.data}"
+        return f"{kind.name.lower()}{payload}"

@@ -1,0 +1,145 @@
+"""The report's two kinds of page, composed from data already computed (pure)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from html import escape
+
+from mallory.report import html
+from mallory.report.campaign_data import BugInfo, CampaignData
+from mallory.report.series import GroupCurve
+from mallory.report.stats import a12_magnitude
+
+
+@dataclass
+class CampaignSection:
+    """One campaign's part of the index: its data, plots and bug page links."""
+
+    data: CampaignData
+    anchor: str
+    plots: list[tuple[str, bytes]] = field(default_factory=list)  # (title, png)
+    bug_pages: dict[str, str] = field(default_factory=dict)  # signature -> href
+    notes: list[str] = field(default_factory=list)
+
+
+def summary_rows(data: CampaignData) -> list[tuple[str, object]]:
+    c, s = data.config, data.stats
+    faults = c.get("faults")
+    return [
+        ("directory", str(data.root)),
+        ("SUT", c.get("sut")),
+        ("policy", c.get("policy")),
+        ("seed", c.get("seed")),
+        ("nodes", c.get("nodes")),
+        ("faults", ", ".join(faults) if faults else "all the SUT can take"),
+        ("workload", c.get("workload")),
+        ("steps × window", f"{c.get('steps')} × {c.get('window_s')} s, reset {c.get('reset_s')} s"),
+        ("run time (s)", s.get("run_time")),
+        ("schedules", s.get("schedules_done")),
+        ("steps (late)", f"{s.get('steps_done', '-')} ({s.get('late_steps', '-')})"),
+        ("refused faults", s.get("refused_faults")),
+        ("distinct states", s.get("distinct_states")),
+        ("states per hour", s.get("states_per_hour")),
+        ("bugs", len(data.bugs)),
+        ("feedback p50 / p99 (ms)", f"{s.get('feedback_ms_p50', '-')} / {s.get('feedback_ms_p99', '-')}"),
+    ]
+
+
+def bug_rows(section: CampaignSection) -> list[list[object]]:
+    rows = []
+    origin = section.data.start_time
+    for bug in section.data.bugs:
+        href = section.bug_pages.get(bug.signature)
+        name = html.link(href, bug.signature) if href else escape(bug.signature)
+        rows.append([name, f"{bug.report.get('oracle', '?')}/{bug.report.get('kind', '?')}",
+                     str(bug.report.get("message", ""))[:160], html.when(bug.first_seen, origin),
+                     html.when(bug.last_seen, origin), bug.count])
+    return rows
+
+
+def comparison(curves: Sequence[GroupCurve], horizon_s: float, a12: Sequence[tuple[str, str, float]], png: bytes) -> str:
+    parts = ["<h2>Comparison by policy</h2>", html.png_img(png, "distinct states by policy")]
+    parts.append(f"<p class=\"note\">Distinct states at the common horizon, {horizon_s:.1f} s (the shortest "
+                 "campaign's run time), over each policy's campaigns (seeds).</p>")
+    rows = []
+    for c in curves:
+        s = c.final_spread
+        rows.append([c.policy, s.n, s.mean, s.std, s.low, s.high])
+    parts.append(html.table(["policy", "campaigns", "mean states", "std", "min", "max"], rows))
+    if a12:
+        parts.append("<p>Vargha–Delaney Â12: the probability that a campaign of the first policy reaches more "
+                     "distinct states than one of the second (0.5: no difference).</p>")
+        parts.append(html.table(["A", "B", "Â12(A, B)", "effect"], [[a, b, v, a12_magnitude(v)] for a, b, v in a12]))
+    return "\n".join(parts)
+
+
+def index_page(sections: Sequence[CampaignSection], overview: str = "", shared_plots: Sequence[tuple[str, bytes]] = ()) -> str:
+    title = "Mallory campaign report" + (f": {sections[0].data.name}" if len(sections) == 1 else f" ({len(sections)} campaigns)")
+    body = [f"<h1>{escape(title)}</h1>"]
+    if len(sections) > 1:
+        body.append("<ul>" + "".join(f"<li>{html.link('#' + s.anchor, s.data.name)} ({escape(s.data.policy)})</li>"
+                                     for s in sections) + "</ul>")
+    body.append(overview)
+    for title_, png in shared_plots:
+        body.append(html.png_img(png, title_))
+    for s in sections:
+        body.append(f"<h2 id=\"{escape(s.anchor)}\">Campaign {escape(s.data.name)}</h2>")
+        body.append(html.key_values(summary_rows(s.data)))
+        for note in s.notes:
+            body.append(f"<p class=\"note\">{escape(note)}</p>")
+        for title_, png in s.plots:
+            body.append(html.png_img(png, title_))
+        body.append(f"<h3>Bugs ({len(s.data.bugs)})</h3>")
+        if s.data.bugs:
+            body.append(html.table(["signature", "oracle", "message", "first seen", "last seen", "sightings"],
+                                   bug_rows(s), raw_columns=(0,)))
+        else:
+            body.append("<p>No bug found.</p>")
+    return html.page(title, "\n".join(body))
+
+
+@dataclass
+class TimelinePart:
+    """The bug page's timeline: the SVG and what to say about how it was cut."""
+
+    svg: str | None
+    note: str
+    shiviz_href: str | None = None
+
+
+def bug_page(bug: BugInfo, origin_s: float | None, index_href: str, timeline: TimelinePart,
+             logs: Sequence[tuple[str, str]]) -> str:
+    """logs: (name, href) of the schedule's node logs."""
+    r = bug.report
+    body = [
+        f"<p>{html.link(index_href, 'back to the report')}</p>",
+        f"<h1>Bug {escape(bug.signature)}</h1>",
+        html.key_values([
+            ("oracle / kind", f"{r.get('oracle', '?')} / {r.get('kind', '?')}"),
+            ("node", r.get("node")),
+            ("schedule", bug.schedule.get("index")),
+            ("sightings", bug.count),
+            ("first seen", html.when(bug.first_seen, origin_s)),
+            ("last seen", html.when(bug.last_seen, origin_s)),
+            ("bundle", str(bug.bundle)),
+        ]),
+        "<h2>Fault schedule</h2>",
+        html.schedule_table(bug.schedule),
+        "<h2>The oracle's explanation</h2>",
+        html.explanation(r),
+        "<h2>Lamport timeline</h2>",
+        f"<p class=\"note\">{escape(timeline.note)}</p>",
+    ]
+    if timeline.svg is not None:
+        body.append("<p class=\"note\">Lanes are nodes; dots are events at their Lamport time (hover for names); "
+                    "arrows are messages from SEND to RECV; shaded spans are faults, from when they were "
+                    "enacted to their heal or the schedule's reset.</p>")
+        body.append(f"<div class=\"scroll\">{timeline.svg}</div>")
+    if timeline.shiviz_href:
+        body.append(f"<p>The same events for ShiViz: {html.link(timeline.shiviz_href, 'ShiViz log')} "
+                    "(open it on ShiViz's input page).</p>")
+    body.append("<h2>Node logs</h2>")
+    body.append("<ul>" + "".join(f"<li>{html.link(href, name)}</li>" for name, href in logs) + "</ul>"
+                if logs else "<p>The bundle holds no node logs.</p>")
+    return html.page(f"Bug {bug.signature}", "\n".join(body))

@@ -1,0 +1,163 @@
+"""The Lamport timeline of a slice as an SVG diagram (pure).
+
+Nodes are horizontal lanes; an event is a dot at its Lamport timestamp's column (the
+distinct Lamport values of the slice, ranked), so on each lane events are in their order
+on that node and every message arrow (SEND -> RECV, both in the slice) points right; faults
+are shaded spans across the lanes, from when they were enacted to when they were healed.
+Every element carries data attributes (node, index, Lamport value, kind) so that tools and
+tests can read the diagram back.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from html import escape
+
+from mallory.timeline.builder import Committed
+from mallory.timeline.event import Kind
+
+LANE_H = 56
+LEFT = 96
+TOP = 40
+DX = 9
+LABELLED = (Kind.FUNC, Kind.BLOCK, Kind.FAULT, Kind.CLIENT_INVOKE, Kind.CLIENT_COMPLETE, Kind.LOG)
+COLOURS = {
+    Kind.FUNC: "#1f77b4",
+    Kind.BLOCK: "#17becf",
+    Kind.SEND: "#2ca02c",
+    Kind.RECV: "#98df8a",
+    Kind.CLIENT_INVOKE: "#9467bd",
+    Kind.CLIENT_COMPLETE: "#c5b0d5",
+    Kind.FAULT: "#d62728",
+    Kind.LOG: "#8c564b",
+}
+
+
+@dataclass(frozen=True)
+class FaultSpan:
+    """A fault active from `start_ns` to `end_ns` on the common time axis."""
+
+    label: str
+    start_ns: int
+    end_ns: int
+
+
+def fault_spans(schedule: dict) -> list[FaultSpan]:
+    """The faults of a schedule record: each lasts from its step's start until a `heal` step
+    or the schedule's end (the reset heals everything). Refused faults did not happen."""
+    end = schedule.get("ended_ns")
+    steps = schedule.get("steps", [])
+    if not isinstance(end, int) and steps:
+        end = steps[-1].get("window_ns", [0, 0])[1]
+    spans: list[FaultSpan] = []
+    active: list[tuple[str, int]] = []
+    for step in steps:
+        action = step.get("action", "")
+        t0 = step.get("window_ns", [None])[0]
+        if not isinstance(t0, int):
+            continue
+        if action == "heal":
+            spans += [FaultSpan(label, start, t0) for label, start in active]
+            active = []
+        elif action != "noop" and not step.get("refused"):
+            report = step.get("report") if isinstance(step.get("report"), dict) else {}
+            started = report.get("started_ns")
+            nodes = ",".join(str(n) for n in report.get("nodes") or [])
+            active.append((f"{action} {nodes}".strip(), started if isinstance(started, int) else t0))
+    spans += [FaultSpan(label, start, int(end or start)) for label, start in active]
+    return spans
+
+
+def natural_key(name: str) -> tuple:
+    return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name))
+
+
+def lane_order(nodes: Sequence[str]) -> list[str]:
+    """Cluster nodes in natural order (n2 before n10), the mediator's lane last."""
+    return sorted(set(nodes), key=lambda n: (n == "mediator", natural_key(n)))
+
+
+def ref(entry: Committed) -> str:
+    """How the diagram names an entry: node#index (its position on its node)."""
+    return f"{entry.event.node}#{entry.index}"
+
+
+def messages(entries: Sequence[Committed]) -> list[tuple[Committed, Committed]]:
+    """(SEND, RECV) pairs with both ends in the slice."""
+    inside = {id(e) for e in entries}
+    return [(e.send, e) for e in entries if e.send is not None and id(e.send) in inside]
+
+
+def timeline_svg(
+    entries: Sequence[Committed],
+    name: Callable[[Committed], str],
+    faults: Sequence[FaultSpan] = (),
+    nodes: Sequence[str] = (),
+) -> str:
+    """The slice as an <svg> element to inline in HTML (no external references)."""
+    lanes = lane_order([*nodes, *(e.event.node for e in entries)])
+    row = {node: i for i, node in enumerate(lanes)}
+    columns = {lam: i for i, lam in enumerate(sorted({e.lamport for e in entries}))}
+    width = LEFT + DX * (len(columns) + 2) + 160
+    height = TOP + LANE_H * len(lanes) + 20
+
+    def x(entry: Committed) -> int:
+        return LEFT + DX * (columns[entry.lamport] + 1)
+
+    def y(node: str) -> int:
+        return TOP + LANE_H * row[node] + LANE_H // 2
+
+    out = [
+        f'<svg class="timeline" width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="9">',
+        '<defs><marker id="arrow" viewBox="0 0 6 6" refX="6" refY="3" markerWidth="6" markerHeight="6" '
+        'orient="auto"><path d="M0,0 L6,3 L0,6 z" fill="#555"/></marker></defs>',
+    ]
+    for span in faults:
+        inside = [x(e) for e in entries if span.start_ns <= e.real_ns < span.end_ns]
+        if not inside:
+            continue
+        x0, x1 = min(inside) - DX // 2, max(inside) + DX // 2
+        out.append(
+            f'<rect class="fault" data-fault="{escape(span.label)}" x="{x0}" y="{TOP - 14}" width="{x1 - x0}" '
+            f'height="{LANE_H * len(lanes) + 14}" fill="#d62728" fill-opacity="0.12">'
+            f"<title>{escape(span.label)}</title></rect>"
+        )
+        out.append(f'<text class="fault-label" x="{x0 + 2}" y="{TOP - 4}" fill="#a00">{escape(span.label)}</text>')
+    for node in lanes:
+        out.append(
+            f'<g class="lane" data-node="{escape(node)}"><line x1="{LEFT}" y1="{y(node)}" x2="{width - 20}" '
+            f'y2="{y(node)}" stroke="#bbb"/><text x="8" y="{y(node) + 4}" font-size="12" font-weight="bold">'
+            f"{escape(node)}</text></g>"
+        )
+    for send, recv in messages(entries):
+        out.append(
+            f'<line class="msg" data-send="{ref(send)}" data-recv="{ref(recv)}" x1="{x(send)}" '
+            f'y1="{y(send.event.node)}" x2="{x(recv)}" y2="{y(recv.event.node)}" stroke="#555" '
+            f'stroke-width="0.7" marker-end="url(#arrow)"/>'
+        )
+    for entry in entries:
+        e = entry.event
+        label = name(entry)
+        cx, cy = x(entry), y(e.node)
+        out.append(
+            f'<circle class="ev" data-node="{escape(e.node)}" data-index="{entry.index}" '
+            f'data-lamport="{entry.lamport}" data-kind="{e.kind.name}" data-real-ns="{entry.real_ns}" cx="{cx}" '
+            f'cy="{cy}" r="3" fill="{COLOURS.get(e.kind, "#777")}"><title>{escape(e.kind.name)} {escape(label)} '
+            f"({ref(entry)}, L{entry.lamport})</title></circle>"
+        )
+        if e.kind in LABELLED:
+            out.append(f'<text x="{cx + 2}" y="{cy - 6}" transform="rotate(-35 {cx + 2} {cy - 6})">{escape(label)}</text>')
+    out.append("</svg>")
+    return "\n".join(out)
+
+
+def tail_by_time(entries: Sequence[Committed], limit: int) -> list[Committed]:
+    """At most about `limit` entries: the latest ones on the common time axis (everything
+    from the limit-th latest time on), kept in their causal order."""
+    if len(entries) <= limit:
+        return list(entries)
+    cutoff = sorted(e.real_ns for e in entries)[-limit]
+    return [e for e in entries if e.real_ns >= cutoff]
