@@ -20,6 +20,7 @@ from mallory.learner.learner import Learner
 from mallory.mediator.campaign import Campaign, LoopConfig, script_of
 from mallory.mediator.campaign_dir import CampaignDir, read_json_object
 from mallory.mediator.live import live_parts
+from mallory.shrink.bundle import bundle_signature
 
 NAME = "replay"
 HELP = "re-enact a bug bundle's fault schedule on a fresh cluster and say whether the bug came back"
@@ -40,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     bundle = args.bundle
     config = _load(bundle, "campaign.json")
     schedule = _load(bundle, "schedule.json")
-    signature = bundle.name
+    signature = bundle_signature(bundle)
     script = script_of(schedule)
     if not script:
         raise MalloryError(f"{bundle}/schedule.json has no steps to replay")

@@ -1,0 +1,44 @@
+"""One replay of a candidate schedule on a fresh cluster: the live side of the shrink.
+
+Each replay is its own campaign directory under `work/replays/NNNN/` (the cluster, the
+SUT, the workload and the checks exactly as `mallory replay` builds them), holding the
+schedule record and, when the bug came back, its bundle.
+"""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+from typing import Any
+
+from mallory.learner.learner import Learner
+from mallory.mediator.campaign import Campaign, LoopConfig, ScriptedStep
+from mallory.mediator.campaign_dir import CampaignDir
+from mallory.mediator.live import live_parts
+
+
+class LiveReplay:
+    def __init__(self, config: dict[str, Any], seed: int | None, signature: str, work: Path) -> None:
+        self.config = config
+        self.seed = seed
+        self.signature = signature
+        self.replays_dir = Path(work) / "replays"
+
+    def _fresh_dir(self) -> CampaignDir:
+        """The next unused number: a replay cut short by Ctrl-C keeps its directory (it was
+        never journaled) and the next one goes beside it."""
+        self.replays_dir.mkdir(parents=True, exist_ok=True)
+        taken = [int(p.name) for p in self.replays_dir.iterdir() if p.name.isdigit()]
+        return CampaignDir(self.replays_dir / f"{max(taken, default=0) + 1:04d}")
+
+    def __call__(self, candidate: list[ScriptedStep]) -> tuple[bool, str | None]:
+        config = self.config
+        directory = self._fresh_dir()
+        directory.create(config)
+        with live_parts(config, directory, "sh" + secrets.token_hex(3)) as live:
+            loop = LoopConfig(steps=len(candidate), window_s=config["window_s"], reset_s=config["reset_s"], seed=config["seed"])
+            # The learner only observes here; it never chooses.
+            campaign = Campaign(directory, Learner.create(policy="random"), live.windows, live.nemesis, loop,
+                                checker=live.checks, on_action=live.record_action)
+            record = campaign.run_schedule(0, script=list(candidate), seed=self.seed)
+        return self.signature in record.get("findings", []), str(directory.root)
