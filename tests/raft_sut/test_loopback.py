@@ -1,0 +1,186 @@
+"""raft-kv without root: it builds warning-clean with mallory-cc (the catalogue names every
+annotation), and a 3-node cluster on loopback serves the line protocol (followers name the
+leader), snapshots with a small threshold and restores a restarted node from one (its own,
+and one the leader sends), stops gracefully on SIGTERM, and changes its membership
+(remove + add back, roles, leadership transfer) through the adapter."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from mallory.harness.loopback import LoopbackBackend
+from mallory.harness.session import start_all, teardown_all
+from mallory.observer.catalogue import Catalogue, catalogue_path
+from mallory.observer.event_ids import event_id
+from mallory.observer.ring import RingReader, create_ring, unlink_ring
+from mallory.polling import wait_until
+from tests.raft_sut import raft_cluster as rc
+
+pytestmark = pytest.mark.timeout(240)
+
+
+def test_catalogue_names_every_annotation(binary: Path) -> None:
+    catalogue = Catalogue.load(catalogue_path(binary))
+    labels = Counter(e.label for e in catalogue)
+    assert set(labels) == rc.LABELS and set(labels.values()) == {1}
+    source = rc.SOURCE.read_text().splitlines()
+    for event in catalogue:
+        assert event.file == "suts/raft/raft_kv.c"
+        assert event.id == event_id(event.file, event.line, event.kind)
+        above = [line.strip() for line in source[: event.line - 1] if line.strip()][-1]
+        assert above == f"// INSTRUMENT_{event.kind} {event.label}", (event, above)
+
+
+def test_builds_without_warnings_under_gcc_too(tmp_path: Path) -> None:
+    """-Wall -Wextra -Werror with gcc at -O2 (its format-truncation checks are stricter)."""
+    result = subprocess.run(
+        ["make", "-C", str(rc.SUT_DIR), "CC=gcc", "CFLAGS=-O2 -Wall -Wextra -Werror -std=c11", f"BUILD={tmp_path}"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "warning" not in result.stderr
+
+
+def test_bad_flags_are_refused(binary: Path, tmp_path: Path) -> None:
+    base = [str(binary), "--listen", "127.0.0.1", "--client-port", "1", "--raft-port", "2", "--data", str(tmp_path)]
+    result = subprocess.run([*base, "--heartbeat-ms", "500", "--election-ms", "400"], capture_output=True, text=True, timeout=10)
+    assert result.returncode == 2 and "must be below --election-ms" in result.stderr
+    result = subprocess.run([*base, "--peers", "nocolon"], capture_output=True, text=True, timeout=10)
+    assert result.returncode == 2 and "not an ip:port address: nocolon" in result.stderr
+
+
+@pytest.fixture
+def loopback():
+    backend = LoopbackBackend(3)
+    rings = [f"/mallory-{os.getpid()}-{node}" for node in backend.nodes]  # the backend's MALLORY_SHM
+    for name in rings:
+        create_ring(name, 1 << 16, exist_ok=True)
+    try:
+        yield backend
+    finally:
+        backend.destroy()
+        for name in rings:
+            unlink_ring(name)
+
+
+def _sut(loopback, binary: Path, *flags: str):
+    return rc.adapter(loopback, binary, *flags, ports=(rc.free_port(), rc.free_port()))
+
+
+def test_protocol_redirects_and_graceful_stop(binary: Path, loopback) -> None:
+    sut = _sut(loopback, binary)
+    catalogue = Catalogue.load(catalogue_path(binary))
+    readers = {n: RingReader(f"/mallory-{os.getpid()}-{n}", node=n) for n in loopback.nodes}
+    try:
+        start_all(sut)
+        leader = rc.wait_leader(sut)
+        follower = next(n for n in loopback.nodes if n != leader)
+        ask = lambda line: rc.ask(sut, leader, line)  # noqa: E731
+        assert ask("PUT a 1") == "OK" and ask("GET a") == "OK 1"
+        assert ask("CAS a 1 2") == "OK" and ask("CAS a 1 3") == "FAIL mismatch" and ask("GET a") == "OK 2"
+        assert ask("APPEND l 5") == "OK" and ask("APPEND l 6") == "OK" and ask("GET l") == "OK 5,6"
+        assert ask("GET missing") == "OK nil"
+        assert ask("FROB x") == "ERR bad-request" and ask("PUT onlykey") == "ERR bad-request"
+        # a follower names the leader's host (the line client reconnects there, same port)
+        assert rc.ask(sut, follower, "PUT a 9") == f"ERR not-leader {loopback.node_address(leader)}"
+        assert rc.ask(sut, follower, "LEADER") == f"OK {sut.raft_address(leader)}"
+        assert set(rc.ask(sut, follower, "MEMBERS").split()[1:]) == {f"{sut.raft_address(n)}/voter" for n in loopback.nodes}
+        # SIGTERM: raft_close, then the loop drains and the process exits 0
+        proc = sut.process(follower)
+        assert proc is not None
+        sut.stop(follower)
+        assert loopback.wait(proc, 1) == 0
+        text = rc.log_text(sut, follower)
+        assert "signal 15: closing raft" in text and text.endswith(f"[raft-kv {sut.raft_address(follower)}] stopped\n")
+        assert ask("PUT b 1") == "OK"  # two of three still commit
+        names = {n: Counter(catalogue.name(e.id) for e in r.poll_events()) for n, r in readers.items()}
+    finally:
+        for r in readers.values():
+            r.close()
+        teardown_all(sut)
+    assert names[leader]["became-leader"] == 1 and names[leader]["client-request"] >= 10
+    assert names[leader]["cas-mismatch"] == 1 and names[follower]["cas-mismatch"] == 1  # every node applies
+    assert names[follower]["not-leader-reply"] == 1 and names[follower]["shutdown"] == 1
+    assert names[follower]["apply"] >= 8 and names[follower]["leader-change"] >= 1
+
+
+def test_snapshots_and_restores_from_one(binary: Path, loopback) -> None:
+    """Threshold 8, trailing 4: snapshots every few writes. A stopped node restarts from its
+    own snapshot; a killed node that missed more than the trailing entries gets the leader's."""
+    sut = _sut(loopback, binary, "--snapshot-threshold", "8", "--snapshot-trailing", "4")
+    try:
+        start_all(sut)
+        leader = rc.wait_leader(sut)
+        first, second = [n for n in loopback.nodes if n != leader]
+        for i in range(30):
+            assert rc.ask(sut, leader, f"PUT k{i} {i}") == "OK"
+        wait_until(lambda: all(int(rc.status(sut, n).get("snapshot", 0)) >= 16 for n in loopback.nodes), 10, "snapshots everywhere")
+        assert all("snapshot taken: " in rc.log_text(sut, n) for n in loopback.nodes)
+
+        sut.stop(first)  # restart: its own snapshot, then the log after it
+        sut.start(first)
+        sut.wait_ready(first)
+        wait_until(lambda: "restored snapshot: " in rc.log_text(sut, first), 10, "a restore on restart")
+
+        sut.kill(second)  # misses 30 entries: the leader has compacted them away
+        for i in range(30, 60):
+            assert rc.ask(sut, rc.wait_leader(sut), f"PUT k{i} {i}") == "OK"
+        restores = rc.log_text(sut, second).count("restored snapshot: ")
+        sut.start(second)
+        sut.wait_ready(second)
+        wait_until(lambda: rc.log_text(sut, second).count("restored snapshot: ") > restores, 15, "the installed snapshot")
+        assert "sending snapshot" in rc.log_text(sut, rc.wait_leader(sut))  # the library's trace says so
+        target = int(rc.status(sut, rc.wait_leader(sut))["applied"])
+        wait_until(lambda: int(rc.status(sut, second).get("applied", 0)) >= target, 10, "the restored node to catch up")
+
+        sut.promote(second)  # read everything back through the node that restored
+        assert rc.wait_leader(sut) == second
+        for i in range(60):
+            assert rc.ask(sut, second, f"GET k{i}") == f"OK {i}"
+    finally:
+        teardown_all(sut)
+
+
+def test_membership_remove_add_back_roles_and_transfer(binary: Path, loopback) -> None:
+    sut = _sut(loopback, binary)
+    try:
+        start_all(sut)
+        leader = rc.wait_leader(sut)
+        assert rc.ask(sut, leader, "PUT m 1") == "OK"
+        addresses = {n: sut.raft_address(n) for n in loopback.nodes}
+
+        sut.remove_member(leader)  # the leader itself: leadership moves first
+        assert not sut.is_running(leader)
+        assert sut.members() == {addresses[n]: "voter" for n in loopback.nodes if n != leader}
+        new_leader = rc.wait_leader(sut)
+        assert new_leader != leader and rc.ask(sut, new_leader, "PUT m 2") == "OK"
+
+        sut.add_member(leader)  # back, empty: it catches up from the others
+        assert sut.members() == {a: "voter" for a in addresses.values()}
+        sut.wait_ready(leader)
+        assert "joining: no bootstrap" in rc.log_text(sut, leader)
+        sut.promote(leader)
+        assert rc.wait_leader(sut) == leader and rc.ask(sut, leader, "GET m") == "OK 2"
+
+        follower = next(n for n in loopback.nodes if n != leader)
+        for role in ("standby", "spare", "voter"):
+            assert rc.ask(sut, leader, f"ASSIGN {addresses[follower]} {role}") == "OK"
+            assert sut.members()[addresses[follower]] == role
+        assert rc.ask(sut, leader, f"ASSIGN {addresses[follower]} voter").startswith("ERR")  # already one
+        assert sut.primaries() == [leader]
+    finally:
+        teardown_all(sut)
+
+
+def test_builtin_name_gives_the_membership_adapter(loopback) -> None:
+    from mallory.harness.suts import BUILTIN_SUTS, make_adapter
+
+    assert "raft-kv" in BUILTIN_SUTS
+    sut = make_adapter("raft-kv", loopback)
+    assert sut.capabilities.add_member and sut.capabilities.remove_member and sut.capabilities.promote
+    assert Path(sut.command("n1")[0]).exists()  # built on first use
