@@ -20,6 +20,7 @@ HELP = "observe one node: NFQUEUE on INPUT/OUTPUT (+ shm ring), batches to the m
 
 DEFAULT_BATCH_PORT = 7101
 DEFAULT_MODE = "nfqueue"
+DEFAULT_LOG_FILE = "{log_dir}/sut.log"
 
 
 def _address(text: str) -> tuple[str, int]:
@@ -46,6 +47,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-packets", action="store_true", help="do not capture packets (shm ring only)")
     parser.add_argument("--shm", default=os.environ.get("MALLORY_SHM"), help="shm ring to create and drain (default $MALLORY_SHM; none: packets only)")
     parser.add_argument("--ring-capacity", type=int, default=1 << 20, help="ring slots, a power of two (default 1Mi)")
+    parser.add_argument("--log-events", metavar="FILE",
+                        help="tail the node's logs for these patterns (a TOML SUT spec's [[log_events]], or JSON "
+                        '{"log_events": [{"pattern", "name", "file"}]}): matching lines become LOG events')
+    parser.add_argument("--log-file", default=DEFAULT_LOG_FILE,
+                        help=f"the log an entry without `file` watches (default {DEFAULT_LOG_FILE}: the SUT's output)")
+    parser.add_argument("--log-cursor", metavar="PATH",
+                        help="where the log tail saves how far it read, so a restarted observer resumes there "
+                        "(default with --run: observer.log-cursor.json in the node's log dir)")
 
 
 def _open_ring(name: str, capacity: int, node: str):
@@ -69,6 +78,35 @@ def _open_ring(name: str, capacity: int, node: str):
             return reader
     create_ring(name, capacity, exist_ok=True)
     return RingReader(name, node=node)
+
+
+def _log_watcher(args: argparse.Namespace):
+    """The LogWatcher for --log-events, its cursor in --log-cursor (or the node's log dir).
+    File templates take {node} {index} {address} {data_dir} {log_dir} (from --run) and the
+    TOML spec's {port_<name>}."""
+    from mallory.observer import log_events
+
+    patterns, ports = log_events.load_log_events(args.log_events)
+    values: dict[str, object] = {"node": args.node, **{f"port_{k}": v for k, v in ports.items()}}
+    cursor_path = args.log_cursor
+    if args.run:
+        from nemesis.netns import NetnsCluster
+
+        cluster = NetnsCluster.attach(args.run)
+        values.update(
+            index=cluster.layout.names.index(args.node) + 1,
+            address=cluster.node_address(args.node),
+            data_dir=str(cluster.data_dir(args.node)),
+            log_dir=str(cluster.log_dir(args.node)),
+        )
+        cursor_path = cursor_path or str(cluster.log_dir(args.node) / "observer.log-cursor.json")
+    where = f"observe --log-events {args.log_events}"
+    watched = log_events.resolve(
+        patterns,
+        lambda t: log_events.expand_template(t, values, where),
+        log_events.expand_template(args.log_file, values, "observe --log-file"),
+    )
+    return log_events.LogWatcher(args.node, watched, cursor_path)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -103,6 +141,7 @@ def run(args: argparse.Namespace) -> int:
         # Bind first, then add the rules: no packet is ever queued to an unbound queue.
         queue = NfLog(args.queue) if args.mode == "nflog" else NfQueue(args.queue, maxlen=args.queue_maxlen)
         iptables.install(args.queue, peers, args.mode)
+    logs = _log_watcher(args) if args.log_events else None
     reader = _open_ring(args.shm, args.ring_capacity, args.node) if args.shm else None
     sender = BatchSender(clock_pair(args.node), mediator, capacity_events=args.buffer_events).start()
     observer = Observer(
@@ -112,6 +151,7 @@ def run(args: argparse.Namespace) -> int:
         interval=args.interval,
         ring=reader,
         ring_lost=(lambda: reader.lost_total) if reader else None,
+        logs=logs,
     )
     print(
         f"observe {args.node}: {args.mode} {args.queue} peers {','.join(peers)} ring {args.shm or '-'} "
@@ -129,11 +169,13 @@ def run(args: argparse.Namespace) -> int:
             queue.close()
         if reader is not None:
             reader.close()
+        if logs is not None:
+            logs.close()
         sender.flush(1.0)
         sender.close()
         print(
             f"observe {args.node}: {observer.packets} packets, {observer.batches} batches, "
-            f"{observer.ring_events} ring events, "
+            f"{observer.ring_events} ring events, {observer.log_events} log events, "
             f"{queue.received / max(queue.reads, 1) if queue else 0:.1f} packets per read, "
             f"{queue.lost if queue else 0} lost in the queue, "
             f"{reader.lost_total if reader else 0} lost in the ring, "

@@ -25,6 +25,7 @@ from typing import Protocol, Sequence
 from mallory.errors import MalloryError
 from mallory.harness.client import Client
 from mallory.harness.workload import Workload
+from mallory.observer.log_events import LogPattern, WatchedPattern, expand_template, resolve
 from nemesis.backend import ClusterBackend, NodeProcess
 
 
@@ -96,6 +97,9 @@ class ProcessAdapter:
     stop_timeout: float = 10.0
     ready_timeout: float = 30.0
     ready_interval: float = 0.1
+    #: log lines that become LOG events (mallory/observer/log_events.py); `file` templates
+    #: take {node} {index} {address} {data_dir} {log_dir}, no `file` = the process's output
+    log_events: tuple[LogPattern, ...] = ()
 
     def __init__(self, backend: ClusterBackend) -> None:
         self.backend = backend
@@ -214,6 +218,23 @@ class ProcessAdapter:
 
     def log_paths(self, node: str) -> list[Path]:
         return [self.backend.log_dir(node) / f"{self.process_name}.log", *self.extra_log_paths(node)]
+
+    def log_template_values(self, node: str) -> dict[str, object]:
+        return {
+            "node": node,
+            "index": list(self.backend.nodes).index(node) + 1,
+            "address": self.backend.node_address(node),
+            "data_dir": str(self.backend.data_dir(node)),
+            "log_dir": str(self.backend.log_dir(node)),
+        }
+
+    def log_watch(self, node: str) -> list[WatchedPattern]:
+        """`log_events` resolved for `node`: what its observer tails, file by file."""
+        if not self.log_events:
+            return []
+        values = self.log_template_values(node)
+        where = f"{self.name}: log_events"
+        return resolve(self.log_events, lambda t: expand_template(t, values, where), str(self.log_paths(node)[0]))
 
     def primaries(self) -> list[str]:
         raise UnsupportedOperation(f"{self.name} cannot tell which nodes are primaries")

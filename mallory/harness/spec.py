@@ -24,6 +24,11 @@
     pattern = "Ready to accept"          # log: a regex searched in the node's logs
     timeout = 30.0
 
+    [[log_events]]                       # optional, repeatable: log lines that become
+    pattern = 'became leader at term \\d+' # LOG events (mallory/observer/log_events.py)
+    name = "became-leader"               # optional: default the normalised message
+    file = "{log_dir}/raft.log"          # optional: default the process's own output
+
     [client]
     kind = "redis"                       # a client the harness knows: "redis", or "line"
                                          # (GET/PUT/CAS text lines, mallory/harness/line_client.py)
@@ -53,6 +58,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from mallory.errors import MalloryError
+from mallory.observer.log_events import LogPattern, parse_log_events
 
 PROBES = ("tcp", "command", "log")
 CLIENT_KINDS = ("redis", "line")
@@ -66,6 +72,7 @@ _SECTIONS = {
     "stop": {"signal", "timeout"},
     "ready": {"probe", "port", "command", "pattern", "timeout", "interval"},
     "client": {"kind", "port", "timeout"},
+    "log_events": None,  # an array of tables, checked by log_events.parse_log_events
 }
 
 
@@ -101,6 +108,7 @@ class SutSpec:
     stop_timeout: float = 10.0
     ready: ReadySpec = ReadySpec(probe="tcp")
     client: ClientSpec | None = None
+    log_events: tuple[LogPattern, ...] = ()
     source: str = "<spec>"
 
 
@@ -212,6 +220,7 @@ class _Validator:
             stop_timeout=stop_timeout,
             ready=self.ready(raw.get("ready", {}), ports),
             client=self.client(raw.get("client"), ports),
+            log_events=self.log_events(raw.get("log_events", []), ports),
             source=self.source,
         )
 
@@ -255,6 +264,14 @@ class _Validator:
                 )
             if spec or conversion:
                 raise self.error(fieldname, f"placeholder {{{name}}} takes no format spec or conversion")
+
+    def log_events(self, raw: Any, ports: Mapping[str, int]) -> tuple[LogPattern, ...]:
+        try:
+            return parse_log_events(raw, self.source, lambda text, fieldname: self.template(text, fieldname, ports))
+        except SpecError:
+            raise
+        except MalloryError as exc:
+            raise SpecError(str(exc)) from None
 
     def signal(self, raw: Any, fieldname: str) -> int:
         if type(raw) is int and raw in {int(s) for s in signals.Signals}:

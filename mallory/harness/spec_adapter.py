@@ -27,6 +27,7 @@ class SpecAdapter(ProcessAdapter):
         self.ready_interval = spec.ready.interval
         self._log_pattern = re.compile(spec.ready.pattern) if spec.ready.probe == "log" else None
         self._log_offsets: dict[str, dict[Path, int]] = {}
+        self.log_events = spec.log_events
 
     def context(self, node: str) -> NodeContext:
         peer_port = self.spec.ports.get("peer", self.spec.ports["client"])
@@ -41,6 +42,9 @@ class SpecAdapter(ProcessAdapter):
             data_dir=str(self.backend.data_dir(node)),
             log_dir=str(self.backend.log_dir(node)),
         )
+
+    def log_template_values(self, node: str) -> dict[str, object]:
+        return self.context(node).values()
 
     def command(self, node: str) -> Sequence[str]:
         ctx = self.context(node)

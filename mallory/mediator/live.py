@@ -47,12 +47,17 @@ def live_parts(config: dict[str, Any], directory: CampaignDir, run_name: str) ->
 
         stack = ObservedDockerCluster.from_env(run_name, config["nodes"], record_dir=directory.root / "events")
     else:
-        stack = ObservedCluster(run_name, config["nodes"], record_dir=directory.root / "events")
+        stack = ObservedCluster(
+        run_name,
+        config["nodes"],
+        record_dir=directory.root / "events",
+        adapter_factory=lambda backend: make_adapter(config["sut"], backend, config.get("port", 6379)),
+    )
     adapter = checks = None
     try:
         backend = stack.cluster
         (directory.root / "cluster.json").write_text(backend.layout.to_json())
-        adapter = make_adapter(config["sut"], backend, config.get("port", 6379))
+        adapter = stack.adapter
         controls = NodeControls(backend.record, list(backend.nodes)).prepare()
         attach(adapter, controls)
         start_all(adapter)

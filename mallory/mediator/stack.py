@@ -2,7 +2,9 @@
 
 The order matters and is the paper's: the mediator first (observers dial it), then the
 observers (they must see the SUT's first packet and create its shm ring), then the SUT,
-which the caller starts through its adapter. `close()` undoes it all in reverse; the run
+which the caller starts through its adapter. An adapter made by `adapter_factory` (once the
+cluster is up, before the observers) lends its `log_watch` patterns to the observers, so
+its log lines become LOG events (mallory/observer/log_events.py). `close()` undoes it all in reverse; the run
 registry (nemesis/runstate.py) covers a kill -9 of the controller, through `mallory cleanup`.
 """
 
@@ -12,24 +14,36 @@ import secrets
 import signal
 import sys
 from pathlib import Path
+from typing import Any, Callable
 
 from mallory.commands.mediator import DEFAULT_API_PORT
 from mallory.errors import MalloryError
 from mallory.mediator.client import MediatorClient
+from mallory.observer.log_events import write_watch_file
 from mallory.polling import wait_until
 from nemesis.backend import NodeProcess
 from nemesis.netns import NetnsCluster
 
 
 class ObservedCluster:
-    def __init__(self, run: str, nodes: int, record_dir: Path | None = None, skew_ms: float = 100.0) -> None:
+    def __init__(
+        self,
+        run: str,
+        nodes: int,
+        record_dir: Path | None = None,
+        skew_ms: float = 100.0,
+        adapter_factory: Callable[[NetnsCluster], Any] | None = None,
+    ) -> None:
         self.token = secrets.token_hex(16)
         self.cluster = NetnsCluster.up(run, nodes)
         self.client = MediatorClient(self.cluster.layout.gateway_control_address, DEFAULT_API_PORT, self.token)
         self.mediator_proc: NodeProcess | None = None
         self.observers: list[NodeProcess] = []
+        self.adapter: Any = None
         try:
             self._start_mediator(record_dir, skew_ms)
+            if adapter_factory is not None:
+                self.adapter = adapter_factory(self.cluster)
             self._start_observers()
         except BaseException:
             self.close()
@@ -49,10 +63,13 @@ class ObservedCluster:
 
     def _start_observers(self) -> None:
         for node in self.cluster.nodes:
-            self.observers.append(
-                self.cluster.spawn(node, [sys.executable, "-m", "mallory.cli", "observe", "--run", self.cluster.run],
-                                   name="observer")
-            )
+            argv = [sys.executable, "-m", "mallory.cli", "observe", "--run", self.cluster.run]
+            watched = self.adapter.log_watch(node) if hasattr(self.adapter, "log_watch") else []
+            if watched:
+                path = self.cluster.data_dir("gw") / f"log-events-{node}.json"
+                write_watch_file(str(path), watched)
+                argv += ["--log-events", str(path)]
+            self.observers.append(self.cluster.spawn(node, argv, name="observer"))
 
         def all_reporting() -> bool:
             nodes = self.client.metrics()["ingest"]["nodes"]

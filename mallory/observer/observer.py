@@ -7,6 +7,10 @@ A batch's `until_ns` is the monotonic time of the cut: packet events are stamped
 so every later one is later than the cut. Ring events are stamped by the SUT when they
 happen; a slot still being written at the cut is read at the next one, so with a ring the
 promise is made RING_MARGIN_NS before the cut.
+
+Log-derived events (mallory/observer/log_events.py) are stamped when their line is read:
+the log files are polled every LOG_POLL_S in the loop and once more right before the cut
+(so their stamps precede it).
 """
 
 from __future__ import annotations
@@ -21,12 +25,23 @@ from mallory.observer.packet import id_and_data
 from mallory.timeline.event import ClockPair, Event, Kind
 
 RING_MARGIN_NS = 1_000_000
+LOG_POLL_S = 0.02
 
 
 class EventSource(Protocol):
     """A shm ring reader (mallory/observer/ring.py) as the observer uses it."""
 
     def poll_events(self) -> list[Event]: ...
+
+
+class LogSource(Protocol):
+    """A LogWatcher (mallory/observer/log_events.py): LOG events from tailed log files."""
+
+    def poll_events(self) -> list[Event]: ...
+
+    def checkpoint(self) -> None:
+        """Remember how far the logs were read (called once their events are submitted)."""
+        ...
 
 
 class PacketSource(Protocol):
@@ -64,6 +79,7 @@ class Observer:
         interval: float = 0.1,
         ring: EventSource | None = None,
         ring_lost: Callable[[], int] | None = None,
+        logs: LogSource | None = None,
     ) -> None:
         self.node = node
         self.capture = capture
@@ -74,6 +90,10 @@ class Observer:
         self.batches = 0
         self.packets = 0
         self.ring_events = 0
+        self.logs = logs
+        self.log_events = 0
+        self._next_log_poll = 0.0
+        self._unsorted = False  # log events are in this batch: sort it by ts at the cut
         self._events: list[Event] = []
         self._lost_reported = 0
 
@@ -91,22 +111,38 @@ class Observer:
                 count += 1
         self.packets += count
 
+    def poll_logs(self) -> None:
+        """Read the log files now (their events are stamped at this read)."""
+        if self.logs is None:
+            return
+        found = self.logs.poll_events()
+        if found:
+            self._unsorted = True  # packets read before this poll may be stamped later, or earlier
+            self._events.extend(found)
+            self.log_events += len(found)
+
     def cut(self) -> None:
         """Close the current batch and hand it to the sender."""
+        self.poll_logs()
         now = time.monotonic_ns()
         events, self._events = self._events, []
         until = now
+        unsorted, self._unsorted = self._unsorted, False
         if self.ring is not None:
             ring_events = self.ring.poll_events()
             if ring_events:
                 self.ring_events += len(ring_events)
                 events.extend(ring_events)
-                events.sort(key=lambda e: e.ts)
+                unsorted = True
             until = now - RING_MARGIN_NS
+        if unsorted:
+            events.sort(key=lambda e: e.ts)
         lost_total = (self.capture.lost if self.capture else 0) + (self.ring_lost() if self.ring_lost else 0)
         lost, self._lost_reported = lost_total - self._lost_reported, lost_total
         self.sender.submit(events, until, lost)
         self.batches += 1
+        if self.logs is not None:
+            self.logs.checkpoint()
 
     def run(self, stop: threading.Event) -> None:
         """Read packets and cut batches until `stop` is set (then call `finish`)."""
@@ -115,11 +151,14 @@ class Observer:
         while not stop.is_set():
             timeout = max(0.0, next_cut - time.monotonic())
             if fds:
-                readable, _, _ = select.select(fds, [], [], min(timeout, 0.05))
+                readable, _, _ = select.select(fds, [], [], min(timeout, LOG_POLL_S if self.logs is not None else 0.05))
                 if readable:
                     self.capture.drain(self.on_packets)
             else:
-                stop.wait(min(timeout, 0.05))
+                stop.wait(min(timeout, LOG_POLL_S if self.logs is not None else 0.05))
+            if self.logs is not None and time.monotonic() >= self._next_log_poll:
+                self.poll_logs()
+                self._next_log_poll = time.monotonic() + LOG_POLL_S
             if time.monotonic() >= next_cut:
                 self.cut()
                 next_cut += self.interval
