@@ -58,3 +58,26 @@ def status(sut: RaftKvAdapter, node: str) -> dict[str, str]:
 
 def log_text(sut: RaftKvAdapter, node: str) -> str:
     return "\n".join(p.read_text(errors="replace") for p in sut.log_paths(node) if p.exists())
+
+
+def start_observers(cluster, sut: RaftKvAdapter) -> dict:
+    """`mallory observe` in every node (packets, the node's shm ring, and the spec's
+    [[log_events]] over the node's log, resolved by the adapter as the campaign does)."""
+    import sys
+
+    from mallory.observer.log_events import write_watch_file
+
+    procs = {}
+    for node in cluster.nodes:
+        watch = cluster.data_dir("gw") / f"log-events-{node}.json"
+        write_watch_file(str(watch), sut.log_watch(node))
+        argv = [sys.executable, "-m", "mallory.cli", "observe", "--run", cluster.run, "--log-events", str(watch)]
+        procs[node] = cluster.spawn(node, argv, name="observer")
+    return procs
+
+
+def log_event_names(sut: RaftKvAdapter, text: str) -> list[str]:
+    """The LOG event names the spec's [[log_events]] give the lines of `text`."""
+    from mallory.observer.log_events import LineMatcher
+
+    return LineMatcher([(p.pattern, p.name) for p in sut.log_events]).names(text)

@@ -2,7 +2,8 @@
 the mediator in the gateway. The register workload (through the gateway) checks
 linearizable; kill, pause and partition each leave it serving again once healed; the
 nemesis's membership fault removes a node and its heal adds it back; and the mediator's
-recording holds the nodes' packets and their annotated code events by name."""
+recording holds the nodes' packets, their annotated code events by name, and the LOG
+events the spec's [[log_events]] make of libraft's trace and the server's lines."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from mallory.oracles.history import read_history
 from mallory.oracles.linearizability import check_linearizable
 from mallory.oracles.logs import scan_log
 from mallory.oracles.models import CasRegister
+from mallory.polling import wait_until
 from mallory.timeline.codec import read_records
 from mallory.timeline.event import Batch, Kind
 from nemesis.faults.base import FaultContext
@@ -70,15 +72,13 @@ def _serves(sut, value: int, among: list[str] | None = None) -> str:
 def test_observed_cluster_survives_faults_and_membership_changes(cluster, binary, tmp_path: Path) -> None:
     catalogue = Catalogue.load(catalogue_path(binary))
     mediator_proc, mediator = ex.start_mediator(cluster, tmp_path / "rec")
-    observers = ex.start_observers(cluster)
-    from mallory.polling import wait_until
-
+    sut = rc.adapter(cluster, binary, "--snapshot-threshold", "32", "--snapshot-trailing", "8")
+    observers = rc.start_observers(cluster, sut)
     wait_until(
         lambda: all(mediator.metrics()["ingest"]["nodes"].get(n, {}).get("batches", 0) > 0 for n in cluster.nodes),
         20,
         "batches from every observer (each has created its node's ring)",
     )
-    sut = rc.adapter(cluster, binary, "--snapshot-threshold", "32", "--snapshot-trailing", "8")
     try:
         start_all(sut)
         leader = _serves(sut, 1)
@@ -145,3 +145,13 @@ def test_observed_cluster_survives_faults_and_membership_changes(cluster, binary
                   "snapshot-index-advanced", "client-request", "client-command", "admin-command", "shutdown"):  # fmt: skip
         assert everywhere[label] > 0, (label, everywhere)
     assert everywhere["became-leader"] >= 4
+
+    # the library's trace and the server's lines, as LOG events named by the spec
+    logs = Counter((e.node, e.data) for e in events if e.kind == Kind.LOG)
+    names = Counter(name for (_, name) in logs.elements())
+    assert set(names) <= {p.name for p in sut.log_events}, names
+    for name in ("libraft-won-election", "libraft-vote-granted", "libraft-take-snapshot", "libraft-config-uncommitted",
+                 "raft-kv-became-leader", "raft-kv-snapshot-taken", "raft-kv-configuration-changed"):  # fmt: skip
+        assert names[name] > 0, (name, names)
+    for node in cluster.nodes:
+        assert logs[(node, "libraft-take-snapshot")] > 0, (node, logs)
