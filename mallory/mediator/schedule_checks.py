@@ -1,7 +1,8 @@
 """What runs around each schedule of a live campaign: the workload, and the checks after it.
 
 At a schedule's start, `ScheduleChecks` notes where every node's logs end and starts the
-client workload in the background, recording `runs/NNNNNN/history.edn` (+ `.jsonl`). At its
+client workload in the background, recording `runs/NNNNNN/history.edn` (+ `.jsonl`); at
+its end it writes Jepsen's `results.edn` beside it. At its
 end it stops the workload, checks the history (the checker is inferred from the workload:
 linearizability for registers, Elle-style for transactions), scans the log lines the
 schedule added for the log patterns and AddressSanitizer reports, and notices processes
@@ -22,11 +23,13 @@ from mallory.harness.runner import RunConfig, WorkloadRunner
 from mallory.harness.session import client_node_for
 from mallory.harness.workload import make_workload
 from mallory.mediator.campaign import BugEvidence
-from mallory.mediator.campaign_dir import CampaignDir
+from mallory.mediator.campaign_dir import CampaignDir, atomic_write
 from mallory.oracles.asan import parse_asan
 from mallory.oracles.check import CheckOptions, check_history
 from mallory.oracles.history import read_history
 from mallory.oracles.logs import DEFAULT_PATTERNS, LogPattern, death_finding, scan_log
+from mallory.oracles.result import CheckResult
+from mallory.oracles.results_edn import results_edn
 from mallory.oracles.triage import Finding, findings_from_result
 
 #: the longest run a schedule's workload may have; the campaign stops it at the schedule end
@@ -57,6 +60,8 @@ class ScheduleChecks:
         self._runner: WorkloadRunner | None = None
         self._thread: threading.Thread | None = None
         self._offsets: dict[Path, int] = {}
+        #: the last schedule's history verdict, for its results.edn
+        self._result: CheckResult | None = None
 
     # -- around a schedule ---------------------------------------------------------------
 
@@ -101,8 +106,10 @@ class ScheduleChecks:
     def check_schedule(self, index: int, record: dict[str, Any]) -> list[BugEvidence]:
         findings: list[Finding] = []
         run_dir = self.dir.run_dir(index)
+        self._result = None
         if self.stop_workload():
             findings += self._check_history(run_dir / "history.edn", record)
+        history_findings = len(findings)
         logs_dir = run_dir / "logs"
         for path, start in self._offsets.items():
             text = self._read_from(path, start)
@@ -120,6 +127,9 @@ class ScheduleChecks:
                 if death is not None:
                     findings.append(death)
         record["checks"] = {"findings": len(findings), "run_dir": str(run_dir)}
+        # Jepsen's results.edn beside history.edn, so Jepsen's own tools read the run
+        atomic_write(run_dir / "results.edn", results_edn(self._result, findings[history_findings:],
+                                                          record.get("history", {}).get("error")).encode())
         return [self._evidence(f, index, run_dir) for f in findings]
 
     # -- pieces ----------------------------------------------------------------------------
@@ -136,6 +146,7 @@ class ScheduleChecks:
             record["history"] = {"valid": "unknown", "error": str(exc)}
             return []
         record["history"] = {"valid": result.valid, "checker": result.checker, "anomalies": result.anomaly_types}
+        self._result = result
         return findings_from_result(result)
 
     def _log_paths(self) -> list[Path]:
