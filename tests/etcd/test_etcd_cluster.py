@@ -1,0 +1,187 @@
+"""etcd 3.4 (Debian's etcd-server) as the fuzzer sees it: a 3-member cluster in network
+namespaces, an observer in every node (packets and the adapter's log-derived events) and
+the mediator in the gateway. The register workload (CAS through txn) checks linearizable,
+list-append checks with Elle; kill, pause and a partition through the mediator each leave
+the cluster serving once healed; the membership fault removes a member and adds it back;
+and the mediator's recording holds the nodes' packets and named LOG events ("became-leader"
+on the member that took over from the killed leader, snapshots, membership changes)."""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import signal
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from mallory.harness.etcd_client import EtcdClient
+from mallory.harness.etcd_sut import EtcdAdapter
+from mallory.harness.runner import RunConfig
+from mallory.harness.session import record_run, start_all, teardown_all
+from mallory.harness.workload import ListAppendWorkload, RegisterWorkload
+from mallory.oracles.elle import check_elle
+from mallory.oracles.history import read_history
+from mallory.oracles.linearizability import check_linearizable
+from mallory.oracles.logs import scan_log
+from mallory.oracles.models import CasRegister
+from mallory.polling import wait_until
+from mallory.timeline.codec import read_records
+from mallory.timeline.event import Batch, Kind
+from nemesis.faults.base import FaultContext
+from nemesis.faults.membership import MembershipFaults
+from tests.example_sut import example_cluster as ex
+
+pytestmark = [pytest.mark.root, pytest.mark.timeout(400)]
+
+
+@pytest.fixture
+def cluster(tmp_path: Path):
+    if os.geteuid() != 0 or shutil.which("ip") is None:
+        pytest.skip("needs root and iproute2 (network namespaces)")
+    from nemesis.netns import NetnsCluster
+
+    c = NetnsCluster.up(f"etcd-{uuid.uuid4().hex[:6]}", 3, data_root=tmp_path / "data")
+    try:
+        yield c
+    finally:
+        c.down()
+
+
+def start_observers(cluster, sut: EtcdAdapter) -> dict:
+    """`mallory observe` in every node with the adapter's log events, as the campaign does."""
+    import sys
+
+    from mallory.observer.log_events import write_watch_file
+
+    procs = {}
+    for node in cluster.nodes:
+        watch = cluster.data_dir("gw") / f"log-events-{node}.json"
+        write_watch_file(str(watch), sut.log_watch(node))
+        argv = [sys.executable, "-m", "mallory.cli", "observe", "--run", cluster.run, "--log-events", str(watch)]
+        procs[node] = cluster.spawn(node, argv, name="observer")
+    return procs
+
+
+def leader(sut: EtcdAdapter, among: list[str] | None = None, timeout: float = 20.0) -> str:
+    """The one running member (of `among`) that says it leads and serves a linearizable read."""
+
+    def one() -> str | None:
+        found = [n for n in sut.primaries() if among is None or n in among]
+        return found[0] if len(found) == 1 and sut.probe(found[0]) else None
+
+    return wait_until(one, timeout, "one etcd leader that serves")  # type: ignore[return-value]
+
+
+def serves(sut: EtcdAdapter, value: int, among: list[str] | None = None) -> str:
+    """Write `value` through the leader, read it back from every member of `among`."""
+    lead = leader(sut, among)
+    client = EtcdClient(sut.backend.client_address(lead), sut.port, "register", timeout=5.0)
+    try:
+        assert client.invoke({"f": "write", "value": value}).type == "ok"
+    finally:
+        client.close()
+    for node in among or sut.backend.nodes:
+        reader = EtcdClient(sut.backend.client_address(node), sut.port, "register", timeout=5.0)
+        try:
+            wait_until(lambda: reader.invoke({"f": "read", "value": None}).value == value, 20, f"{node} to read {value}")
+        finally:
+            reader.close()
+    return lead
+
+
+def register_run(sut: EtcdAdapter, out: Path, seconds: float) -> int:
+    client = EtcdClient(sut.backend.client_address(leader(sut)), sut.port, "register", timeout=5.0)
+    initial = client.invoke({"f": "read", "value": None}).value
+    client.close()
+    summary = record_run(sut, RegisterWorkload(), RunConfig(concurrency=3, time_limit=seconds, rate=150), out)
+    _, history = read_history(out / "history.edn")
+    result = check_linearizable(history, CasRegister(initial))
+    assert result.valid is True, result.explanation
+    return summary.completions["ok"]
+
+
+def test_etcd_cluster_workloads_faults_and_log_events(cluster, tmp_path: Path) -> None:
+    mediator_proc, mediator = ex.start_mediator(cluster, tmp_path / "rec")
+    sut = EtcdAdapter(cluster, snapshot_count=100)
+    observers = start_observers(cluster, sut)
+    wait_until(
+        lambda: all(mediator.metrics()["ingest"]["nodes"].get(n, {}).get("batches", 0) > 0 for n in cluster.nodes),
+        30,
+        "batches from every observer",
+    )
+    try:
+        start_all(sut)
+        first = serves(sut, 1)
+        assert register_run(sut, tmp_path / "run1", 3.0) > 100
+
+        summary = record_run(sut, ListAppendWorkload(), RunConfig(concurrency=3, time_limit=2.0, rate=100), tmp_path / "la")
+        assert summary.completions["ok"] > 50
+        _, history = read_history(tmp_path / "la" / "history.edn")
+        result = check_elle(history, "list-append")
+        assert result.valid is True, result.explanation
+
+        sut.kill(first)  # kill the leader: another member takes over; the restarted one rejoins
+        successor = serves(sut, 2, among=[n for n in cluster.nodes if n != first])
+        assert successor != first
+        sut.start(first)
+        sut.wait_ready(first)
+        serves(sut, 3)
+
+        paused = leader(sut)  # pause the leader: the others elect; it follows on resume
+        sut.pause(paused)
+        serves(sut, 4, among=[n for n in cluster.nodes if n != paused])
+        sut.resume(paused)
+        serves(sut, 5)
+
+        third = leader(sut)  # partition the leader away through the gateway's firewall
+        rest = [n for n in cluster.nodes if n != third]
+        mediator.partition([[third], rest])
+        serves(sut, 6, among=rest)
+        mediator.heal()
+        serves(sut, 7)
+
+        ctx = FaultContext(backend=cluster, adapter=sut, mediator=mediator)
+        faults = MembershipFaults()
+        assert faults.unsupported(ctx, "remove") is None and faults.unsupported(ctx, "promote") is None
+        report = faults.enact(ctx, "remove", random.Random(3))
+        (removed,) = report.nodes
+        assert removed not in sut.member_ids() and not sut.is_running(removed)
+        serves(sut, 8, among=[n for n in cluster.nodes if n != removed])
+        faults.heal(ctx, report)
+        assert set(sut.member_ids()) == set(cluster.nodes)
+        serves(sut, 9)
+        report = faults.enact(ctx, "promote", random.Random(4))
+        assert report.verified, report.evidence
+        faults.heal(ctx, report)
+
+        assert register_run(sut, tmp_path / "run2", 2.0) > 50
+        for node in cluster.nodes:
+            text = "\n".join(p.read_text(errors="replace") for p in sut.log_paths(node) if p.exists())
+            assert scan_log(text.splitlines(), node) == [], node
+    finally:
+        teardown_all(sut)
+        for proc in observers.values():
+            cluster.signal(proc, signal.SIGTERM)
+        for proc in observers.values():
+            cluster.wait(proc, 10)
+        cluster.signal(mediator_proc, signal.SIGTERM)
+        cluster.wait(mediator_proc, 10)
+
+    with open(tmp_path / "rec" / "events.jsonl", "rb") as f:
+        events = [e for r in read_records(f) if isinstance(r, Batch) for e in r.events if e.node in cluster.nodes]
+    kinds = Counter(e.kind for e in events)
+    assert kinds[Kind.SEND] > 500 and kinds[Kind.RECV] > 500, kinds
+    logs = [e for e in events if e.kind == Kind.LOG]
+    names = Counter(e.data for e in logs)
+    named = {p.name for p in sut.log_events if p.name}
+    for name in ("became-leader", "became-follower", "became-candidate", "elected-leader", "snapshot-saved",
+                 "member-added", "member-removed", "configuration-changed", "peer-inactive", "leader-transfer"):  # fmt: skip
+        assert names[name] > 0, (name, names)
+    # the killed leader's successor logged "became leader" after the kill
+    assert any(e.data == "became-leader" and e.node == successor for e in logs), Counter((e.node, e.data) for e in logs)
+    unnamed = set(names) - named
+    assert unnamed and all("<" in n for n in unnamed), unnamed  # raft lines by their normalised message
