@@ -6,7 +6,7 @@ from mallory.harness.adapter import SutAdapter
 from nemesis.backend import ClusterBackend
 
 #: SUTs with a Python adapter of their own, usable by name instead of a spec file.
-BUILTIN_SUTS = ("redis-replication", "raft-kv")
+BUILTIN_SUTS = ("redis-replication", "raft-kv", "etcd")
 
 
 def make_adapter(sut: str, backend: ClusterBackend, port: int = 6379) -> SutAdapter:
@@ -19,6 +19,10 @@ def make_adapter(sut: str, backend: ClusterBackend, port: int = 6379) -> SutAdap
 
     if sut == "redis-replication":
         return RedisReplicationAdapter(backend, port=port)
+    if sut == "etcd":  # Debian's etcd-server 3.4, ports 2379 (client) and 2380 (peer)
+        from mallory.harness.etcd_sut import EtcdAdapter
+
+        return EtcdAdapter(backend)
     if sut == "raft-kv":
         from mallory.harness.raft_sut import RaftKvAdapter
 
