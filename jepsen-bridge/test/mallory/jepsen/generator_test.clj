@@ -1,0 +1,214 @@
+(ns mallory.jepsen.generator-test
+  "mallory.jepsen against STAND-INS of Jepsen's namespaces (test/jepsen/, Jepsen's jars
+  cannot be fetched here) and a LIVE mediator: the catalogue derived from the standard
+  packages, the adaptive generator driven the way Jepsen's interpreter drives a generator
+  (op, then update with the invocation and the completion), the final generator, the
+  client wrapper, and the README's Clojure blocks compiled and wired.
+
+  Run by tests/jepsen_bridge/test_generator_live.py with MALLORY_URL, MALLORY_TOKEN and the
+  README's path as the argument; it checks the mediator against the last line printed here
+  (EDN {:actions [...] :catalogue [...]}). Exit status 0 iff every assertion held."
+  (:require [clojure.test :refer [deftest is testing] :as t]
+            [jepsen.client :as client]
+            [jepsen.generator :as gen]
+            [jepsen.nemesis.combined :as nc]
+            [mallory.jepsen :as mallory]
+            [mallory.jepsen.mediator :as m]))
+
+(def url (System/getenv "MALLORY_URL"))
+(def token (System/getenv "MALLORY_TOKEN"))
+(def readme (first *command-line-args*))
+(def nodes ["n1" "n2" "n3" "n4" "n5"])
+(def a-test {:name "mallory-generator-test", :nodes nodes})
+(def opts {:faults    [:partition :kill :clock]
+           :partition {:targets [:majority :one]}
+           :kill      {:targets [:one :all]}
+           :clock     {:targets [:all]}
+           :mallory   {:window-ms 300}})
+(def expected-catalogue
+  ["start-partition:majority" "start-partition:one" "stop-partition"
+   "bump-clock:all" "strobe-clock:all" "reset-clock:all"
+   "kill:one" "kill:all" "start:all"])
+(def result (atom {}))
+
+(defn- thrown-data [f]
+  (try (f) nil (catch clojure.lang.ExceptionInfo e (assoc (ex-data e) :message (ex-message e)))))
+
+(defn- op-fn [actions action] (some (fn [[a f]] (when (= a action) f)) actions))
+
+(deftest the-catalogue-comes-from-the-enabled-packages-perf-and-targets
+  (let [actions (mallory/catalogue opts (nc/nemesis-packages opts))]
+    (is (= expected-catalogue (map first actions)))
+    (testing "each action is the op it names"
+      (is (= {:type :info, :f :start-partition, :value :majority}
+             ((op-fn actions "start-partition:majority") a-test)))
+      (is (= {:type :info, :f :stop-partition, :value nil} ((op-fn actions "stop-partition") a-test)))
+      (is (= {:type :info, :f :kill, :value :one} ((op-fn actions "kill:one") a-test)))
+      (is (= {:type :info, :f :start, :value :all} ((op-fn actions "start:all") a-test)))
+      (is (= {:type :info, :f :reset-clock, :value nodes} ((op-fn actions "reset-clock:all") a-test)))
+      (let [bump ((op-fn actions "bump-clock:all") a-test)]
+        (is (= [:info :bump-clock (set nodes)] [(:type bump) (:f bump) (set (keys (:value bump)))]))
+        (is (every? #(and (integer? %) (not (zero? %))) (vals (:value bump))))))
+    (testing "packet behaviours and file corruptions are part of the target"
+      (let [o {:faults [:packet :file-corruption]
+               :packet {:targets [:one :all] :behaviors [{} {:delay {}, :duplicate {}}]}
+               :file-corruption {:targets [:one]
+                                 :corruptions [{:type :bitflip, :file "/db", :probability 1e-3}
+                                               {:type :truncate, :file "/wal", :drop 10}]}}
+            actions (mallory/catalogue o (nc/nemesis-packages o))]
+        (is (= ["start-packet:one:none" "start-packet:one:delay+duplicate" "start-packet:all:none"
+                "start-packet:all:delay+duplicate" "stop-packet" "bitflip:one:/db" "truncate:one:/wal"]
+               (map first actions)))
+        (is (= {:type :info, :f :start-packet, :value [:all {:delay {}, :duplicate {}}]}
+               ((op-fn actions "start-packet:all:delay+duplicate") a-test)))
+        (is (= {:type :info, :f :truncate, :value [:one {:file "/wal", :drop 10}]}
+               ((op-fn actions "truncate:one:/wal") a-test)))))
+    (testing "no enabled fault: a clear error, not an empty catalogue"
+      (is (= ::mallory/empty-catalogue
+             (:type (thrown-data #(mallory/catalogue {:faults []} (nc/nemesis-packages {:faults []}))))))))
+  (testing "the package: stock nemesis, Mallory's generator, heal-everything final generator"
+    (let [conn (m/connect {:url url :token token})
+          pkg  (mallory/nemesis-package conn opts (nc/nemesis-packages opts))]
+      (is (= expected-catalogue (:mallory/catalogue pkg)))
+      (is (instance? mallory.jepsen.AdaptiveGenerator (:generator pkg)))
+      (is (= [:stand-in :compose [:partition-nemesis :packet-nemesis :file-corruption-nemesis
+                                  :clock-nemesis :db-nemesis]]
+             (:nemesis pkg)))
+      (is (= [{:type :info, :f :stop-partition, :value nil}
+              {:type :info, :f :reset-clock}
+              [{:type :info, :f :start, :value :all}]]
+             (butlast (:final-generator pkg))))
+      (is (instance? mallory.jepsen.EndTest (last (:final-generator pkg))))
+      (m/close! conn))))
+
+;; -- driving the generator as Jepsen's interpreter does ------------------------------------
+
+(def t0 (System/nanoTime))
+(defn- now [] (- (System/nanoTime) t0))
+(defn- ctx
+  ([t] (ctx t true))
+  ([t free?] {:time t, :free-threads (if free? #{:nemesis} #{}), :workers {:nemesis :nemesis}}))
+
+(defn- poll-op
+  "Asks `g` for an op until it is not :pending (the interpreter waits at most 1 ms between
+  asks; we wait 5). Returns [op gen' pendings]."
+  [g]
+  (let [deadline (+ (System/currentTimeMillis) 30000)]
+    (loop [pendings 0]
+      (let [[op g' :as res] (gen/op g a-test (ctx (now)))]
+        (cond
+          (nil? res) (throw (ex-info "the generator ended" {}))
+          (not= :pending op) [op g' pendings]
+          (> (System/currentTimeMillis) deadline) (throw (ex-info "no op within 30 s" {}))
+          :else (do (is (identical? g g') ":pending returns the same generator")
+                    (Thread/sleep 5)
+                    (recur (inc pendings))))))))
+
+(defn- asks [conn] (get-in (m/status conn) [:advisor :requests]))
+
+(deftest the-generator-asks-the-mediator-and-emits-jepsen-nemesis-ops
+  (let [conn    (m/connect {:url url :token token})
+        pkg     (mallory/nemesis-package conn opts (nc/nemesis-packages opts))
+        actions (mallory/catalogue opts (nc/nemesis-packages opts))]
+    (loop [g (:generator pkg), round 0, chosen []]
+      (if (= round 3)
+        (swap! result assoc :actions chosen)
+        (let [[op g' pendings] (poll-op g)
+              action (:action (:awaiting g'))
+              model  ((op-fn actions action) a-test)]
+          (testing (str "round " round ": " action)
+            (is (= (inc round) (asks conn)) "one ask per fault")
+            (when (zero? round) (is (pos? pendings) "pending while the mediator decides"))
+            (is (= :info (:type op)))
+            (is (= :nemesis (:process op)))
+            (is (number? (:time op)))
+            (is (= (:f model) (:f op)))
+            (if (#{:bump-clock :strobe-clock} (:f op))
+              (is (= (set nodes) (set (keys (:value op)))))
+              (is (= (:value model) (:value op))))
+            (testing "asking again is pure: same op, no new request; a busy nemesis waits"
+              (is (= op (first (gen/op g a-test (ctx (:time op))))))
+              (is (= [:pending g] (gen/op g a-test (ctx (now) false))))
+              (is (= (inc round) (asks conn)))))
+          (let [invoked (gen/update g' a-test (ctx (now) false) (assoc op :index (* 2 round)))
+                _       (is (= [:pending invoked] (gen/op invoked a-test (ctx (now)))) "running: pending")
+                _       (is (identical? invoked (gen/update invoked a-test (ctx (now))
+                                                            {:type :ok, :process 3, :f :read, :time (now)}))
+                            "client events leave it alone")
+                done-at (now)
+                done    (gen/update invoked a-test (ctx done-at) (assoc op :time done-at :index (inc (* 2 round))))]
+            (testing "the window after a completed fault: pending, and no ask"
+              (is (= done-at (:opened-at done)))
+              (is (= [:pending done] (gen/op done a-test (ctx (+ done-at 100000000)))))
+              (is (nil? @(:ask done)))
+              (is (= (inc round) (asks conn))))
+            (recur done (inc round) (conj chosen action))))))
+    (is (= 3 (m/await-reports conn)) "every completed fault reported")
+    (testing "the final generator heals, then ends the test on the mediator"
+      (let [final (:final-generator pkg)
+            heals (for [g (butlast final), g (if (map? g) [g] g)] (first (gen/op g a-test (ctx (now)))))]
+        (is (= [[:stop-partition nil] [:reset-clock nil] [:start :all]] (map (juxt :f :value) heals)))
+        (is (every? #(= [:info :nemesis] [(:type %) (:process %)]) heals))
+        (is (nil? (gen/op (last final) a-test (ctx (now)))))
+        (is (nil? (:test (m/status conn))) "the mediator's test has ended")
+        (is (= 3 (get-in (m/status conn) [:advisor :requests])))))
+    (swap! result assoc :catalogue (:mallory/catalogue pkg))
+    (m/close! conn)))
+
+;; -- the client wrapper ---------------------------------------------------------------------
+
+(defrecord FakeClient [node log]
+  ;; a fake inner client (this test only): :boom throws, anything else succeeds
+  client/Client
+  (open! [this test node] (swap! log conj [:open node]) (->FakeClient node log))
+  (setup! [this test] (swap! log conj [:setup node]))
+  (invoke! [this test op]
+    (if (= :boom (:f op)) (throw (RuntimeException. "boom")) (assoc op :type :ok, :value 1)))
+  (teardown! [this test] (swap! log conj [:teardown node]))
+  (close! [this test] (swap! log conj [:close node])))
+
+(deftest the-client-wrapper-relays-every-invocation-and-completion
+  (let [conn (m/connect {:url url :token token})
+        log  (atom [])
+        c    (client/open! (mallory/client conn (->FakeClient nil log)) a-test "n1")]
+    (client/setup! c a-test)
+    (is (= {:type :ok, :process 3, :f :write, :value 1}
+           (client/invoke! c a-test {:type :invoke, :process 3, :f :write, :value 1})))
+    (is (thrown-with-msg? RuntimeException #"boom"
+                          (client/invoke! c a-test {:type :invoke, :process 3, :f :boom})))
+    (client/teardown! c a-test)
+    (client/close! c a-test)
+    (is (= [[:open "n1"] [:setup "n1"] [:teardown "n1"] [:close "n1"]] @log))
+    (m/flush! conn)
+    (is (= {:queued 4, :sent 4, :dropped 0, :failed 0, :last-error nil} (m/relay-stats conn)))
+    (m/close! conn)))
+
+;; -- the README --------------------------------------------------------------------------
+
+(deftest the-readmes-wiring-compiles-against-the-stand-ins-and-wires-mallory-in
+  (let [blocks (map second (re-seq #"(?s)```clojure\n(.*?)```" (slurp readme)))]
+    (is (= 2 (count blocks)) "a before and an after block")
+    (doseq [block blocks]
+      (binding [*ns* *ns*] (load-string block)))
+    (let [my-test  (resolve 'my.db.test/my-test)
+          workload {:client (->FakeClient nil (atom [])), :generator [:workload], :checker :checker}
+          wired    (my-test {:workload-fn (constantly workload), :mallory-url url, :time-limit 10,
+                             :faults [:partition]})
+          parts    (tree-seq coll? seq (:generator wired))]
+      (is (instance? mallory.jepsen.RelayingClient (:client wired)))
+      (is (some #(instance? mallory.jepsen.AdaptiveGenerator %) parts))
+      (is (some #(instance? mallory.jepsen.EndTest %) parts))
+      (is (= [:workload] (get-in wired [:generator :gens 0 :gen :clients :gen])))
+      (m/close! (:conn (:client wired))))))
+
+(let [counters (binding [t/*test-out* *err*
+                         t/*report-counters* (ref t/*initial-report-counters*)]
+                 (t/test-vars [#'the-catalogue-comes-from-the-enabled-packages-perf-and-targets
+                               #'the-generator-asks-the-mediator-and-emits-jepsen-nemesis-ops
+                               #'the-client-wrapper-relays-every-invocation-and-completion
+                               #'the-readmes-wiring-compiles-against-the-stand-ins-and-wires-mallory-in])
+                 (binding [*out* *err*] (println "counters" @t/*report-counters*))
+                 @t/*report-counters*)]
+  (println (pr-str @result))
+  (shutdown-agents)
+  (System/exit (if (t/successful? counters) 0 1)))
