@@ -67,6 +67,10 @@ class LoopbackCluster:
         found = [i for i, v in views.items() if v.get("role") == "leader"]
         return found[0] if len(agreed) == 1 and len(found) == 1 else None
 
+    def wait_leader(self, among: list[int], what: str) -> int:
+        # a list, so that leader 0 counts as found
+        return wait_until(lambda: [i for i in [self.leader(among)] if i is not None], 30, what)[0]
+
     def stop(self) -> None:
         for proc in self.procs:
             if proc is not None and proc.poll() is None:
@@ -91,7 +95,7 @@ def test_protocol_failover_and_events_in_the_rings(cluster, tmp_path):
     try:
         for i in range(3):
             cluster.start(i)
-        first = wait_until(lambda: cluster.leader([0, 1, 2]), 30, "a leader")
+        first = cluster.wait_leader([0, 1, 2], "a leader")
         follower = (first + 1) % 3
         # every node serves every op (a follower forwards to the leader)
         assert cluster.request(follower, "PUT a 1") == "OK"
@@ -107,7 +111,7 @@ def test_protocol_failover_and_events_in_the_rings(cluster, tmp_path):
         cluster.procs[first].send_signal(signal.SIGKILL)  # the others elect a new leader, in a later term
         cluster.procs[first].wait(10)
         rest = [i for i in range(3) if i != first]
-        second = wait_until(lambda: cluster.leader(rest), 30, "a new leader")
+        second = cluster.wait_leader(rest, "a new leader")
         assert int(kv.status("127.0.0.1", cluster.client[second])["term"]) > term
         assert cluster.request(second, "GET a") == "OK 2"
         cluster.start(first)  # the restarted node replays its journal and rejoins
