@@ -10,7 +10,9 @@ spec cannot say, through the server's admin commands on its client port:
   leads), then the node is stopped and its data wiped: a removed server that kept its log
   would come back with a higher term and depose the leader;
 * `add_member(node)`: the node starts empty with `--join` (no bootstrap), then the leader
-  `ADD`s it (as a spare) and `ASSIGN`s it the voter role (libraft catches it up first).
+  `ADD`s it (as a spare) and `ASSIGN`s it the voter role (libraft catches it up first);
+* clients: the spec's line client for the register workload, `RaftTxnClient` (one atomic
+  `TXN` line) for list-append and rw-register.
 
 A server's raft address is `<node address>:<peer port>`; the server derives its id from it.
 """
@@ -27,8 +29,11 @@ from typing import Callable, Sequence
 
 from mallory.errors import MalloryError
 from mallory.harness.adapter import Capabilities
+from mallory.harness.client import Client
+from mallory.harness.raft_client import RaftTxnClient
 from mallory.harness.spec import SutSpec, load_spec
 from mallory.harness.spec_adapter import SpecAdapter
+from mallory.harness.workload import Workload
 from nemesis.backend import ClusterBackend
 
 SUT_DIR = Path(__file__).resolve().parents[2] / "suts" / "raft"
@@ -146,6 +151,13 @@ class RaftKvAdapter(SpecAdapter):
     def command(self, node: str) -> Sequence[str]:
         argv = list(super().command(node))
         return argv + ["--join"] if node in self._joining else argv
+
+    def client(self, node: str, workload: Workload) -> Client:
+        """The line client for registers; the TXN client for list-append / rw-register."""
+        if workload.name == "register":
+            return super().client(node, workload)
+        timeout = self.spec.client.timeout if self.spec.client else 2.0
+        return RaftTxnClient(self.backend.client_address(node), self.spec.ports["client"], workload.name, timeout=timeout)
 
     def teardown(self, node: str) -> None:
         super().teardown(node)

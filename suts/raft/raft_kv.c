@@ -12,6 +12,9 @@
  *   GET k | PUT k v | CAS k old new | APPEND k v
  *     -> OK [value|nil] | FAIL mismatch | ERR not-leader <leader host or -> |
  *        UNKNOWN <why> (the outcome is unknown: the entry may still commit) | ERR <why>
+ *   TXN mop ...  with mop  r:k | w:k:v | a:k:v  (read, write, append), one log entry
+ *     applied atomically -> OK <one result per mop: the value read (nil if none), _ else>
+ * Values of APPEND / a:k:v are appended with commas: "1,2,3".
  * Admin commands on the same port (membership and leadership need the leader):
  *   LEADER                   -> OK <leader raft address or ->
  *   STATUS                   -> OK state=<s> term=<t> leader=<a> applied=<i> snapshot=<i> ...
@@ -195,6 +198,55 @@ static raft_id id_of(const char *address)
     return id == 0 ? 1 : id;
 }
 
+static void kv_append(const char *key, const char *val)
+{
+    struct kv *e = kv_find(key);
+    if (e == NULL) {
+        kv_set(key, val);
+        return;
+    }
+    size_t len = strlen(e->val) + strlen(val) + 2;
+    char *joined = malloc(len);
+    snprintf(joined, len, "%s,%s", e->val, val);
+    free(e->val);
+    e->val = joined;
+}
+
+/* "r:k w:k:v a:k:v ...": every mop in order; the result lists what each read saw. The
+ * client checked the syntax; a malformed mop here gives "?" and changes nothing. */
+// INSTRUMENT_FUNC apply-txn
+static void apply_txn(const char *mops)
+{
+    size_t cap = 256, len = 2;
+    char *out = malloc(cap), *copy = strdup(mops), *save = NULL;
+    memcpy(out, "OK", 3);
+    for (char *mop = strtok_r(copy, " ", &save); mop; mop = strtok_r(NULL, " ", &save)) {
+        char *key = mop + 2, *val = strchr(key, ':');
+        const char *said = "_";
+        if (val != NULL)
+            *val++ = '\0';
+        if (mop[0] == 'r' && mop[1] == ':' && val == NULL) {
+            struct kv *e = kv_find(key);
+            said = e ? e->val : "nil";
+        } else if (mop[0] == 'w' && mop[1] == ':' && val != NULL) {
+            kv_set(key, val);
+        } else if (mop[0] == 'a' && mop[1] == ':' && val != NULL) {
+            kv_append(key, val);
+        } else {
+            said = "?";
+        }
+        size_t need = len + strlen(said) + 2;
+        if (need > cap) {
+            cap = need * 2;
+            out = realloc(out, cap);
+        }
+        len += (size_t)sprintf(out + len, " %s", said);
+    }
+    set_result("%s", out);
+    free(out);
+    free(copy);
+}
+
 /* -- FSM callbacks ---------------------------------------------------------------------- */
 
 /* A command entry: "G k" | "P k v" | "C k old new" | "A k v", NUL-padded to a multiple of
@@ -212,6 +264,11 @@ static int fsm_apply(struct raft_fsm *fsm, const struct raft_buffer *buf, void *
         *result = F.result;
         return 0; /* never fail apply: the library would not advance past the entry */
     }
+    if (strncmp(text, "T ", 2) == 0) {
+        apply_txn(text + 2);
+        *result = F.result;
+        return 0;
+    }
     int n = sscanf(text, "%7s %65535s %65535s %65535s", op, key, a, b);
     struct kv *e = n >= 2 ? kv_find(key) : NULL;
     if (n == 2 && strcmp(op, "G") == 0) {
@@ -228,15 +285,7 @@ static int fsm_apply(struct raft_fsm *fsm, const struct raft_buffer *buf, void *
             set_result("FAIL mismatch");
         }
     } else if (n == 3 && strcmp(op, "A") == 0) {
-        if (e == NULL) {
-            kv_set(key, a);
-        } else {
-            size_t len = strlen(e->val) + strlen(a) + 2;
-            char *joined = malloc(len);
-            snprintf(joined, len, "%s,%s", e->val, a);
-            free(e->val);
-            e->val = joined;
-        }
+        kv_append(key, a);
         set_result("OK");
     } else {
         set_result("ERR malformed-entry");
@@ -645,8 +694,42 @@ static void admin(struct client *c, const char *cmd, const char *arg, const char
     }
 }
 
+/* "r:k" | "w:k:v" | "a:k:v", k and v without ':' (and, being tokens, without spaces). */
+static int valid_mop(const char *mop)
+{
+    if ((mop[0] != 'r' && mop[0] != 'w' && mop[0] != 'a') || mop[1] != ':' || mop[2] == '\0' || mop[2] == ':')
+        return 0;
+    const char *colon = strchr(mop + 2, ':');
+    if (mop[0] == 'r')
+        return colon == NULL;
+    return colon != NULL && colon[1] != '\0' && strchr(colon + 1, ':') == NULL;
+}
+
+static void submit_txn(struct client *c, char *mops)
+{
+    static char command[LINE_MAX_LEN + 8];
+    int count = 0, at = snprintf(command, sizeof command, "T");
+    char *save = NULL;
+    for (char *mop = strtok_r(mops, " \t", &save); mop; mop = strtok_r(NULL, " \t", &save), count++) {
+        if (!valid_mop(mop)) {
+            send_line(c, "ERR bad-request");
+            return;
+        }
+        at += snprintf(command + at, sizeof command - (size_t)at, " %s", mop);
+    }
+    if (count == 0) {
+        send_line(c, "ERR bad-request");
+        return;
+    }
+    submit_command(c, "txn", command);
+}
+
 static void handle_line(struct client *c, char *line)
 {
+    if (strncmp(line, "TXN ", 4) == 0) {
+        submit_txn(c, line + 4);
+        return;
+    }
     char cmd[16] = "", a[LINE_MAX_LEN] = "", b[LINE_MAX_LEN] = "", d[LINE_MAX_LEN] = "", extra[8] = "";
     int n = sscanf(line, "%15s %65535s %65535s %65535s %7s", cmd, a, b, d, extra);
     char command[3 * LINE_MAX_LEN + 8];

@@ -14,7 +14,7 @@ from mallory.polling import wait_until
 SOURCE = SUT_DIR / "raft_kv.c"
 #: every annotation in raft_kv.c
 LABELS = {
-    "apply", "cas-mismatch", "snapshot", "restore", "state-change", "became-leader", "became-candidate",
+    "apply", "apply-txn", "cas-mismatch", "snapshot", "restore", "state-change", "became-leader", "became-candidate",
     "became-follower", "leader-change", "leader-lost", "membership-change", "snapshot-index-advanced",
     "not-leader-reply", "apply-failed", "client-command", "admin-command", "client-request", "shutdown",
 }  # fmt: skip

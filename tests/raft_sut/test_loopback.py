@@ -1,6 +1,6 @@
 """raft-kv without root: it builds warning-clean with mallory-cc (the catalogue names every
 annotation), and a 3-node cluster on loopback serves the line protocol (followers name the
-leader), snapshots with a small threshold and restores a restarted node from one (its own,
+leader) and atomic TXN lines (list-append and rw-register check under Elle), snapshots with a small threshold and restores a restarted node from one (its own,
 and one the leader sends), stops gracefully on SIGTERM, and changes its membership
 (remove + add back, roles, leadership transfer) through the adapter."""
 
@@ -14,10 +14,14 @@ from pathlib import Path
 import pytest
 
 from mallory.harness.loopback import LoopbackBackend
-from mallory.harness.session import start_all, teardown_all
+from mallory.harness.runner import RunConfig
+from mallory.harness.session import record_run, start_all, teardown_all
+from mallory.harness.workload import APPEND, READ, make_workload
 from mallory.observer.catalogue import Catalogue, catalogue_path
 from mallory.observer.event_ids import event_id
 from mallory.observer.ring import RingReader, create_ring, unlink_ring
+from mallory.oracles.elle import check_elle
+from mallory.oracles.history import read_history
 from mallory.polling import wait_until
 from tests.raft_sut import raft_cluster as rc
 
@@ -107,6 +111,37 @@ def test_protocol_redirects_and_graceful_stop(binary: Path, loopback) -> None:
     assert names[leader]["cas-mismatch"] == 1 and names[follower]["cas-mismatch"] == 1  # every node applies
     assert names[follower]["not-leader-reply"] == 1 and names[follower]["shutdown"] == 1
     assert names[follower]["apply"] >= 8 and names[follower]["leader-change"] >= 1
+
+
+def test_txn_protocol_and_elle_checked_txn_workloads(binary: Path, loopback, tmp_path: Path) -> None:
+    """TXN is one log entry: reads see the txn's own earlier mops; a malformed mop refuses
+    the whole line. list-append and rw-register through the adapter's txn client check
+    strict-serializable under Elle; a follower's redirect is followed."""
+    sut = _sut(loopback, binary)
+    try:
+        start_all(sut)
+        leader = rc.wait_leader(sut)
+        assert rc.ask(sut, leader, "TXN r:x a:x:1 a:x:2 r:x w:y:7 r:y r:z") == "OK nil _ _ 1,2 _ 7 nil"
+        for bad in ("TXN", "TXN q:x", "TXN r:x:1", "TXN a:x", "TXN a:x:1:2", "TXN r::"):
+            assert rc.ask(sut, leader, bad) == "ERR bad-request", bad
+        assert rc.ask(sut, leader, "GET x") == "OK 1,2"  # nothing of the refused lines applied
+        follower = next(n for n in loopback.nodes if n != leader)
+        client = sut.client(follower, make_workload("list-append"))  # key 1000: none of the workloads' below
+        client.open()
+        try:
+            done = client.invoke({"f": "txn", "value": [[APPEND, 1000, 1], [READ, 1000, None]]})
+        finally:
+            client.close()
+        assert done.type == "ok" and done.value == [[APPEND, 1000, 1], [READ, 1000, [1]]]
+        for name in ("list-append", "rw-register"):
+            run = tmp_path / name
+            summary = record_run(sut, make_workload(name), RunConfig(concurrency=3, time_limit=1.5, rate=200), run)
+            assert summary.completions["ok"] > 100, summary
+            _, history = read_history(run / "history.edn")
+            result = check_elle(history, name)
+            assert result.valid is True, result.explanation
+    finally:
+        teardown_all(sut)
 
 
 def test_snapshots_and_restores_from_one(binary: Path, loopback) -> None:
