@@ -365,3 +365,59 @@ def test_load_log_events_from_a_spec_names_its_ports(tmp_path):
     bad.write_text("[1]")
     with pytest.raises(MalloryError, match="no log_events"):
         load_log_events(str(bad))
+
+
+# -- the observer ---------------------------------------------------------------------------------
+
+
+class FakeSender:
+    """Stands in for BatchSender: keeps what the observer submits."""
+
+    def __init__(self) -> None:
+        self.batches: list[tuple[list, int, int]] = []
+
+    def submit(self, events, until_ns, lost=0) -> None:
+        self.batches.append((events, until_ns, lost))
+
+
+def test_observer_batches_log_events_in_time_order_before_the_cut(tmp_path):
+    import time
+
+    from mallory.observer.observer import Observer
+    from mallory.timeline.event import Event
+
+    log = grown(tmp_path)
+    cursor = tmp_path / "cursor.json"
+    sender = FakeSender()
+    logs = watcher(log, ETCD_PATTERNS, cursor)
+    obs = Observer("n1", None, sender, logs=logs)
+    packet_ts = time.monotonic_ns()
+    log.write_bytes(LEADER_LOG.read_bytes())
+    obs.poll_logs()  # stamped after packet_ts, added before the packet below
+    obs._events.append(Event("n1", Kind.SEND, packet_ts, 1, "00"))
+    obs.cut()
+    [(events, until, _)] = sender.batches
+    assert events[0].kind is Kind.SEND
+    assert [e.data for e in events[1:]][:2] == ["added-member", "added-member"]
+    assert [e.ts for e in events] == sorted(e.ts for e in events)
+    assert all(e.ts < until for e in events)
+    assert obs.log_events == len(events) - 1
+    # the cut saved the cursor: a restarted watcher reads nothing twice
+    with open(log, "ab") as f:
+        f.write(LEADER_LOG.read_bytes().splitlines(keepends=True)[65])  # "became leader"
+    again = watcher(log, ETCD_PATTERNS, cursor)
+    assert names(again) == ["became-leader"]
+
+
+def test_observe_refuses_a_broken_log_events_file(tmp_path):
+    import subprocess
+    import sys
+
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"log_events": [{"pattern": "("}]}')
+    argv = [sys.executable, "-m", "mallory.cli", "observe", "--node", "n1", "--mediator", "127.0.0.1:9",
+            "--no-packets", "--nice", "0", "--log-events", str(bad)]  # fmt: skip
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 65
+    assert "log_events[0].pattern: not a valid regex" in result.stderr
+    assert "Traceback" not in result.stderr
