@@ -19,10 +19,10 @@ fi
 mkdir -p "$(dirname "$out")"
 wheels="$(dirname "$out")/wheels"
 pip="${PIP:-$repo/.venv/bin/pip}"
-# Mallory's runtime dependencies (pyproject.toml) plus the Engine API client.
-"$pip" download -q --only-binary=:all: --python-version 3.11 --platform manylinux2014_x86_64 \
-    --platform manylinux_2_17_x86_64 --platform manylinux_2_28_x86_64 --platform any \
-    -d "$wheels" 'orjson>=3.9' 'numpy>=1.26' 'datasketch>=2.0' 'redis>=5.0' 'docker>=6.1'
+# Mallory's runtime dependencies (pyproject.toml) plus the Engine API client, as wheels for
+# this machine, which is the image's Debian bookworm (same Python 3.11, glibc, architecture).
+"$pip" download -q --only-binary=:all: -d "$wheels" 'orjson>=3.9' 'numpy>=1.26' 'datasketch>=2.0' 'redis>=5.0' 'docker>=6.1' \
+    'async-timeout>=4.0.3'  # redis needs it on bookworm's Python 3.11.2 (this pip may run a newer one)
 
 sources=/etc/apt/sources.list.d/debian.sources
 [ -f "$sources" ] || sources=/etc/apt/sources.list
@@ -35,7 +35,7 @@ mmdebstrap --variant=minbase --mode=root --format=tar \
     --include="$(IFS=,; echo "${packages[*]}")" \
     --customize-hook="mkdir -p \"\$1/tmp/wheels\"" \
     --customize-hook="copy-in $wheels/. /tmp/wheels" \
-    --customize-hook='chroot "$1" pip install -q --break-system-packages --no-index --find-links /tmp/wheels orjson numpy datasketch redis docker' \
+    --customize-hook='chroot "$1" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin pip install -q --break-system-packages --no-index --find-links /tmp/wheels orjson numpy datasketch redis docker' \
     --customize-hook='rm -rf "$1/tmp/wheels" "$1"/var/cache/apt/archives/*.deb "$1"/var/lib/apt/lists/*' \
     bookworm "$out.tmp" "$sources" >&2
 mv "$out.tmp" "$out"
