@@ -41,6 +41,9 @@ DEFAULT_SPEC = SUT_DIR / "raft.toml"
 #: how long a membership change or transfer may take (libraft promotes a spare after
 #: catch-up rounds; an election after a transfer takes an election timeout or two)
 CHANGE_TIMEOUT = 20.0
+#: how long a fault (remove, promote) waits for a leader: under other faults there may be
+#: none, and a fault step should be refused quickly rather than stall the schedule
+FAULT_LEADER_TIMEOUT = 5.0
 
 
 def build(build_dir: Path | None = None) -> Path:
@@ -170,7 +173,7 @@ class RaftKvAdapter(SpecAdapter):
 
     def promote(self, node: str) -> None:
         """Transfer leadership to `node`; returns once it says it leads."""
-        if self.leader() == node:
+        if self.leader(FAULT_LEADER_TIMEOUT) == node:
             return
         self._on_leader(f"TRANSFER {self.raft_address(node)}")
         deadline = time.monotonic() + CHANGE_TIMEOUT
@@ -180,7 +183,7 @@ class RaftKvAdapter(SpecAdapter):
             time.sleep(0.1)
 
     def remove_member(self, node: str) -> None:
-        if self.leader() == node:
+        if self.leader(FAULT_LEADER_TIMEOUT) == node:
             others = [n for n in self.backend.nodes if n != node and self.status(n)]
             if not others:
                 raise MalloryError(f"raft-kv: cannot remove {node}: no other running node to lead")
