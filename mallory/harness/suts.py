@@ -6,7 +6,7 @@ from mallory.harness.adapter import SutAdapter
 from nemesis.backend import ClusterBackend
 
 #: SUTs with a Python adapter of their own, usable by name instead of a spec file.
-BUILTIN_SUTS = ("redis-replication", "redis-sentinel", "raft-kv", "etcd")
+BUILTIN_SUTS = ("redis-replication", "redis-sentinel", "raft-kv", "etcd", "pysyncobj")
 
 
 def make_adapter(sut: str, backend: ClusterBackend, port: int = 6379) -> SutAdapter:
@@ -31,4 +31,8 @@ def make_adapter(sut: str, backend: ClusterBackend, port: int = 6379) -> SutAdap
         from mallory.harness.raft_sut import RaftKvAdapter
 
         return RaftKvAdapter.default(backend)
+    if sut == "pysyncobj":  # suts/pysyncobj: a KV service on pysyncobj, Python-level instrumentation
+        from pathlib import Path
+
+        return SpecAdapter(load_spec(Path(__file__).resolve().parents[2] / "suts" / "pysyncobj" / "pysyncobj.toml"), backend)
     return SpecAdapter(load_spec(sut), backend)
