@@ -8,8 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from mallory.harness.spec import load_spec
 from mallory.harness.spec_adapter import SpecAdapter
+from mallory.harness.suts import make_adapter
 from mallory.observer.catalogue import Catalogue
 from mallory.polling import wait_until
 
@@ -61,7 +61,10 @@ def status(address: str, port: int = CLIENT_PORT) -> dict[str, str]:
 
 
 def adapter(backend) -> SpecAdapter:
-    return SpecAdapter(load_spec(SPEC), backend)
+    """The built-in `pysyncobj` SUT (the shipped spec)."""
+    sut = make_adapter("pysyncobj", backend)
+    assert isinstance(sut, SpecAdapter) and sut.spec.source == str(SPEC)
+    return sut
 
 
 def leader_of(sut: SpecAdapter, among: list[str] | None = None) -> str | None:
