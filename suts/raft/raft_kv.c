@@ -726,6 +726,10 @@ static void submit_txn(struct client *c, char *mops)
 
 static void handle_line(struct client *c, char *line)
 {
+    if (S.closing) {
+        send_line(c, "ERR shutting-down");
+        return;
+    }
     if (strncmp(line, "TXN ", 4) == 0) {
         submit_txn(c, line + 4);
         return;

@@ -148,6 +148,8 @@ def test_snapshots_and_restores_from_one(binary: Path, loopback) -> None:
     """Threshold 8, trailing 4: snapshots every few writes. A stopped node restarts from its
     own snapshot; a killed node that missed more than the trailing entries gets the leader's."""
     sut = _sut(loopback, binary, "--snapshot-threshold", "8", "--snapshot-trailing", "4")
+    catalogue = Catalogue.load(catalogue_path(binary))
+    readers = {n: RingReader(f"/mallory-{os.getpid()}-{n}", node=n) for n in loopback.nodes}
     try:
         start_all(sut)
         leader = rc.wait_leader(sut)
@@ -184,7 +186,13 @@ def test_snapshots_and_restores_from_one(binary: Path, loopback) -> None:
         assert sum(c["libraft-send-snapshot"] for c in names.values()) >= 1
         assert all(c["libraft-take-snapshot"] >= 1 and c["raft-kv-snapshot-taken"] >= 1 for c in names.values())
         assert names[second]["raft-kv-became-leader"] >= 1 and names[second]["libraft-won-election"] >= 1
+        # and the annotated FSM callbacks, from the nodes' rings
+        code = {n: Counter(catalogue.name(e.id) for e in r.poll_events()) for n, r in readers.items()}
+        assert code[first]["restore"] >= 1 and code[second]["restore"] >= 1
+        assert all(c["snapshot"] >= 1 and c["snapshot-index-advanced"] >= 1 for c in code.values())
     finally:
+        for r in readers.values():
+            r.close()
         teardown_all(sut)
 
 
