@@ -7,7 +7,8 @@
                           without a program that is all it does
 
 The program runs as `python program.py ARGS` would, in this process, with the hooks in
-place when MALLORY_SHM names the node's ring; without MALLORY_SHM it runs plain.
+place when MALLORY_SHM names the node's ring; without MALLORY_SHM it runs plain (but for
+--catalogue, which imports the traced modules and leaves hooks in them that do nothing).
 """
 
 from __future__ import annotations

@@ -124,6 +124,19 @@ def test_events_round_trip_through_the_ring_from_many_threads(program, runtime_e
     assert (entry.file, entry.line, entry.function, entry.kind) == ("tracedlib.py", 1, "helper", "FUNC")
 
 
+def test_a_module_run_with_dash_m_is_instrumented_too(program, runtime_env, shm_name):
+    create_ring(shm_name, 1 << 15)
+    env = {**runtime_env, "MALLORY_SHM": shm_name, "PYTHONPATH": str(program / "lib")}
+    argv = [sys.executable, "-m", "mallory.pyinstrument", "--annotated", str(program / "app"), "-m", "main", "z"]
+    with RingReader(shm_name, node="n1") as reader:
+        result = subprocess.run(argv, env=env, cwd=program / "app", capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0, result.stderr
+        assert "args ['z'] wrapped False hooks 3" in result.stdout
+        events = reader.poll_events()
+    start = event_id("main.py", line_after(MAIN, "# INSTRUMENT_BLOCK start-threads"), Kind.BLOCK)
+    assert events[0].id == start and len(events) == 1 + THREADS * CALLS * 3 // 2
+
+
 def test_without_mallory_shm_the_program_runs_plain(program, runtime_env):
     result = launch(program, runtime_env)
     assert result.returncode == 0, result.stderr
