@@ -1,0 +1,47 @@
+"""One docker daemon for the area's live tests (a session of dockerd in a namespace of its
+own, tests/docker/daemon.py) with the base image imported."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from mallory.commands.campaign import base_tarball, ensure_base_image
+from nemesis.docker_backend import docker_client
+from tests.docker.daemon import start_daemon, stop_daemon
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLE = REPO / "suts" / "example"
+
+
+@pytest.fixture(scope="session")
+def daemon():
+    if os.geteuid() != 0:
+        pytest.skip("needs root: a network namespace and a docker daemon of the test's own")
+    daemon = start_daemon()
+    try:
+        yield daemon
+    finally:
+        stop_daemon(daemon)
+    assert not daemon.root.exists()
+    assert daemon.namespace not in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+
+
+@pytest.fixture(scope="session")
+def client(daemon):
+    """The daemon's client, with mallory-base:bookworm imported (the tarball is built by
+    deploy/compose/build-base.sh when build/ has none) and the example SUT built."""
+    client = docker_client(daemon.url)
+    t0 = time.monotonic()
+    built = not base_tarball(None).exists()
+    ensure_base_image(client)
+    print(f"\nbase image {'built and ' if built else ''}imported in {time.monotonic() - t0:.1f} s", file=sys.stderr)
+    if not (EXAMPLE / "build" / "example-sut").exists():
+        subprocess.run(["make", "-s", "-C", str(EXAMPLE)], check=True,
+                       env={**os.environ, "PATH": f"{REPO / '.venv/bin'}:{os.environ['PATH']}"})
+    return client

@@ -1,0 +1,106 @@
+"""The compose deployment for real: a docker daemon of the test's own (in a network namespace
+it creates), the base image from the cached mmdebstrap tarball, the example SUT's project
+from `mallory compose`, and `mallory campaign up|status|fetch|down`:
+
+- a short campaign (one schedule of three steps) runs in the mediator container with faults
+  enacted and verified, its results land on the `campaign` volume;
+- `down` keeps the results' volume and nothing else; `down --volumes` leaves nothing.
+
+The base image tarball is built once (deploy/compose/build-base.sh, cached under build/)
+and reused by later runs; its build time is printed.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from mallory.commands.compose import generate
+from mallory.polling import wait_until
+from nemesis.docker_backend import PROJECT_LABEL
+
+pytestmark = [pytest.mark.root, pytest.mark.docker, pytest.mark.timeout(1200)]
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLE = REPO / "suts" / "example"
+DEFAULT_NETWORKS = {"bridge", "host", "none"}
+
+
+def mallory(daemon, *argv: str, check: bool = True) -> subprocess.CompletedProcess:
+    result = subprocess.run([sys.executable, "-m", "mallory.cli", *argv], capture_output=True, text=True,
+                            env=daemon.env(), cwd=REPO, timeout=600)
+    if check:
+        assert result.returncode == 0, f"mallory {' '.join(argv)}: {result.stdout}\n{result.stderr}"
+    return result
+
+
+def project_containers(client, project: str) -> list:
+    return client.containers.list(all=True, filters={"label": f"{PROJECT_LABEL}={project}"})
+
+
+def test_a_short_campaign_in_compose_and_down(daemon, client, tmp_path):
+    project = f"mc{uuid.uuid4().hex[:6]}"
+    out = tmp_path / "proj"
+    generate(
+        sut=EXAMPLE / "example.toml", nodes=3, out=out, project=project, docker_socket=str(daemon.socket),
+        settings={"duration": "10m", "policy": "qlearning", "seed": 3, "faults": "partition,kill,pause,clock",
+                  "workload": "register", "schedules": 1, "steps": 3, "window": 1.5, "reset": 2.0},
+    )
+    t0 = time.monotonic()
+    mallory(daemon, "campaign", "up", str(out))
+    up_s = time.monotonic() - t0
+    try:
+        mediator = next(c for c in project_containers(client, project) if c.name.endswith("mediator_1")
+                        or c.labels.get("com.docker.compose.service") == "mediator")
+
+        def finished() -> bool:
+            mediator.reload()
+            return mediator.status == "exited"
+
+        wait_until(finished, 600, "the campaign in the mediator container to finish")
+        campaign_s = time.monotonic() - t0 - up_s
+        logs = mediator.logs().decode(errors="replace")
+        assert mediator.attrs["State"]["ExitCode"] == 0, logs[-4000:]
+        print(f"\nimage build + up {up_s:.1f} s, campaign {campaign_s:.1f} s", file=sys.stderr)
+
+        # -- the results, on the campaign volume ------------------------------------------
+        volume = Path(client.volumes.get(f"{project}_campaign").attrs["Mountpoint"])
+        config = json.loads((volume / "campaign.json").read_text())
+        assert config["backend"] == "docker" and config["nodes"] == 3 and config["seed"] == 3
+        schedule = json.loads((volume / "schedules" / "000000.json").read_text())
+        steps = schedule["steps"]
+        assert len(steps) == 3
+        faults = [s for s in steps if s["action"] != "noop"]
+        assert faults, steps
+        for step in faults:
+            assert step["report"]["verified"], step["report"]
+            assert step["action"].split(":")[0] in ("partition", "kill", "pause", "clock")
+        assert schedule["reset"]["healthy"], schedule["reset"]
+        stats = dict(line.split(":", 1) for line in (volume / "fuzzer_stats").read_text().splitlines() if ":" in line)
+        assert int(stats["steps_done"].strip()) == 3
+        history = (volume / "runs" / "000000" / "history.jsonl").read_text().splitlines()
+        assert any('"ok"' in line for line in history), history[:5]
+        assert (volume / "events" / "events.jsonl").stat().st_size > 0
+        # the observers' SUT process logs are in the run volume, the node containers still up
+        assert all(c.status == "running" for c in project_containers(client, project) if c.id != mediator.id)
+
+        status = mallory(daemon, "campaign", "status", str(out)).stdout
+        assert "exited" in status and "steps_done" in status, status
+        fetched = tmp_path / "fetched"
+        mallory(daemon, "campaign", "fetch", str(out), "--to", str(fetched))
+        assert json.loads((fetched / "campaign.json").read_text()) == config
+    finally:
+        mallory(daemon, "campaign", "down", str(out), check=False)
+
+    # -- down: containers and networks gone, the results' volume kept ---------------------------
+    assert project_containers(client, project) == []
+    assert {n.name for n in client.networks.list()} == DEFAULT_NETWORKS
+    assert {v.name for v in client.volumes.list()} == {f"{project}_campaign", f"{project}_run"}
+    mallory(daemon, "campaign", "down", str(out), "--volumes")
+    assert client.volumes.list() == []
