@@ -89,7 +89,7 @@ def test_observed_cluster_survives_kill_pause_and_partition(cluster, tmp_path: P
     try:
         start_all(sut)
         leader = _serves(sut, 1)
-        assert _workload(sut, tmp_path / "run1", 2.0) > 20
+        assert _workload(sut, tmp_path / "run1", 2.0) >= 10
         # the first election is in the mediator's live timeline, as a FUNC event of its id
         wait_until(lambda: _window_has(mediator, started_ns, f"FUNC:{ids['raft-become-leader']:x}"), 30,
                    "raft-become-leader in a timeline window")
@@ -109,7 +109,7 @@ def test_observed_cluster_survives_kill_pause_and_partition(cluster, tmp_path: P
         assert kv.request(cluster.client_address(fourth), "PUT r 4") == "OK"
         mediator.heal()
         assert _serves(sut, 5) in cluster.nodes
-        assert _workload(sut, tmp_path / "run2", 1.5) > 15
+        assert _workload(sut, tmp_path / "run2", 1.5) >= 10
         for node in cluster.nodes:
             assert scan_log(stack.log_text(sut, node).splitlines(), node) == []
     finally:
