@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 
 from mallory.errors import MalloryError
-from mallory.report.build import load_catalogues, schedule_span, sut_catalogue
-from mallory.report.campaign_data import load_bug
+from mallory.report.sources import load_catalogues, schedule_span, sut_catalogue
+from mallory.report.campaign_data import load_bug, recordings
 from mallory.report.names import EventNamer
 from mallory.report.recording import read_recording
 from mallory.report.shiviz import shiviz_log
@@ -41,10 +41,10 @@ def _bundle_slice(bundle: Path) -> tuple[list, list[str], dict]:
     span = schedule_span(bug.schedule)
     if span is None:
         raise MalloryError(f"{bundle}/schedule.json: no started_ns/ended_ns: cannot cut its timeline")
-    recordings = sorted((campaign / "events").glob("events*.jsonl")) if (campaign / "events").is_dir() else []
-    if not recordings:
+    paths = recordings(campaign)
+    if not paths:
         raise MalloryError(f"{bundle}: no event recording at {campaign}/events/ (the bundle's campaign directory)")
-    recording = read_recording(recordings, [span])
+    recording = read_recording(paths, [span])
     config = read_json_object(bundle / "campaign.json", "") if (bundle / "campaign.json").exists() else {}
     return recording.spans[0], recording.warnings, config
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from mallory.report.build import DEFAULT_MAX_EVENTS, ReportOptions, build_report
+from mallory.report.sources import DEFAULT_MAX_EVENTS
 
 NAME = "report"
 HELP = "write an HTML report (plots, bug pages with Lamport timelines) of campaign directories"
@@ -32,6 +32,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from mallory.report.build import ReportOptions, build_report  # matplotlib: only when reporting
+
     index = build_report(args.dirs, ReportOptions(out=args.out, catalogues=args.catalogue, max_events=args.max_events))
     print(f"report: {index}")
     return 0

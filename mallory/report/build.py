@@ -15,18 +15,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mallory.errors import MalloryError
-from mallory.harness.spec import load_spec
-from mallory.observer.catalogue import Catalogue, catalogue_path
 from mallory.report import pages, plots, series
 from mallory.report.campaign_data import BugInfo, CampaignData, load_campaign
 from mallory.report.names import EventNamer
 from mallory.report.recording import Recording, read_recording
 from mallory.report.shiviz import shiviz_log
+from mallory.report.sources import DEFAULT_MAX_EVENTS, load_catalogues, schedule_span, sut_catalogue
 from mallory.report.timeline_view import fault_spans, tail_by_time, timeline_svg
 from mallory.timeline.builder import Committed
 
-#: the most events a bug page draws: the latest ones of the schedule, where checks found the bug
-DEFAULT_MAX_EVENTS = 2500
 
 
 @dataclass
@@ -34,34 +31,6 @@ class ReportOptions:
     out: Path | None = None
     catalogues: Sequence[Path] = ()
     max_events: int = DEFAULT_MAX_EVENTS
-
-
-def sut_catalogue(config: dict) -> Catalogue | None:
-    """The catalogue the build wrote next to the SUT's program (`<program>.mallory.json`),
-    found through the campaign's spec; None if there is none (names fall back to ids)."""
-    sut = config.get("sut")
-    if not isinstance(sut, str) or not sut.endswith(".toml") or not Path(sut).exists():
-        return None
-    try:
-        program = load_spec(sut).command[0]
-    except MalloryError:
-        return None
-    path = Path(catalogue_path(program))
-    return Catalogue.load(path) if path.exists() else None
-
-
-def load_catalogues(paths: Sequence[Path]) -> Catalogue:
-    catalogue = Catalogue()
-    for path in paths:
-        catalogue = catalogue.merge(Catalogue.load(path))
-    return catalogue
-
-
-def schedule_span(schedule: dict) -> tuple[int, int] | None:
-    start, end = schedule.get("started_ns"), schedule.get("ended_ns")
-    if isinstance(start, int) and isinstance(end, int) and end > start:
-        return start, end
-    return None
 
 
 def bug_timeline(bug: BugInfo, recording: Recording | None, span_index: int | None, max_events: int) -> tuple[list[Committed], str]:

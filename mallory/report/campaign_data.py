@@ -104,6 +104,20 @@ class BugInfo:
         return sorted(p for p in (run / "logs").iterdir() if p.is_file())
 
 
+def recordings(campaign: Path) -> list[Path]:
+    """The mediator's event recordings of a campaign, one per incarnation, in order
+    (events.jsonl, events.1.jsonl, ...)."""
+    folder = Path(campaign) / "events"
+    if not folder.is_dir():
+        return []
+
+    def incarnation(p: Path) -> int:
+        middle = p.name[len("events."):-len(".jsonl")]
+        return int(middle) if middle.isdigit() else 0
+
+    return sorted(folder.glob("events*.jsonl"), key=incarnation)
+
+
 @dataclass
 class CampaignData:
     root: Path
@@ -130,16 +144,7 @@ class CampaignData:
             return None
 
     def recordings(self) -> list[Path]:
-        """The mediator's event recordings, one per incarnation (events.jsonl, events.1.jsonl...)."""
-        folder = self.root / "events"
-        if not folder.is_dir():
-            return []
-
-        def incarnation(p: Path) -> int:
-            middle = p.name[len("events."):-len(".jsonl")]
-            return int(middle) if middle.isdigit() else 0
-
-        return sorted(folder.glob("events*.jsonl"), key=incarnation)
+        return recordings(self.root)
 
 
 def _sightings(path: Path) -> list[dict[str, Any]]:
