@@ -29,9 +29,9 @@ repeats lines. A file that exists when the tail starts without a saved position 
 from its end: what it holds is an earlier run's. The SUT's own restarts append to the same
 file and need nothing special.
 
-Cost: per file, the patterns are combined into one regex searched over each chunk read, so
-lines that match nothing cost no Python code at all; only a matching line is checked
-against the entries one by one to find the first that matches.
+Cost: per file, each pattern is searched over the whole chunk read (in C), so lines that
+match nothing cost no Python code at all; only a line some pattern matches is checked
+against the entries one by one to find the first that matches (`LineMatcher`).
 """
 
 from __future__ import annotations
@@ -219,26 +219,28 @@ def log_event_id(name: str) -> int:
 
 # -- matching ---------------------------------------------------------------------------
 
-#: Constructs that can match differently inside one combined regex than on the line alone
-#: (absolute anchors, back references, lookbehinds, inline global flags): a pattern using
-#: one is checked on every line, without the combined pre-filter.
-_NOT_COMBINABLE = re.compile(r"\\[AZz]|\\[1-9]|\(\?P=|\(\?<[=!]|\(\?[aiLmsux]+\)")
+#: Constructs that can match differently in a whole chunk than in the line alone (absolute
+#: anchors, back references, lookbehinds): with one of them among a file's patterns, that
+#: file's lines are matched one by one.
+_LINE_ONLY = re.compile(r"\\[AZz]|\\[1-9]|\(\?P=|\(\?<[=!]")
 
 
 class LineMatcher:
-    """The entries watching one file, in configuration order."""
+    """The entries watching one file, in configuration order.
+
+    `names` scans the chunk once per pattern, in C (re's search, with its literal-prefix
+    fast path), noting which patterns were found in which lines; only those lines are then
+    checked in Python, against the patterns found in them, in order: the first that
+    matches the line alone names it.
+    One alternation of all the patterns would be a single scan, but re tries every branch
+    at every position and is slower (bench/bench_log_events_match.py).
+    """
 
     def __init__(self, entries: Sequence[tuple[str, str]]) -> None:
         """entries: (pattern, name) pairs; name "" means "from the normalised message"."""
         self.entries = [(re.compile(p), n) for p, n in entries]
-        combinable = [p for p, _ in entries if not _NOT_COMBINABLE.search(p)]
-        self._always = len(combinable) < len(entries)
-        self._prefilter: re.Pattern[str] | None = None
-        if combinable:
-            try:
-                self._prefilter = re.compile("|".join(f"(?:{p})" for p in combinable), re.MULTILINE)
-            except re.error:  # e.g. the same named group in two patterns
-                self._always = True
+        self.line_by_line = any(_LINE_ONLY.search(p) for p, _ in entries)
+        self._scanners = [re.compile(p, re.MULTILINE) for p, _ in entries]
 
     def name(self, line: str) -> str | None:
         """The event name `line` gives, or None when no entry matches it."""
@@ -248,23 +250,34 @@ class LineMatcher:
         return None
 
     def names(self, text: str) -> list[str]:
-        """The event names of the complete lines in `text` ('\\n'-separated), in order."""
-        if self._always or self._prefilter is None:
+        """The event names of the lines in `text` ('\\n'-separated), in order."""
+        if self.line_by_line:
             return [n for n in map(self.name, text.split("\n")) if n is not None]
+        hits: dict[int, int] = {}  # line start -> bitmask of the patterns found in that line
+        rfind, find, get = text.rfind, text.find, hits.get
+        for index, scanner in enumerate(self._scanners):
+            bit, search, pos = 1 << index, scanner.search, 0
+            while (m := search(text, pos)) is not None:
+                at = m.start()
+                start = rfind("\n", 0, at) + 1
+                hits[start] = get(start, 0) | bit
+                pos = find("\n", at) + 1  # a match spanning lines is checked from its first
+                if not pos:
+                    break
         found = []
-        search, pos = self._prefilter.search, 0
-        while True:
-            m = search(text, pos)
-            if m is None:
-                return found
-            start = text.rfind("\n", 0, m.start()) + 1
-            end = text.find("\n", m.start())
-            if end < 0:
-                end = len(text)
-            name = self.name(text[start:end])  # the line alone decides (and which entry)
-            if name is not None:
-                found.append(name)
-            pos = end + 1
+        entries = self.entries
+        for start in sorted(hits):
+            end = find("\n", start)
+            line = text[start:] if end < 0 else text[start:end]
+            mask = hits[start]
+            while mask:  # the line alone decides, among the patterns found in it, in order
+                low = mask & -mask
+                regex, name = entries[low.bit_length() - 1]
+                if regex.search(line):
+                    found.append(name or event_name(line))
+                    break
+                mask ^= low
+        return found
 
 
 # -- tailing ----------------------------------------------------------------------------

@@ -115,17 +115,19 @@ def test_first_entry_in_configuration_order_wins():
     assert m.name("a follower") is None
 
 
-def test_patterns_the_prefilter_cannot_combine_still_match_per_line():
-    # a back reference, an absolute anchor and an inline flag: each checked line by line
+def test_patterns_that_need_their_line_alone_are_matched_line_by_line():
+    # a back reference and an absolute anchor mean something else in a chunk of lines
     m = LineMatcher([(r"(\w+) then \1", "repeat"), (r"\Astart", "start"), (r"(?i)PANIC", "panic")])
+    assert m.line_by_line
     text = "x then y\nfoo then foo\nstart here\nnot start\nbig panic\n"
     assert m.names(text) == ["repeat", "start", "panic"]
+    assert not LineMatcher([(r"(?i)PANIC", "panic"), ("^a.*b$", "ab")]).line_by_line
 
 
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.text(alphabet="ab \t:01x\\n", max_size=12), max_size=12))
-def test_combined_prefilter_agrees_with_line_by_line(lines):
-    entries = [("a b", "ab"), ("^1", "one"), ("x$", "x-end"), (r"b\s*:", "")]
+def test_chunk_scan_agrees_with_line_by_line(lines):
+    entries = [("a b", "ab"), ("^1", "one"), ("x$", "x-end"), (r"b\s*:", ""), (r"(?s)0.*1", "span"), ("(?i)AX", "ax")]
     m = LineMatcher(entries)
     joined = "\n".join(line.replace("\n", " ") for line in lines)
     assert m.names(joined) == [n for n in map(m.name, joined.split("\n")) if n is not None]
