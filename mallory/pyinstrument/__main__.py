@@ -62,7 +62,12 @@ def main(argv: list[str] | None = None) -> int:
         assert instrumenter is not None
         instrumenter.scan_annotated()
         instrumenter.resolve_all()
-        catalogue_of(instrumenter).write(args.catalogue)
+        try:
+            catalogue_of(instrumenter).write(args.catalogue)
+        except OSError as exc:
+            if args.module is None and not rest:
+                raise MalloryError(f"cannot write the catalogue {args.catalogue}: {exc.strerror}") from None
+            print(f"mallory.pyinstrument: cannot write the catalogue {args.catalogue}: {exc.strerror}", file=sys.stderr)
     if args.module is not None:
         run_program(args.module, rest, module=True, instrumenter=instrumenter)
     elif rest:

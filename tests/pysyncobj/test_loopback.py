@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from mallory.observer import toolchain
+from mallory.observer.catalogue import Catalogue
 from mallory.observer.ring import RingReader, create_ring, unlink_ring
 from mallory.polling import wait_until
 from mallory.timeline.event import Kind
@@ -91,6 +92,8 @@ def cluster(tmp_path):
 
 def test_protocol_failover_and_events_in_the_rings(cluster, tmp_path):
     names = {e.id: e.name for e in kv.catalogue(tmp_path)}
+    written = kv.SUT_DIR / "kv-node.mallory.json"  # where `mallory report` finds it through the spec
+    written.unlink(missing_ok=True)
     readers = [RingReader(name, node=f"n{i}") for i, name in enumerate(cluster.rings)]
     try:
         for i in range(3):
@@ -123,6 +126,7 @@ def test_protocol_failover_and_events_in_the_rings(cluster, tmp_path):
     finally:
         for r in readers:
             r.close()
+    assert {e.id: e.name for e in Catalogue.load(written)} == names
     counts = [Counter(names.get(e.id, f"unknown:{e.id}") for e in evs if e.kind in (Kind.FUNC, Kind.BLOCK)) for evs in events]
     for i, c in enumerate(counts):
         assert set(c) <= set(names.values()), (i, c)  # every event is in the catalogue
