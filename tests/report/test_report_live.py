@@ -103,7 +103,9 @@ def test_report_of_one_campaign(qlearning_campaign):
     index = qlearning_campaign / "report" / "index.html"
     page = assert_self_contained(index)
     text = index.read_text()
-    assert "qlearning" in text and "No bug found." in text
+    assert "qlearning" in text
+    bugs = [p for p in (qlearning_campaign / "bugs").iterdir() if p.is_dir()]
+    assert f"Bugs ({len(bugs)})" in text and all(f"bugs/{b.name}.html" in text for b in bugs)
     images = page.images()
     assert len(images) == 5  # states, states per hour, fault mix, feedback, loss
     for png in images:
