@@ -96,6 +96,8 @@ class RaftKvAdapter(SpecAdapter):
             raise MalloryError(f"{spec.source}: raft-kv needs a `peer` port in [ports] (its raft address)")
         #: nodes that start empty and wait to be added (a removed node coming back)
         self._joining: set[str] = set()
+        self.change_timeout = CHANGE_TIMEOUT
+        self.fault_leader_timeout = FAULT_LEADER_TIMEOUT
 
     @classmethod
     def default(cls, backend: ClusterBackend) -> "RaftKvAdapter":
@@ -117,8 +119,9 @@ class RaftKvAdapter(SpecAdapter):
         """The node's STATUS fields ({} when it does not answer)."""
         return parse_status(self.ask(node, "STATUS", timeout=1.0)) if self.is_running(node) else {}
 
-    def leader(self, timeout: float = CHANGE_TIMEOUT) -> str:
+    def leader(self, timeout: float | None = None) -> str:
         """The node that is leader, once exactly one running node says so."""
+        timeout = self.change_timeout if timeout is None else timeout
         deadline = time.monotonic() + timeout
         while True:
             found = self.primaries()
@@ -128,10 +131,11 @@ class RaftKvAdapter(SpecAdapter):
                 raise MalloryError(f"raft-kv: no single leader after {timeout:g} s (leaders: {found or 'none'})")
             time.sleep(0.1)
 
-    def _on_leader(self, line: str, done: Callable[[], bool] | None = None, timeout: float = CHANGE_TIMEOUT) -> str:
+    def _on_leader(self, line: str, done: Callable[[], bool] | None = None) -> str:
         """Send an admin command to the leader until it answers OK, following leadership
         changes; `done` (checked before every attempt) says the change already took effect
         (an earlier attempt answered UNKNOWN but committed). The last reply."""
+        timeout = self.change_timeout
         deadline = time.monotonic() + timeout
         last = ""
         while time.monotonic() < deadline:
@@ -162,6 +166,13 @@ class RaftKvAdapter(SpecAdapter):
         timeout = self.spec.client.timeout if self.spec.client else 2.0
         return RaftTxnClient(self.backend.client_address(node), self.spec.ports["client"], workload.name, timeout=timeout)
 
+    def wait_ready(self, node: str, timeout: float | None = None) -> None:
+        """A node still waiting to join (a heal that found no quorum then, say under kill:all,
+        whose heal runs later in a reset) is added first: it serves only once it is a member."""
+        if node in self._joining and self.is_running(node):
+            self.add_member(node)
+        super().wait_ready(node, timeout)
+
     def teardown(self, node: str) -> None:
         super().teardown(node)
         self._joining.discard(node)
@@ -173,17 +184,17 @@ class RaftKvAdapter(SpecAdapter):
 
     def promote(self, node: str) -> None:
         """Transfer leadership to `node`; returns once it says it leads."""
-        if self.leader(FAULT_LEADER_TIMEOUT) == node:
+        if self.leader(self.fault_leader_timeout) == node:
             return
         self._on_leader(f"TRANSFER {self.raft_address(node)}")
-        deadline = time.monotonic() + CHANGE_TIMEOUT
+        deadline = time.monotonic() + self.change_timeout
         while self.status(node).get("state") != "leader":
             if time.monotonic() >= deadline:
                 raise MalloryError(f"raft-kv: {node} did not become leader after a transfer to it")
             time.sleep(0.1)
 
     def remove_member(self, node: str) -> None:
-        if self.leader(FAULT_LEADER_TIMEOUT) == node:
+        if self.leader(self.fault_leader_timeout) == node:
             others = [n for n in self.backend.nodes if n != node and self.status(n)]
             if not others:
                 raise MalloryError(f"raft-kv: cannot remove {node}: no other running node to lead")
@@ -195,10 +206,9 @@ class RaftKvAdapter(SpecAdapter):
         self._joining.add(node)
 
     def add_member(self, node: str) -> None:
-        """Start `node` empty and make it a voter; returns once the change is committed."""
+        """Start `node` empty (when it was removed) and make it a voter; returns once the
+        change is committed."""
         address = self.raft_address(node)
-        if self.members().get(address) == "voter" and node not in self._joining:
-            return
         if node in self._joining and not self.is_running(node):
             super().teardown(node)
             self.start(node)

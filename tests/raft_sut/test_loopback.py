@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from mallory.errors import MalloryError
 from mallory.harness.loopback import LoopbackBackend
 from mallory.harness.runner import RunConfig
 from mallory.harness.session import record_run, start_all, teardown_all
@@ -234,3 +235,30 @@ def test_builtin_name_gives_the_membership_adapter(loopback) -> None:
     sut = make_adapter("raft-kv", loopback)
     assert sut.capabilities.add_member and sut.capabilities.remove_member and sut.capabilities.promote
     assert Path(sut.command("n1")[0]).exists()  # built on first use
+
+
+def test_an_add_back_without_quorum_is_finished_by_wait_ready(binary: Path, loopback) -> None:
+    """A reset heals membership before it restarts killed nodes: with the others down the
+    add-back cannot commit; once they are back, waiting for the node adds it."""
+    sut = _sut(loopback, binary)
+    try:
+        start_all(sut)
+        leader = rc.wait_leader(sut)
+        removed = next(n for n in loopback.nodes if n != leader)
+        sut.remove_member(removed)
+        others = [n for n in loopback.nodes if n != removed]
+        for node in others:
+            sut.kill(node)
+        sut.change_timeout = 2.0
+        with pytest.raises(MalloryError, match="no single leader"):
+            sut.add_member(removed)
+        assert sut.is_running(removed)  # started empty, waiting to be added
+        sut.change_timeout = 20.0
+        for node in others:
+            sut.start(node)
+        for node in others:
+            sut.wait_ready(node)
+        sut.wait_ready(removed)
+        assert sut.members() == {sut.raft_address(n): "voter" for n in loopback.nodes}
+    finally:
+        teardown_all(sut)
