@@ -190,6 +190,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def config(args: argparse.Namespace) -> SyncObjConf:
     election = args.election_ms / 1000
     return SyncObjConf(
+        # pysyncobj binds 0.0.0.0 by default: nodes sharing a host (loopback backend) would clash
+        bindAddress=f"{args.listen}:{args.peer_port}",
         journalFile=os.path.join(args.data, "raft.journal"),
         fullDumpFile=os.path.join(args.data, "raft.dump"),
         raftMinTimeout=election,
