@@ -185,3 +185,29 @@ def test_etcd_cluster_workloads_faults_and_log_events(cluster, tmp_path: Path) -
     assert any(e.data == "became-leader" and e.node == successor for e in logs), Counter((e.node, e.data) for e in logs)
     unnamed = set(names) - named
     assert unnamed and all("<" in n for n in unnamed), unnamed  # raft lines by their normalised message
+
+
+@pytest.mark.parametrize("fault", ["kill:primaries", "pause:primaries", "partition:primaries"])
+def test_the_nemesis_fault_then_reset_leaves_a_serving_cluster(cluster, tmp_path: Path, fault: str) -> None:
+    """Each fault as the campaign enacts it (on the leader), then the nemesis's reset: the
+    cluster is healthy again and a register run on it checks linearizable."""
+    from nemesis.nemesis import Nemesis
+
+    mediator_proc, mediator = ex.start_mediator(cluster)
+    sut = EtcdAdapter(cluster)
+    try:
+        start_all(sut)
+        before = leader(sut)
+        nemesis = Nemesis(FaultContext(backend=cluster, adapter=sut, mediator=mediator), [fault])
+        report = nemesis.enact(fault, random.Random(1))
+        assert report.verified and before in report.nodes, report
+        assert all(before in link.split("->") for link in report.links), report.links  # the leader cut off
+        serves(sut, 1, among=[n for n in cluster.nodes if n != before])  # the majority carries on
+        reset = nemesis.reset()
+        assert reset.healthy, reset.problems
+        serves(sut, 2)
+        assert register_run(sut, tmp_path / "run", 1.5) > 30
+    finally:
+        teardown_all(sut)
+        cluster.signal(mediator_proc, signal.SIGTERM)
+        cluster.wait(mediator_proc, 10)
