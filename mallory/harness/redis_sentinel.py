@@ -1,8 +1,9 @@
 """Redis with replication and Sentinel failover: the instrumented Redis of suts/redis.
 
-Every node runs a redis-server (the "sut" process: kill and pause act on it) and a sentinel
-(the "sentinel" process, kept running: it is the failure detector that notices a killed or
-paused server, votes and promotes a replica). Node 1 starts as master, the others as its
+Every node runs a redis-server (the "sut" process: kill and pause act on it, clock and disk
+faults reach it) and a sentinel (the "sentinel" process, kept running and outside the
+in-process faults: it is the failure detector that notices a killed or paused server, votes
+and promotes a replica; network faults do reach it). Node 1 starts as master, the others as its
 replicas; sentinel timeouts are small (down after 1 s, failover timeout 3 s) so a failover
 completes within a few 2.5 s windows. Clients find the master through Sentinel
 (SENTINEL get-master-addr-by-name) and look again after a connection loss or a READONLY
@@ -19,6 +20,7 @@ AOF persistence is on (fsync every second, Redis' default for AOF).
 from __future__ import annotations
 
 import os
+import signal as signals
 import time
 from collections import Counter
 from pathlib import Path
@@ -144,9 +146,11 @@ class RedisSentinelAdapter(ProcessAdapter):
         if sentinel is None or not self.backend.is_running(sentinel):
             conf = self.backend.data_dir(node) / "sentinel.conf"
             conf.write_text(self._sentinel_conf(node))  # sentinel rewrites it with what it learns
-            self._sentinels[node] = self.backend.spawn(
-                node, [str(self.redis_sentinel), str(conf)], name="sentinel", env=self.env(node)
-            )
+            # Without the SUT's env, so without the clock/disk fault shim: a sentinel whose
+            # clock jumps enters TILT mode for 30 s and fails nothing over, so the campaign's
+            # clock faults would switch the failure detector off instead of testing Redis.
+            # Sentinels here play the separate hosts they run on in production.
+            self._sentinels[node] = self.backend.spawn(node, [str(self.redis_sentinel), str(conf)], name="sentinel")
         return proc
 
     def sentinel_process(self, node: str) -> NodeProcess | None:
@@ -155,7 +159,7 @@ class RedisSentinelAdapter(ProcessAdapter):
     def teardown(self, node: str) -> None:
         sentinel = self._sentinels.pop(node, None)
         if sentinel is not None and self.backend.is_running(sentinel):
-            self.backend.signal(sentinel, 9)
+            self.backend.signal(sentinel, signals.SIGKILL)
             if self.backend.wait(sentinel, 10.0) is None:
                 raise MalloryError(f"{self.name}: {node}'s sentinel {sentinel.pid} survived SIGKILL for 10 s")
         super().teardown(node)
