@@ -166,6 +166,12 @@ class RaftKvAdapter(SpecAdapter):
         timeout = self.spec.client.timeout if self.spec.client else 2.0
         return RaftTxnClient(self.backend.client_address(node), self.spec.ports["client"], workload.name, timeout=timeout)
 
+    def probe(self, node: str) -> bool:
+        """Ready: it leads, or follows a known leader (now, not once since it started: a
+        server libraft gave up on exits, but one cut off from the leader is not ready)."""
+        status = self.status(node)
+        return status.get("state") == "leader" or (status.get("state") == "follower" and status.get("leader", "-") != "-")
+
     def wait_ready(self, node: str, timeout: float | None = None) -> None:
         """A node still waiting to join (a heal that found no quorum then, say under kill:all,
         whose heal runs later in a reset) is added first: it serves only once it is a member."""

@@ -427,6 +427,14 @@ static void watch(uv_check_t *handle)
         on_state_change(S.last_state, state);
         S.last_state = state;
     }
+    if (state == RAFT_UNAVAILABLE) {
+        /* libraft gives up on a server after an I/O error it cannot recover from (a failed
+         * fsync, say); it never becomes available again in this process. Fail-stop, so the
+         * harness (a supervisor, in production) sees it down and restarts it. */
+        // INSTRUMENT_BLOCK unavailable-exit
+        say("raft unavailable (%s): exiting, restart to recover", raft_errmsg(&S.raft));
+        exit(3);
+    }
     raft_id leader;
     const char *address;
     raft_leader(&S.raft, &leader, &address);

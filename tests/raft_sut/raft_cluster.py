@@ -16,7 +16,7 @@ SOURCE = SUT_DIR / "raft_kv.c"
 LABELS = {
     "apply", "apply-txn", "cas-mismatch", "snapshot", "restore", "state-change", "became-leader", "became-candidate",
     "became-follower", "leader-change", "leader-lost", "membership-change", "snapshot-index-advanced",
-    "not-leader-reply", "apply-failed", "client-command", "admin-command", "client-request", "shutdown",
+    "not-leader-reply", "apply-failed", "unavailable-exit", "client-command", "admin-command", "client-request", "shutdown",
 }  # fmt: skip
 
 

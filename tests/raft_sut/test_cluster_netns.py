@@ -7,11 +7,8 @@ events the spec's [[log_events]] make of libraft's trace and the server's lines.
 
 from __future__ import annotations
 
-import os
 import random
-import shutil
 import signal
-import uuid
 from collections import Counter
 from pathlib import Path
 
@@ -34,19 +31,6 @@ from tests.example_sut import example_cluster as ex
 from tests.raft_sut import raft_cluster as rc
 
 pytestmark = [pytest.mark.root, pytest.mark.timeout(300)]
-
-
-@pytest.fixture
-def cluster(tmp_path: Path):
-    if os.geteuid() != 0 or shutil.which("ip") is None:
-        pytest.skip("needs root and iproute2 (network namespaces)")
-    from nemesis.netns import NetnsCluster
-
-    c = NetnsCluster.up(f"rkv-{uuid.uuid4().hex[:6]}", 3, data_root=tmp_path / "data")
-    try:
-        yield c
-    finally:
-        c.down()
 
 
 def _workload(sut, out: Path, seconds: float) -> int:
