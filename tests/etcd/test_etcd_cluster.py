@@ -8,6 +8,7 @@ on the member that took over from the killed leader, snapshots, membership chang
 
 from __future__ import annotations
 
+import io
 import os
 import random
 import shutil
@@ -211,3 +212,30 @@ def test_the_nemesis_fault_then_reset_leaves_a_serving_cluster(cluster, tmp_path
         teardown_all(sut)
         cluster.signal(mediator_proc, signal.SIGTERM)
         cluster.wait(mediator_proc, 10)
+
+
+def test_the_campaigns_observed_cluster_gives_observers_the_adapters_log_events(tmp_path: Path) -> None:
+    """ObservedCluster (what `mallory fuzz` starts) makes the adapter before the observers
+    and hands each its node's patterns: LOG events reach the mediator's recording."""
+    if os.geteuid() != 0 or shutil.which("ip") is None:
+        pytest.skip("needs root and iproute2 (network namespaces)")
+    from mallory.mediator.stack import ObservedCluster
+
+    with ObservedCluster(f"etcdo-{uuid.uuid4().hex[:5]}", 3, record_dir=tmp_path / "rec", adapter_factory=EtcdAdapter) as stack:
+        sut = stack.adapter
+        assert isinstance(sut, EtcdAdapter)
+        try:
+            start_all(sut)
+            sut.kill(before := leader(sut))
+            after = leader(sut, among=[n for n in stack.cluster.nodes if n != before])
+
+            def recorded() -> list:
+                path = tmp_path / "rec" / "events.jsonl"
+                data = path.read_bytes() if path.exists() else b""
+                complete = io.BytesIO(data[: data.rfind(b"\n") + 1])  # the mediator may be mid-line
+                return [e for r in read_records(complete) if isinstance(r, Batch) for e in r.events
+                        if e.kind == Kind.LOG and e.node == after and e.data == "became-leader"]  # fmt: skip
+
+            wait_until(recorded, 20, f"{after}'s became-leader event in the recording")
+        finally:
+            teardown_all(sut)
