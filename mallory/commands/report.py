@@ -28,7 +28,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="an annotation catalogue (<binary>.mallory.json) naming code events; "
                         "by default the one next to the SUT spec's program")
     parser.add_argument("--max-events", type=int, default=DEFAULT_MAX_EVENTS,
-                        help=f"most events a bug page's timeline draws (default {DEFAULT_MAX_EVENTS})")
+                        help=f"most events each diagram of a bug page draws (default {DEFAULT_MAX_EVENTS})")
 
 
 def run(args: argparse.Namespace) -> int:

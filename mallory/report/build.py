@@ -21,7 +21,7 @@ from mallory.report.names import EventNamer
 from mallory.report.recording import Recording, read_recording
 from mallory.report.shiviz import shiviz_log
 from mallory.report.sources import DEFAULT_MAX_EVENTS, load_catalogues, schedule_span, sut_catalogue
-from mallory.report.timeline_view import fault_spans, tail_by_time, timeline_svg
+from mallory.report.timeline_view import fault_spans, head_by_time, schedule_sections, timeline_svg
 from mallory.timeline.builder import Committed
 
 
@@ -33,25 +33,33 @@ class ReportOptions:
     max_events: int = DEFAULT_MAX_EVENTS
 
 
-def bug_timeline(bug: BugInfo, recording: Recording | None, span_index: int | None, max_events: int) -> tuple[list[Committed], str]:
-    """The entries the bug page draws and a sentence saying which they are."""
+def bug_timeline(bug: BugInfo, recording: Recording | None, span_index: int | None,
+                 max_events: int, namer: EventNamer) -> tuple[list[Committed], pages.TimelinePart]:
+    """The schedule's entries (for the ShiViz file) and the page's timeline: one diagram per
+    step window and one for the reset, each of its earliest `max_events` events (a fault's
+    effect starts with its step)."""
     if recording is None:
-        return [], "No event recording in the campaign directory (events/events*.jsonl): no timeline."
+        return [], pages.TimelinePart("No event recording in the campaign directory (events/events*.jsonl): no timeline.")
     if span_index is None:
-        return [], "The schedule record has no start and end times: no timeline."
+        return [], pages.TimelinePart("The schedule record has no start and end times: no timeline.")
     entries = recording.spans[span_index]
     if not entries:
-        return [], "The recording holds no event of this schedule."
-    shown = tail_by_time(entries, max_events)
-    start, _ = schedule_span(bug.schedule)
-    first = min(e.real_ns for e in shown)
-    note = f"{len(shown)} events of {len(entries)} in schedule {bug.schedule.get('index')}"
-    if len(shown) < len(entries):
-        note += f": the latest ones, from {(first - start) / 1e9:.2f} s after the schedule's start to its end"
-    else:
-        note += ": the whole schedule, its reset included"
-    note += ". The oracles ran after the reset, so the failure lies within this span."
-    return shown, note + (" " + " ".join(recording.warnings) if recording.warnings else "")
+        return [], pages.TimelinePart("The recording holds no event of this schedule.")
+    faults = fault_spans(bug.schedule)
+    sections = schedule_sections(bug.schedule)
+    part = pages.TimelinePart(
+        f"Schedule {bug.schedule.get('index')}: {len(entries)} events, drawn per step window and for the reset "
+        f"after the last step (the checks that found the bug ran after it); each diagram shows at most the "
+        f"first {max_events} events of its window." + (" " + " ".join(recording.warnings) if recording.warnings else "")
+    )
+    for i, section in enumerate(sections):
+        inside = [e for e in entries if section.start_ns <= e.real_ns < section.end_ns]
+        shown = head_by_time(inside, max_events)
+        cut = f", the first {len(shown)} drawn" if len(shown) < len(inside) else ""
+        title = f"{section.label} ({(section.end_ns - section.start_ns) / 1e9:.2f} s, {len(inside)} events{cut})"
+        svg = timeline_svg(shown, namer, faults, recording.nodes) if shown else None
+        part.sections.append(pages.TimelineSection(title, svg, opened=i >= len(sections) - 2, start_ns=section.start_ns))
+    return entries, part
 
 
 def _campaign_plots(data: CampaignData, recording: Recording | None, width: float, with_states: bool) -> list[tuple[str, bytes]]:
@@ -120,13 +128,11 @@ def build_report(dirs: Sequence[Path], options: ReportOptions) -> Path:
 
 def _write_bug_page(out: Path, stem: str, bug: BugInfo, data: CampaignData, recording: Recording | None,
                     span_index: int | None, namer: EventNamer, max_events: int) -> None:
-    entries, note = bug_timeline(bug, recording, span_index, max_events)
-    bugs_dir = out / "bugs"
-    timeline = pages.TimelinePart(svg=None, note=note)
+    entries, timeline = bug_timeline(bug, recording, span_index, max_events, namer)
     if entries:
-        timeline.svg = timeline_svg(entries, namer, fault_spans(bug.schedule), recording.nodes)
-        (bugs_dir / f"{stem}.shiviz").write_text(shiviz_log(entries, namer))
+        (out / "bugs" / f"{stem}.shiviz").write_text(shiviz_log(entries, namer))
         timeline.shiviz_href = f"{stem}.shiviz"
+    bugs_dir = out / "bugs"
     logs = [(p.name, os.path.relpath(p, bugs_dir)) for p in bug.log_files()]
     html_text = pages.bug_page(bug, data.start_time, "../index.html", timeline, logs)
     (bugs_dir / f"{stem}.html").write_text(html_text)

@@ -100,11 +100,21 @@ def index_page(sections: Sequence[CampaignSection], overview: str = "", shared_p
 
 
 @dataclass
-class TimelinePart:
-    """The bug page's timeline: the SVG and what to say about how it was cut."""
+class TimelineSection:
+    """One diagram of the bug page: a step's window or the reset."""
 
+    title: str
     svg: str | None
+    opened: bool = False
+    start_ns: int = 0
+
+
+@dataclass
+class TimelinePart:
+    """The bug page's timeline: what to say about it, its diagrams, the ShiViz file."""
+
     note: str
+    sections: list[TimelineSection] = field(default_factory=list)
     shiviz_href: str | None = None
 
 
@@ -131,11 +141,15 @@ def bug_page(bug: BugInfo, origin_s: float | None, index_href: str, timeline: Ti
         "<h2>Lamport timeline</h2>",
         f"<p class=\"note\">{escape(timeline.note)}</p>",
     ]
-    if timeline.svg is not None:
+    if timeline.sections:
         body.append("<p class=\"note\">Lanes are nodes; dots are events at their Lamport time (hover for names); "
-                    "arrows are messages from SEND to RECV; shaded spans are faults, from when they were "
-                    "enacted to their heal or the schedule's reset.</p>")
-        body.append(f"<div class=\"scroll\">{timeline.svg}</div>")
+                    "arrows are messages from SEND to RECV within a diagram; shaded spans are faults, from when "
+                    "they were enacted to their heal or the schedule's reset.</p>")
+    for section in timeline.sections:
+        opened = " open" if section.opened else ""
+        inner = f"<div class=\"scroll\">{section.svg}</div>" if section.svg else "<p>No event in this window.</p>"
+        body.append(f"<details class=\"section\" data-start-ns=\"{section.start_ns}\"{opened}>"
+                    f"<summary>{escape(section.title)}</summary>{inner}</details>")
     if timeline.shiviz_href:
         body.append(f"<p>The same events for ShiViz: {html.link(timeline.shiviz_href, 'ShiViz log')} "
                     "(open it on ShiViz's input page).</p>")

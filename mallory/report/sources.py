@@ -13,8 +13,8 @@ from mallory.errors import MalloryError
 from mallory.harness.spec import load_spec
 from mallory.observer.catalogue import Catalogue, catalogue_path
 
-#: the most events a bug page draws: the latest ones of the schedule, where checks found the bug
-DEFAULT_MAX_EVENTS = 2500
+#: the most events one diagram of a bug page draws: the first ones of its step window
+DEFAULT_MAX_EVENTS = 1500
 
 def sut_catalogue(config: dict) -> Catalogue | None:
     """The catalogue the build wrote next to the SUT's program (`<program>.mallory.json`),

@@ -161,3 +161,39 @@ def tail_by_time(entries: Sequence[Committed], limit: int) -> list[Committed]:
         return list(entries)
     cutoff = sorted(e.real_ns for e in entries)[-limit]
     return [e for e in entries if e.real_ns >= cutoff]
+
+
+def head_by_time(entries: Sequence[Committed], limit: int) -> list[Committed]:
+    """At most about `limit` entries: the earliest ones (everything up to the limit-th
+    earliest time), kept in their causal order."""
+    if len(entries) <= limit:
+        return list(entries)
+    cutoff = sorted(e.real_ns for e in entries)[limit - 1]
+    return [e for e in entries if e.real_ns <= cutoff]
+
+
+@dataclass(frozen=True)
+class Section:
+    """A part of a schedule drawn on its own: one step's window, or the final reset."""
+
+    label: str
+    start_ns: int
+    end_ns: int
+
+
+def schedule_sections(schedule: dict) -> list[Section]:
+    """Each step from its start to the next step's start (its window, then the learner's
+    feedback and decision), the last step to its window's end, then the reset up to the
+    schedule's end (where everything is healed, and where many bugs show). Contiguous: every
+    event from the first step on is in exactly one section."""
+    steps = []
+    for step in schedule.get("steps", []):
+        window = step.get("window_ns") or []
+        if len(window) == 2 and all(isinstance(t, int) for t in window):
+            refused = " (refused)" if step.get("refused") else ""
+            steps.append((f"step {step.get('step')}: {step.get('action')}{refused}", window[0], window[1]))
+    out = [Section(label, t0, steps[i + 1][1] if i + 1 < len(steps) else t1) for i, (label, t0, t1) in enumerate(steps)]
+    end = schedule.get("ended_ns")
+    if out and isinstance(end, int) and end > out[-1].end_ns:
+        out.append(Section("reset", out[-1].end_ns, end))
+    return out

@@ -5,6 +5,7 @@ of plot_data; bug pages draw the recorded timeline; ShiViz's regex reads the exp
 from __future__ import annotations
 
 import io
+import re
 import subprocess
 import sys
 from html.parser import HTMLParser
@@ -19,7 +20,8 @@ from mallory.report.names import EventNamer
 from mallory.report.plots import read_series
 from mallory.report.recording import node_names, read_recording
 from mallory.report.shiviz import SHIVIZ_REGEX
-from mallory.report.timeline_view import tail_by_time, timeline_svg
+from mallory.report.sources import DEFAULT_MAX_EVENTS
+from mallory.report.timeline_view import head_by_time, schedule_sections, tail_by_time, timeline_svg
 from mallory.report.vclock import happened_before
 from mallory.timeline.codec import read_records
 from tests.report.timeline_checks import ancestors, assert_view_matches, committed, parse_shiviz, svg_elements
@@ -171,13 +173,23 @@ def test_bug_pages_draw_the_recorded_timeline_and_link_the_logs(bug_campaign):
     recording = bug_campaign / "events" / "events.jsonl"
     with open(recording, "rb") as f:
         everything = committed(read_records(f), node_names(recording))
-    expected = tail_by_time([e for e in everything if schedule["started_ns"] <= e.real_ns < schedule["ended_ns"]], 2500)
-    assert expected, "the schedule's events are in the recording"
-    svg = text[text.index("<svg"): text.index("</svg>") + len("</svg>")]
-    assert_view_matches(svg, expected)
-    _, _, faults = svg_elements(svg)
+    sections = schedule_sections(schedule)
+    assert len(sections) == len(schedule["steps"]) + 1, "one diagram per step and one for the reset"
+    drawn = re.findall(r'<details class="section" data-start-ns="(\d+)"[^>]*>(.*?)</details>', text, re.S)
+    assert [int(start) for start, _ in drawn] == [s.start_ns for s in sections]
+    faults_seen = set()
+    for section, (_, inner) in zip(sections, drawn):
+        expected = head_by_time([e for e in everything if section.start_ns <= e.real_ns < section.end_ns], DEFAULT_MAX_EVENTS)
+        if not expected:
+            assert "<svg" not in inner
+            continue
+        svg = inner[inner.index("<svg"): inner.index("</svg>") + len("</svg>")]
+        assert_view_matches(svg, expected)
+        faults_seen |= {f["data-fault"].split()[0] for f in svg_elements(svg)[2]}
+    covered = [e for e in everything if sections[0].start_ns <= e.real_ns < sections[-1].end_ns]
+    assert covered and sum(sum(s.start_ns <= e.real_ns < s.end_ns for e in covered) for s in sections) == len(covered)
     enacted = {s["action"] for s in schedule["steps"] if s["action"] not in ("heal", "noop") and not s.get("refused")}
-    assert {f["data-fault"].split()[0] for f in faults} == enacted
+    assert faults_seen == enacted
 
 
 def test_timeline_view_of_a_real_schedule_names_events_and_draws_every_message(qlearning_campaign, example_spec):

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from mallory.report.names import EventNamer
 from mallory.report.shiviz import SHIVIZ_REGEX, shiviz_log
-from mallory.report.timeline_view import FaultSpan, fault_spans, tail_by_time, timeline_svg
+from mallory.report.timeline_view import FaultSpan, Section, fault_spans, head_by_time, schedule_sections, tail_by_time, timeline_svg
 from mallory.report.vclock import happened_before, vector_clocks
 from mallory.timeline.event import Batch, ClockPair, Event, Kind
 from mallory.timeline.synthetic import synthetic_stream
@@ -91,3 +91,26 @@ def test_fault_spans_last_until_heal_or_the_schedule_end():
         {"action": "pause:one", "window_ns": [50, 60], "report": {"nodes": ["n2"]}},
     ]}
     assert fault_spans(schedule) == [FaultSpan("partition:one n1", 11, 30), FaultSpan("pause:one n2", 50, 100)]
+
+
+def test_sections_cover_the_schedule_from_its_first_step_contiguously():
+    schedule = {"ended_ns": 100, "steps": [
+        {"step": 0, "action": "partition:one", "window_ns": [10, 20]},
+        {"step": 1, "action": "kill:one", "window_ns": [22, 32], "refused": "no target"},
+        {"step": 2, "action": "heal", "window_ns": [35, 45]},
+    ]}
+    assert schedule_sections(schedule) == [
+        Section("step 0: partition:one", 10, 22), Section("step 1: kill:one (refused)", 22, 35),
+        Section("step 2: heal", 35, 45), Section("reset", 45, 100),
+    ]
+
+
+def test_head_and_tail_keep_causal_order_and_whole_instants():
+    entries = synthetic(5)
+    head, tail = head_by_time(entries, 50), tail_by_time(entries, 50)
+    times = sorted(e.real_ns for e in entries)
+    assert {id(e) for e in head} == {id(e) for e in entries if e.real_ns <= times[49]}
+    assert {id(e) for e in tail} == {id(e) for e in entries if e.real_ns >= times[-50]}
+    order = {id(e): i for i, e in enumerate(entries)}
+    assert [order[id(e)] for e in head] == sorted(order[id(e)] for e in head)
+    assert [order[id(e)] for e in tail] == sorted(order[id(e)] for e in tail)
