@@ -20,7 +20,8 @@ from mallory.timeline.event import Kind
 
 LANE_H = 56
 LEFT = 96
-TOP = 40
+TOP = 16
+BAND_H = 14
 DX = 9
 LABELLED = (Kind.FUNC, Kind.BLOCK, Kind.FAULT, Kind.CLIENT_INVOKE, Kind.CLIENT_COMPLETE, Kind.LOG)
 COLOURS = {
@@ -100,14 +101,23 @@ def timeline_svg(
     lanes = lane_order([*nodes, *(e.event.node for e in entries)])
     row = {node: i for i, node in enumerate(lanes)}
     columns = {lam: i for i, lam in enumerate(sorted({e.lamport for e in entries}))}
-    width = LEFT + DX * (len(columns) + 2) + 160
-    height = TOP + LANE_H * len(lanes) + 20
 
     def x(entry: Committed) -> int:
         return LEFT + DX * (columns[entry.lamport] + 1)
 
+    # each fault active in the slice gets a labelled band of its own above the lanes
+    bands = []
+    for span in faults:
+        inside = [x(e) for e in entries if span.start_ns <= e.real_ns < span.end_ns]
+        if inside:
+            bands.append((span, min(inside) - DX // 2, max(inside) + DX // 2))
+    bands.sort(key=lambda band: (band[1], band[0].label))
+    top = TOP + BAND_H * len(bands)
+    width = LEFT + DX * (len(columns) + 2) + 160
+    height = top + LANE_H * len(lanes) + 20
+
     def y(node: str) -> int:
-        return TOP + LANE_H * row[node] + LANE_H // 2
+        return top + LANE_H * row[node] + LANE_H // 2
 
     out = [
         f'<svg class="timeline" width="{width}" height="{height}" '
@@ -115,17 +125,16 @@ def timeline_svg(
         '<defs><marker id="arrow" viewBox="0 0 6 6" refX="6" refY="3" markerWidth="6" markerHeight="6" '
         'orient="auto"><path d="M0,0 L6,3 L0,6 z" fill="#555"/></marker></defs>',
     ]
-    for span in faults:
-        inside = [x(e) for e in entries if span.start_ns <= e.real_ns < span.end_ns]
-        if not inside:
-            continue
-        x0, x1 = min(inside) - DX // 2, max(inside) + DX // 2
+    for k, (span, x0, x1) in enumerate(bands):
+        label = escape(span.label)
+        band_y = 8 + BAND_H * k
         out.append(
-            f'<rect class="fault" data-fault="{escape(span.label)}" x="{x0}" y="{TOP - 14}" width="{x1 - x0}" '
-            f'height="{LANE_H * len(lanes) + 14}" fill="#d62728" fill-opacity="0.12">'
-            f"<title>{escape(span.label)}</title></rect>"
+            f'<rect class="fault" data-fault="{label}" x="{x0}" y="{band_y}" width="{x1 - x0}" height="{BAND_H - 2}" '
+            f'fill="#d62728" fill-opacity="0.35"><title>{label}</title></rect>'
+            f'<text class="fault-label" x="{x0 + 2}" y="{band_y + BAND_H - 5}" fill="#700">{label}</text>'
+            f'<rect class="fault-shade" x="{x0}" y="{top}" width="{x1 - x0}" height="{LANE_H * len(lanes)}" '
+            f'fill="#d62728" fill-opacity="0.07"/>'
         )
-        out.append(f'<text class="fault-label" x="{x0 + 2}" y="{TOP - 4}" fill="#a00">{escape(span.label)}</text>')
     for node in lanes:
         out.append(
             f'<g class="lane" data-node="{escape(node)}"><line x1="{LEFT}" y1="{y(node)}" x2="{width - 20}" '
