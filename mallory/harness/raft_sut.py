@@ -192,6 +192,8 @@ class RaftKvAdapter(SpecAdapter):
         """Transfer leadership to `node`; returns once it says it leads."""
         if self.leader(self.fault_leader_timeout) == node:
             return
+        if self.members().get(self.raft_address(node)) != "voter":
+            raise MalloryError(f"raft-kv: cannot make {node} leader: it is not a voter")
         self._on_leader(f"TRANSFER {self.raft_address(node)}")
         deadline = time.monotonic() + self.change_timeout
         while self.status(node).get("state") != "leader":
