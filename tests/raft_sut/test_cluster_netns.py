@@ -1,9 +1,10 @@
 """raft-kv as the fuzzer sees it: a 3-node netns cluster with an observer in every node and
 the mediator in the gateway. The register workload (through the gateway) checks
-linearizable; kill, pause and partition each leave it serving again once healed; the
-nemesis's membership fault removes a node and its heal adds it back; and the mediator's
-recording holds the nodes' packets, their annotated code events by name, and the LOG
-events the spec's [[log_events]] make of libraft's trace and the server's lines."""
+linearizable and list-append checks under Elle; kill, pause and partition each leave it
+serving again once healed; the nemesis's membership fault removes a node and its heal adds
+it back; and the mediator's recording holds the nodes' packets, their annotated code
+events by name, and the LOG events the spec's [[log_events]] make of libraft's trace and
+the server's lines."""
 
 from __future__ import annotations
 
@@ -16,8 +17,9 @@ import pytest
 
 from mallory.harness.runner import RunConfig
 from mallory.harness.session import record_run, start_all, teardown_all
-from mallory.harness.workload import RegisterWorkload
+from mallory.harness.workload import RegisterWorkload, make_workload
 from mallory.observer.catalogue import Catalogue, catalogue_path
+from mallory.oracles.elle import check_elle
 from mallory.oracles.history import read_history
 from mallory.oracles.linearizability import check_linearizable
 from mallory.oracles.logs import scan_log
@@ -103,6 +105,10 @@ def test_observed_cluster_survives_faults_and_membership_changes(cluster, binary
 
         assert fourth in cluster.nodes
         assert _workload(sut, tmp_path / "run2", 1.5) > 10
+        summary = record_run(sut, make_workload("list-append"), RunConfig(concurrency=3, time_limit=1.5, rate=150), tmp_path / "run3")
+        assert summary.completions["ok"] > 10
+        result = check_elle(read_history(tmp_path / "run3" / "history.edn")[1], "list-append")
+        assert result.valid is True, result.explanation
         for node in cluster.nodes:
             assert scan_log(rc.log_text(sut, node).splitlines(), node) == []
             assert "snapshot taken: " in rc.log_text(sut, node)
