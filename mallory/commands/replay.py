@@ -16,10 +16,9 @@ import secrets
 from pathlib import Path
 
 from mallory.errors import MalloryError
-from mallory.learner.learner import Learner
-from mallory.mediator.campaign import Campaign, LoopConfig, script_of
+from mallory.mediator.campaign import script_of
 from mallory.mediator.campaign_dir import CampaignDir, read_json_object
-from mallory.mediator.live import live_parts
+from mallory.mediator.live import replay_script
 from mallory.shrink.bundle import bundle_signature
 
 NAME = "replay"
@@ -52,13 +51,7 @@ def run(args: argparse.Namespace) -> int:
         directory = CampaignDir(bundle / "replays" / f"{attempt:02d}")
         if (directory.root / "campaign.json").exists():
             raise MalloryError(f"{directory.root} exists: remove {bundle / 'replays'} to replay again")
-        directory.create(config)
-        with live_parts(config, directory, "rp" + secrets.token_hex(3)) as live:
-            loop = LoopConfig(steps=len(script), window_s=config["window_s"], reset_s=config["reset_s"], seed=config["seed"])
-            # The learner only observes here; it never chooses.
-            campaign = Campaign(directory, Learner.create(policy="random"), live.windows, live.nemesis, loop, checker=live.checks,
-                                on_action=live.record_action)
-            record = campaign.run_schedule(0, script=script, seed=schedule.get("seed"))
+        record = replay_script(config, directory, "rp" + secrets.token_hex(3), script, schedule.get("seed"))
         found = record.get("findings", [])
         hit = signature in found
         reappeared += hit

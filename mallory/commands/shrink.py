@@ -13,6 +13,7 @@ continues where it stopped, asking nothing twice. The minimal schedule becomes a
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -42,7 +43,7 @@ def describe(steps: list[ScriptedStep]) -> str:
     return " -> ".join(f"{s.action}({s.window_s:g}s)" for s in steps) or "(no steps)"
 
 
-def allowed_by(faults: list[str] | None):
+def allowed_by(faults: list[str] | None) -> Callable[[str], bool]:
     """Whether a label is among the campaign's enabled faults (families or labels)."""
     if not faults:
         return lambda action: True
@@ -97,8 +98,7 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print(f"interrupted: every answered replay is in {journal.path}; run the same command to continue")
         raise
-    oracle.on_verdict = lambda candidate, verdict: None
-    final = oracle.verdict(minimal)  # from the journal: it was asked when it was kept
+    final = oracle.recorded(minimal)  # it was asked when it was kept
     hit = next(a for a in journal.answers(minimal) if a["hit"])
     written = write_shrunk_bundle(out, Path(hit["dir"]), signature, {
         "shrunk_from": str(bundle.resolve()),

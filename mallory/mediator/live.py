@@ -16,7 +16,8 @@ from mallory.harness.adapter import SutAdapter
 from mallory.harness.suts import make_adapter
 from mallory.harness.runner import RunConfig
 from mallory.harness.session import start_all, teardown_all
-from mallory.mediator.campaign import report_json
+from mallory.learner.learner import Learner
+from mallory.mediator.campaign import Campaign, LoopConfig, ScriptedStep, report_json
 from mallory.mediator.campaign_dir import CampaignDir
 from mallory.mediator.client import TimelineWindows
 from mallory.mediator.schedule_checks import ScheduleChecks
@@ -73,3 +74,16 @@ def live_parts(config: dict[str, Any], directory: CampaignDir, run_name: str) ->
         if adapter is not None:
             teardown_all(adapter)
         stack.close()
+
+
+def replay_script(config: dict[str, Any], directory: CampaignDir, run_name: str, script: list[ScriptedStep],
+                  seed: int | None) -> dict[str, Any]:
+    """Enact a scripted schedule once on a fresh cluster (`mallory replay`, `mallory shrink`)
+    into a new campaign directory; the schedule's record, with its findings."""
+    directory.create(config)
+    with live_parts(config, directory, run_name) as live:
+        loop = LoopConfig(steps=len(script), window_s=config["window_s"], reset_s=config["reset_s"], seed=config["seed"])
+        # The learner only observes here; it never chooses.
+        campaign = Campaign(directory, Learner.create(policy="random"), live.windows, live.nemesis, loop,
+                            checker=live.checks, on_action=live.record_action)
+        return campaign.run_schedule(0, script=script, seed=seed)

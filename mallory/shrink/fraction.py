@@ -65,5 +65,10 @@ class FractionOracle:
         self.on_verdict(candidate, verdict)
         return verdict
 
+    def recorded(self, candidate: list[ScriptedStep]) -> Verdict:
+        """The verdict the journal already holds, replaying nothing."""
+        known = [a["hit"] for a in self.journal.answers(candidate)][: self.replays]
+        return Verdict(sum(known), len(known), self.needed, len(known))
+
     def __call__(self, candidate: list[ScriptedStep]) -> bool:
         return self.verdict(candidate).fails

@@ -11,10 +11,9 @@ import secrets
 from pathlib import Path
 from typing import Any
 
-from mallory.learner.learner import Learner
-from mallory.mediator.campaign import Campaign, LoopConfig, ScriptedStep
+from mallory.mediator.campaign import ScriptedStep
 from mallory.mediator.campaign_dir import CampaignDir
-from mallory.mediator.live import live_parts
+from mallory.mediator.live import replay_script
 
 
 class LiveReplay:
@@ -32,13 +31,6 @@ class LiveReplay:
         return CampaignDir(self.replays_dir / f"{max(taken, default=0) + 1:04d}")
 
     def __call__(self, candidate: list[ScriptedStep]) -> tuple[bool, str | None]:
-        config = self.config
         directory = self._fresh_dir()
-        directory.create(config)
-        with live_parts(config, directory, "sh" + secrets.token_hex(3)) as live:
-            loop = LoopConfig(steps=len(candidate), window_s=config["window_s"], reset_s=config["reset_s"], seed=config["seed"])
-            # The learner only observes here; it never chooses.
-            campaign = Campaign(directory, Learner.create(policy="random"), live.windows, live.nemesis, loop,
-                                checker=live.checks, on_action=live.record_action)
-            record = campaign.run_schedule(0, script=list(candidate), seed=self.seed)
+        record = replay_script(self.config, directory, "sh" + secrets.token_hex(3), list(candidate), self.seed)
         return self.signature in record.get("findings", []), str(directory.root)
