@@ -15,9 +15,11 @@ import os
 import secrets
 import signal
 from pathlib import Path
+from typing import Any, Callable
 
 from mallory.errors import MalloryError
 from mallory.mediator.client import MediatorClient
+from mallory.observer.log_events import write_watch_file
 from mallory.polling import wait_until
 from nemesis.backend import NodeProcess
 from nemesis.docker_backend import GATEWAY, DockerCluster
@@ -41,6 +43,7 @@ class ObservedDockerCluster:
         docker_url: str | None = None,
         state_root: Path | None = None,
         data_root: Path | None = None,
+        adapter_factory: Callable[[DockerCluster], Any] | None = None,
     ) -> None:
         self.token = os.environ.get("MALLORY_TOKEN") or secrets.token_hex(16)
         # A controller killed before its cleanup (the mediator container restarted) left
@@ -49,25 +52,31 @@ class ObservedDockerCluster:
         self.cluster = DockerCluster.up(run, project, docker_url=docker_url, state_root=state_root, data_root=data_root)
         self.mediator_proc: NodeProcess | None = None
         self.observers: list[NodeProcess] = []
+        self.adapter: Any = None
         try:
             if nodes is not None and nodes != len(self.cluster.nodes):
                 raise MalloryError(f"the campaign wants {nodes} nodes; compose project {project!r} runs "
                                    f"{len(self.cluster.nodes)} ({', '.join(self.cluster.nodes)})")
             self.client = MediatorClient(self.cluster.layout.control_address, API_PORT, self.token)
             self._start_mediator(record_dir, skew_ms)
+            if adapter_factory is not None:
+                self.adapter = adapter_factory(self.cluster)
             self._start_observers()
         except BaseException:
             self.close()
             raise
 
     @classmethod
-    def from_env(cls, run: str, nodes: int, record_dir: Path | None = None) -> "ObservedDockerCluster":
+    def from_env(
+        cls, run: str, nodes: int, record_dir: Path | None = None,
+        adapter_factory: Callable[[DockerCluster], Any] | None = None,
+    ) -> "ObservedDockerCluster":
         """Inside the compose project: its name is in $MALLORY_COMPOSE_PROJECT."""
         project = os.environ.get(PROJECT_ENV)
         if not project:
             raise MalloryError(f"--backend docker runs inside a compose project: ${PROJECT_ENV} is not set "
                                "(use `mallory compose` and `mallory campaign up`)")
-        return cls(run, project, nodes=nodes, record_dir=record_dir)
+        return cls(run, project, nodes=nodes, record_dir=record_dir, adapter_factory=adapter_factory)
 
     def _start_mediator(self, record_dir: Path | None, skew_ms: float) -> None:
         lay = self.cluster.layout
@@ -90,6 +99,11 @@ class ObservedDockerCluster:
             peers = [arg for n in lay.nodes if n.name != node.name for arg in ("--peer", n.address)]
             argv = [PYTHON, "-m", "mallory.cli", "observe", "--node", node.name,
                     "--mediator", f"{node.gateway_address}:{BATCH_PORT}", *peers]
+            watched = self.adapter.log_watch(node.name) if hasattr(self.adapter, "log_watch") else []
+            if watched:  # the adapter's log lines become LOG events (as in the netns stack)
+                path = self.cluster.data_dir(GATEWAY) / f"log-events-{node.name}.json"
+                write_watch_file(str(path), watched)
+                argv += ["--log-events", str(path)]
             self.observers.append(self.cluster.spawn(node.name, argv, name="observer"))
 
         def all_reporting() -> bool:

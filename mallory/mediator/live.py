@@ -43,17 +43,19 @@ def live_parts(config: dict[str, Any], directory: CampaignDir, run_name: str) ->
     from nemesis.faults.controls import NodeControls, attach
     from nemesis.nemesis import Nemesis
 
+    def adapter_factory(backend: Any) -> SutAdapter:
+        return make_adapter(config["sut"], backend, config.get("port", 6379))
+
     if config.get("backend", "netns") == "docker":  # inside a compose project (deploy/compose)
         from nemesis.docker_stack import ObservedDockerCluster
 
-        stack = ObservedDockerCluster.from_env(run_name, config["nodes"], record_dir=directory.root / "events")
+        stack: Any = ObservedDockerCluster.from_env(
+            run_name, config["nodes"], record_dir=directory.root / "events", adapter_factory=adapter_factory
+        )
     else:
         stack = ObservedCluster(
-        run_name,
-        config["nodes"],
-        record_dir=directory.root / "events",
-        adapter_factory=lambda backend: make_adapter(config["sut"], backend, config.get("port", 6379)),
-    )
+            run_name, config["nodes"], record_dir=directory.root / "events", adapter_factory=adapter_factory
+        )
     adapter = checks = None
     try:
         backend = stack.cluster
