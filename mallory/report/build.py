@@ -73,7 +73,7 @@ def _campaign_plots(data: CampaignData, recording: Recording | None, width: floa
     lt, late = series.late_series(data.plot)
     out.append(("feedback latency", plots.feedback_plot(t, fb, lt, late)))
     origin = int(data.start_time * 1e9) if data.start_time is not None else None
-    out.append(("observer loss", plots.loss_plot(recording.loss if recording else [], origin)))
+    out.append(("observer loss", plots.loss_plot(recording.loss if recording else None, origin)))
     return out
 
 

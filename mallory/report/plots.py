@@ -123,17 +123,19 @@ def feedback_plot(t: list[float], feedback_ms: list[float], late_t: list[float],
     return _png(fig)
 
 
-def loss_plot(loss: Sequence[LossPoint], origin_ns: int | None) -> bytes:
-    """Events the observers reported lost, cumulative per node."""
+def loss_plot(loss: Sequence[LossPoint] | None, origin_ns: int | None) -> bytes:
+    """Events the observers reported lost, cumulative per node (None: no recording to tell)."""
     fig, ax = _figure("Observer loss", "campaign time (s)", "events lost (cumulative)")
     totals: dict[str, tuple[list[float], list[int]]] = {}
-    for point in sorted(loss, key=lambda p: p.real_ns):
+    for point in sorted(loss or (), key=lambda p: p.real_ns):
         t, counts = totals.setdefault(point.node, ([], []))
         t.append((point.real_ns - (origin_ns or 0)) / 1e9)
         counts.append((counts[-1] if counts else 0) + point.lost)
     for node, (t, counts) in sorted(totals.items()):
         ax.step(t, counts, where="post", label=node)
-    if not totals:
+    if loss is None:
+        _empty(ax, "no event recording in the campaign directory")
+    elif not totals:
         _empty(ax, "no observer reported a lost event")
     return _png(fig)
 
