@@ -25,7 +25,6 @@ from mallory.report.timeline_view import fault_spans, head_by_time, schedule_sec
 from mallory.timeline.builder import Committed
 
 
-
 @dataclass
 class ReportOptions:
     out: Path | None = None
@@ -116,7 +115,7 @@ def build_report(dirs: Sequence[Path], options: ReportOptions) -> Path:
         horizon, curves = series.overlay(groups)
         if curves:
             overview = pages.comparison(curves, horizon, series.pairwise_a12(curves), plots.overlay_plot(curves, horizon))
-        labels = [f"{d.name} ({d.policy})" for d in campaigns]
+        labels = [f"c{k}: {d.name} ({d.policy})" for k, d in enumerate(campaigns, start=1)]  # names may repeat
         shared = [
             ("distinct states over time", plots.states_plot({l: series.states_over_time(d.plot) for l, d in zip(labels, campaigns)})),
             ("new states per hour", plots.rate_plot({l: series.states_per_hour(d.plot, width) for l, d in zip(labels, campaigns)}, width)),

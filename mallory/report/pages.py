@@ -78,13 +78,13 @@ def index_page(sections: Sequence[CampaignSection], overview: str = "", shared_p
     title = "Mallory campaign report" + (f": {sections[0].data.name}" if len(sections) == 1 else f" ({len(sections)} campaigns)")
     body = [f"<h1>{escape(title)}</h1>"]
     if len(sections) > 1:
-        body.append("<ul>" + "".join(f"<li>{html.link('#' + s.anchor, s.data.name)} ({escape(s.data.policy)})</li>"
+        body.append("<ul>" + "".join(f"<li>{html.link('#' + s.anchor, f'{s.anchor}: {s.data.name}')} ({escape(s.data.policy)})</li>"
                                      for s in sections) + "</ul>")
     body.append(overview)
     for title_, png in shared_plots:
         body.append(html.png_img(png, title_))
     for s in sections:
-        body.append(f"<h2 id=\"{escape(s.anchor)}\">Campaign {escape(s.data.name)}</h2>")
+        body.append(f"<h2 id=\"{escape(s.anchor)}\">Campaign {escape(s.anchor)}: {escape(s.data.name)}</h2>")
         body.append(html.key_values(summary_rows(s.data)))
         for note in s.notes:
             body.append(f"<p class=\"note\">{escape(note)}</p>")
