@@ -33,13 +33,22 @@ source_version() {
 
 ensure_deb_src() {
     [ -n "$(source_version)" ] && return 0
-    local list=/etc/apt/sources.list.d/mallory-deb-src.sources
+    local list
     if [ "$(id -u)" -ne 0 ]; then
-        log "apt has no deb-src entry for redis; run once as root to add $list"
+        log "apt has no deb-src entry for redis; run once as root to add one under /etc/apt/sources.list.d/"
         exit 1
     fi
-    log "adding $list (deb-src twin of debian.sources) and running apt-get update"
-    sed -e 's/^Types:.*/Types: deb-src/' /etc/apt/sources.list.d/debian.sources > "$list"
+    if [ -f /etc/apt/sources.list.d/debian.sources ]; then  # deb822 (bookworm's default)
+        list=/etc/apt/sources.list.d/mallory-deb-src.sources
+        sed -e 's/^Types:.*/Types: deb-src/' /etc/apt/sources.list.d/debian.sources > "$list"
+    elif [ -f /etc/apt/sources.list ]; then  # one-line format
+        list=/etc/apt/sources.list.d/mallory-deb-src.list
+        sed -n 's/^deb \(.*\)/deb-src \1/p' /etc/apt/sources.list > "$list"
+    else
+        log "no /etc/apt/sources.list.d/debian.sources or /etc/apt/sources.list to derive a deb-src entry from"
+        exit 1
+    fi
+    log "added $list (deb-src twin of the deb entries); running apt-get update"
     apt-get update -qq
     [ -n "$(source_version)" ] || { log "apt-get source still finds no redis after adding $list"; exit 1; }
 }
