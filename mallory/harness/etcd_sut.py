@@ -20,7 +20,7 @@ import http.client
 import shutil
 import time
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence, TypeVar
 
 from mallory.errors import MalloryError
 from mallory.harness.adapter import Capabilities, ProcessAdapter
@@ -33,6 +33,9 @@ from nemesis.backend import ClusterBackend
 
 CLIENT_PORT = 2379
 PEER_PORT = 2380
+PROMOTE_WAIT_S = 5.0
+
+T = TypeVar("T")
 
 #: etcd 3.4's raft, leadership, snapshot and membership messages (zap "msg" texts, matched
 #: anywhere in the line), named; then every other line from the raft package, named by its
@@ -80,6 +83,14 @@ LOG_EVENTS: tuple[LogPattern, ...] = tuple(
 )
 
 
+def wait_for(value: Callable[[], T], timeout: float, interval: float = 0.1) -> T:
+    """`value()` once it is truthy, or its last (falsy) result after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not (result := value()) and time.monotonic() < deadline:
+        time.sleep(interval)
+    return result
+
+
 class EtcdAdapter(ProcessAdapter):
     name = "etcd"
     process_name = "etcd"
@@ -110,6 +121,8 @@ class EtcdAdapter(ProcessAdapter):
         self.client_timeout = client_timeout
         #: nodes re-added to a running cluster: the --initial-cluster they join with
         self._joining: dict[str, str] = {}
+        #: nodes removed from the membership and not added back yet
+        self._removed: set[str] = set()
 
     # -- processes -----------------------------------------------------------------------
 
@@ -144,9 +157,17 @@ class EtcdAdapter(ProcessAdapter):
             "--enable-v2=false",
         ]  # fmt: skip
 
+    def start(self, node: str):
+        """Start the member; one removed from the cluster is added back first."""
+        if node in self._removed and not self.is_running(node):
+            self.add_member(node)
+            return self._procs[node]
+        return super().start(node)
+
     def teardown(self, node: str) -> None:
         super().teardown(node)
         self._joining.pop(node, None)
+        self._removed.discard(node)
 
     def _http(self, node: str, timeout: float = 1.0) -> EtcdHttp:
         return EtcdHttp(self.backend.client_address(node), self.port, timeout)
@@ -170,6 +191,12 @@ class EtcdAdapter(ProcessAdapter):
     def _status(self, node: str) -> dict | None:
         return self._call(node, "/v3/maintenance/status", {})
 
+    def _members(self) -> dict[str, str]:
+        try:
+            return self.member_ids()
+        except MalloryError:
+            return {}
+
     def member_ids(self) -> dict[str, str]:
         """Member name -> id (decimal string), from the first running member that answers."""
         for node in self.backend.nodes:
@@ -192,17 +219,18 @@ class EtcdAdapter(ProcessAdapter):
         return found
 
     def promote(self, node: str) -> None:
-        """Move leadership to `node` (etcd's MoveLeader, asked of the current leader)."""
-        leaders = self.primaries()
-        if not leaders:
-            raise MalloryError(f"etcd: cannot move leadership to {node}: no member leads")
-        if node in leaders:
+        """Move leadership to `node` (etcd's MoveLeader, asked of the current leader).
+
+        Best effort: with no leader to ask (an election, a partition or a pause under way,
+        waited out for up to `PROMOTE_WAIT_S`) or a leader that refuses, nothing changes.
+        The membership fault checks `primaries()` afterwards, so that is reported as a
+        fault that did not take, not raised into the campaign (a heal must not fail)."""
+        leaders = wait_for(lambda: self.primaries(), PROMOTE_WAIT_S)
+        if not leaders or node in leaders:
             return
-        target = self.member_ids().get(node)
-        if target is None:
-            raise MalloryError(f"etcd: {node} is not a member")
-        if self._call(leaders[0], "/v3/maintenance/transfer-leadership", {"targetID": target}, timeout=5.0) is None:
-            raise MalloryError(f"etcd: {leaders[0]} refused to move leadership to {node}")
+        target = self._members().get(node)
+        if target is not None:
+            self._call(leaders[0], "/v3/maintenance/transfer-leadership", {"targetID": target}, timeout=5.0)
 
     # -- membership ----------------------------------------------------------------------
 
@@ -231,23 +259,29 @@ class EtcdAdapter(ProcessAdapter):
 
     def remove_member(self, node: str) -> None:
         """Remove `node` from the cluster (asked of another member); its process is killed
-        and its data dropped, so it can only come back through `add_member`."""
+        and its data dropped, so it comes back only as a new member: through `add_member`,
+        or `start` (which adds it back first), e.g. in the nemesis's reset."""
         member = self.member_ids().get(node)
         if member is None:
             raise MalloryError(f"etcd: {node} is not a member")
         self._reconfigure(node, "/v3/cluster/member/remove", {"ID": member})
+        self._removed.add(node)
         self.kill(node)
         shutil.rmtree(self.member_dir(node), ignore_errors=True)
 
     def add_member(self, node: str) -> None:
-        """Add `node` back as a new member and start it from an empty data dir."""
-        reply = self._reconfigure(node, "/v3/cluster/member/add", {"peerURLs": [self.peer_url(node)]})
-        names = {m["ID"]: m.get("name", "") for m in reply.get("members", [])}
-        new_id = reply.get("member", {}).get("ID")
+        """Add `node` back as a new member and start it from an empty data dir. A member
+        already added under its peer URL (an earlier attempt whose start failed) is reused."""
+        listed = self._reconfigure(node, "/v3/cluster/member/list", {})
+        url = self.peer_url(node)
+        if not any(url in m.get("peerURLs", []) for m in listed.get("members", [])):
+            listed = self._reconfigure(node, "/v3/cluster/member/add", {"peerURLs": [url]})
         peers = [
-            f"{name}={self.peer_url(name)}" for ident, name in names.items() if name and ident != new_id
-        ]
-        self._joining[node] = ",".join([*peers, f"{node}={self.peer_url(node)}"])
+            f"{m['name']}={m['peerURLs'][0]}" for m in listed.get("members", [])
+            if m.get("name") and m.get("peerURLs") and url not in m["peerURLs"]
+        ]  # fmt: skip
+        self._joining[node] = ",".join([*peers, f"{node}={url}"])
+        self._removed.discard(node)
         self.kill(node)
         shutil.rmtree(self.member_dir(node), ignore_errors=True)
         self.start(node)

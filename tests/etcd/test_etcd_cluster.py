@@ -159,6 +159,25 @@ def test_etcd_cluster_workloads_faults_and_log_events(cluster, tmp_path: Path) -
         assert report.verified, report.evidence
         faults.heal(ctx, report)
 
+        # removed, then started again (as the nemesis's reset does): it is added back first
+        report = faults.enact(ctx, "remove", random.Random(5))
+        (removed,) = report.nodes
+        sut.start(removed)
+        sut.wait_ready(removed)
+        assert set(sut.member_ids()) == set(cluster.nodes)
+
+        # no leader to move leadership away from (a majority paused): promote changes nothing
+        lone = leader(sut)
+        paused = [n for n in cluster.nodes if n != lone]
+        for node in paused:
+            sut.pause(node)
+        wait_until(lambda: not sut.primaries(), 20, "the lone member to step down")
+        sut.promote(paused[0])
+        assert sut.primaries() == []
+        for node in paused:
+            sut.resume(node)
+        serves(sut, 10)
+
         assert register_run(sut, tmp_path / "run2", 2.0) > 50
         for node in cluster.nodes:
             text = "\n".join(p.read_text(errors="replace") for p in sut.log_paths(node) if p.exists())
