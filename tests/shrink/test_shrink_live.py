@@ -7,7 +7,8 @@ keeps its leadership, and overwrites the survivor's committed entries (the survi
 invariant check fails: a log finding). In a Mallory schedule the heal needs no step of
 its own: the reset at every schedule's end heals the partition, then restarts the killed
 node (a version of this test with an explicit `heal` step saw the shrinker drop it). So
-the essential faults are `partition:one` then `kill:one`.
+the essential faults are a partition then `kill:one`; the padded schedule's partition is
+`partition:majority`, which the shrinker weakens to `partition:one`.
 
 Two things make the bug reproducible enough for one replay per candidate, and the test
 sets both up through the SUT's spec and the schedule's seed, not through the shrinker:
@@ -43,9 +44,11 @@ from tests.example_sut.example_cluster import SUT_DIR, build
 pytestmark = [pytest.mark.root, pytest.mark.timeout(600)]
 
 NODES = ["n1", "n2", "n3"]
-ESSENTIAL = [("partition:one", 1.5), ("kill:one", 2.5)]
-PADDING = [("duplicate:pair", 0.5), ("duplicate:one", 0.5)]  # TCP drops the duplicates: harmless
-SCHEDULE = PADDING + ESSENTIAL
+#: Padded with duplicates, which are irrelevant (TCP drops duplicate segments). On 3 nodes
+#: `partition:majority` cuts one node off, drawn as `partition:one` draws it: the weakening
+#: phase replaces it by `partition:one`, which cuts off the same node.
+SCHEDULE = [("duplicate:pair", 0.5), ("duplicate:one", 0.5), ("partition:majority", 1.5), ("kill:one", 2.5)]
+ESSENTIAL = ["partition:one", "kill:one"]
 
 
 def write_spec(binary: Path, dest: Path) -> Path:
@@ -73,8 +76,9 @@ def cut_off(spec: str, seed: int, draw: int) -> list[str]:
 
 def pick_seed() -> int:
     """A schedule seed whose draws cut n1 off and kill n2 (the draws are pure functions)."""
-    p, k = (i for i, (a, _) in enumerate(SCHEDULE) if a in ("partition:one", "kill:one"))
-    return next(s for s in range(10_000) if cut_off("one", s, p) == ["n1"] and pick_nodes("one", NODES, step_rng(s, k)) == ["n2"])
+    p, k = (i for i, (a, _) in enumerate(SCHEDULE) if a in ("partition:majority", "kill:one"))
+    return next(s for s in range(10_000) if cut_off("majority", s, p) == cut_off("one", s, p) == ["n1"]
+                and pick_nodes("one", NODES, step_rng(s, k)) == ["n2"])
 
 
 def test_shrink_reduces_a_padded_schedule_to_the_seeded_sequence(tmp_path):
@@ -105,7 +109,9 @@ def test_shrink_reduces_a_padded_schedule_to_the_seeded_sequence(tmp_path):
     assert candidates and all(int(total) == 1 for _, total, _ in candidates), shrink.stdout
 
     minimal = json.loads((out / "schedule.json").read_text())
-    assert [s["action"] for s in minimal["steps"]] == [a for a, _ in ESSENTIAL], shrink.stdout
+    assert [s["action"] for s in minimal["steps"]] == ESSENTIAL, shrink.stdout
+    assert "after drop faults: 2 steps: partition:majority" in shrink.stdout
+    assert "after weaken faults: 2 steps: partition:one" in shrink.stdout
     assert [s["draw"] for s in minimal["steps"]] == [2, 3]  # the same faults, on the same targets
     assert minimal["findings"] and bundle.name in minimal["findings"]
     provenance = json.loads((out / "provenance.json").read_text())
