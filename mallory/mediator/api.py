@@ -103,6 +103,9 @@ def _client_op(body: dict) -> tuple[int, str, str]:
 class _Handler(BaseHTTPRequestHandler):
     server: "ApiServer"
     protocol_version = "HTTP/1.1"
+    # Headers and body go out as two writes; with Nagle on, a keep-alive client (the Jepsen
+    # bridge) waits out its delayed ACK (~40 ms) for the body of every answer.
+    disable_nagle_algorithm = True
     _edn = False  # set per request: answer in EDN (see edn_api)
 
     def log_message(self, format: str, *args: Any) -> None:  # quiet: the mediator has metrics
