@@ -1,7 +1,9 @@
 """raft-kv under the nemesis's disk faults (the preload shim, on a netns cluster):
 
-* acknowledged writes survive every node losing its unsynced writes (libraft fsyncs its
-  segments and metadata before it acknowledges);
+* acknowledged writes survive every node crashing and losing what the shim saw unsynced
+  (libraft's metadata and snapshot files, written through libc; its log segments go
+  through kernel AIO, io_submit with RWF_DSYNC, which a preload shim cannot see: they are
+  synced by the kernel as written, and no fault of the shim reaches them);
 * an fsync error libraft cannot recover from makes it give the server up (state
   unavailable, for good): raft-kv then exits (fail-stop, code 3) instead of lingering as a
   process that serves nothing, and a restart brings it back.
