@@ -6,6 +6,8 @@ from __future__ import annotations
 import http.client
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from mallory.learner.learner import Learner
 from mallory.mediator.advisor import Advisor
@@ -50,6 +52,19 @@ def test_keys_and_keyword_values_translate_to_the_json_shapes():
     assert loads(text.decode()) == {Keyword("window-ns"): [1, 2], Keyword("action"): "kill:one",
                                     Keyword("state"): None, Keyword("nodes"): {Keyword("n1"): "10.0.0.1"}}
     assert b'"kill:one"' in text  # a string stays a string, never a keyword
+
+
+JSON_KEYS = st.from_regex(r"[a-z][a-z0-9_]{0,12}", fullmatch=True)
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(JSON_KEYS, inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@given(st.dictionaries(JSON_KEYS, JSON_VALUES, max_size=6))
+def test_any_json_shaped_answer_reads_back_as_the_same_request_body(payload):
+    assert parse_body(render(payload)) == payload
 
 
 @pytest.mark.parametrize("raw, reason", [
