@@ -73,8 +73,6 @@ def run(args: argparse.Namespace) -> int:
     journal = Journal(work / "journal.jsonl")
 
     print(f"shrinking {signature}: {len(original)} steps of schedule {schedule.get('index')}: {describe(original)}")
-    print(f"faults on real systems are not deterministic: each candidate is replayed on a fresh cluster up to "
-          f"{args.replays} times and kept only if the bug reappears in at least {args.min_fraction:g} of them")
     if journal.replays:
         print(f"continuing from {journal.path} ({sum(map(len, journal.replays.values()))} replays already answered)")
     asked = [0]
@@ -87,6 +85,8 @@ def run(args: argparse.Namespace) -> int:
 
     oracle = FractionOracle(LiveReplay(config, schedule.get("seed"), signature, work), journal, args.replays,
                             args.min_fraction, on_verdict=show)
+    print(f"faults on real systems are not deterministic: each candidate is replayed on a fresh cluster up to "
+          f"{args.replays} times and kept only if the bug reappears in at least {oracle.needed} of them")
     try:
         baseline = oracle.verdict(original)
         if not baseline.fails:
@@ -107,7 +107,8 @@ def run(args: argparse.Namespace) -> int:
         "replays": args.replays,
         "min_fraction": args.min_fraction,
         "reappeared": [final.hits, final.replays],
-        "live_replays": oracle.asked,
+        "live_replays": oracle.asked,  # by this run; the journal holds those of interrupted runs too
+        "journaled_replays": sum(map(len, journal.replays.values())),
         "journal": str(journal.path.resolve()),
     })
     print(f"{signature}: {len(original)} steps -> {len(minimal)}: {describe(minimal)} "
