@@ -4,7 +4,8 @@
 
   Every call carries the mediator's token and has a timeout. A refused request throws
   ex-info {:type ::rejected, :status, :reason} with the mediator's own reason; a mediator
-  that cannot be reached throws ex-info {:type ::unreachable, :url} saying so.
+  that cannot be reached throws ex-info {:type ::unreachable, :url} saying so, and one that
+  does not answer in time ex-info {:type ::timeout, :url, :path}.
 
   Client operations are relayed asynchronously: `relay-op!` only offers the op to a
   bounded queue, and a background thread posts what has queued up to /client/batch every
