@@ -5,8 +5,8 @@
 
 The project (see deploy/compose/README.md for why it looks like this):
 
-    DIR/docker-compose.yml  a node container per node, each alone on its own internal network
-                            n<K> (10.B.K.0/24, B from --subnet); the mediator on every node
+    DIR/docker-compose.yml  a node container per node, each alone on its own network n<K>
+                            (10.B.K.0/24, B from --subnet); the mediator on every node
                             network (10.B.K.2, the nodes' default gateway) and on `control`
                             (10.B.0.2: the mediator API); NET_ADMIN, not privileged;
                             healthchecks; restart policies; named volumes `campaign` (the
@@ -120,8 +120,11 @@ def compose_model(project: str, nodes: int, subnet: str, sut_spec: str, run_dir:
         "control": {"ipam": {"config": [{"subnet": f"{subnet}.0.0/24"}]}},
     }
     for k, name in enumerate(names, start=1):
-        # internal: no route out of a node's LAN but through the mediator
-        networks[name] = {"internal": True, "ipam": {"config": [{"subnet": f"{subnet}.{k}.0/24"}]}}
+        # Not `internal`: docker drops bridged frames of an internal network whose addresses
+        # are outside its subnet (br_netfilter), i.e. every packet the mediator forwards.
+        # A node's default route is the mediator, which does not NAT: nodes still have no
+        # way out.
+        networks[name] = {"ipam": {"config": [{"subnet": f"{subnet}.{k}.0/24"}]}}
     mediator_networks = {"control": {"ipv4_address": f"{subnet}.0.2"}}
     mediator_networks.update({name: {"ipv4_address": f"{subnet}.{k}.2"} for k, name in enumerate(names, start=1)})
     services: dict[str, Any] = {

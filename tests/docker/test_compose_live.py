@@ -61,6 +61,8 @@ def test_a_short_campaign_in_compose_and_down(daemon, client, tmp_path):
 
         def finished() -> bool:
             mediator.reload()
+            # restart: on-failure would start a failing campaign again and again
+            assert mediator.attrs["RestartCount"] == 0, mediator.logs().decode(errors="replace")[-4000:]
             return mediator.status == "exited"
 
         wait_until(finished, 600, "the campaign in the mediator container to finish")
