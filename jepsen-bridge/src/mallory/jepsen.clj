@@ -267,7 +267,10 @@
       (m/relay-op! conn done)
       done))
   (teardown! [this test] (client/teardown! client test))
-  (close! [this test] (client/close! client test)))
+  (close! [this test] (client/close! client test))
+
+  client/Reusable
+  (reusable? [this test] (client/is-reusable? client test)))
 
 (defn client
   "Wraps a Jepsen client: every invocation and completion is relayed to the mediator

@@ -165,13 +165,16 @@
   (invoke! [this test op]
     (if (= :boom (:f op)) (throw (RuntimeException. "boom")) (assoc op :type :ok, :value 1)))
   (teardown! [this test] (swap! log conj [:teardown node]))
-  (close! [this test] (swap! log conj [:close node])))
+  (close! [this test] (swap! log conj [:close node]))
+  client/Reusable
+  (reusable? [this test] true))
 
 (deftest the-client-wrapper-relays-every-invocation-and-completion
   (let [conn (m/connect {:url url :token token})
         log  (atom [])
         c    (client/open! (mallory/client conn (->FakeClient nil log)) a-test "n1")]
     (client/setup! c a-test)
+    (is (true? (client/is-reusable? c a-test)) "reusable as the wrapped client is")
     (is (= {:type :ok, :process 3, :f :write, :value 1}
            (client/invoke! c a-test {:type :invoke, :process 3, :f :write, :value 1})))
     (is (thrown-with-msg? RuntimeException #"boom"
