@@ -15,7 +15,8 @@ from mallory.mediator.advisor import Advisor
 from mallory.mediator.service import MEDIATOR_NODE, Mediator
 from mallory.polling import wait_until
 from mallory.timeline.event import Kind
-from tests.jepsen_bridge.clojure_run import BRIDGE, TOKEN, RecordingLearner, run_program
+from mallory.oracles.edn import loads, read_all
+from tests.jepsen_bridge.clojure_run import BRIDGE, TOKEN, RecordingLearner, plain, run_program
 
 CATALOGUE = ["start-partition:majority", "start-partition:one", "stop-partition",
              "bump-clock:all", "strobe-clock:all", "reset-clock:all", "kill:one", "kill:all", "start:all"]
@@ -70,3 +71,12 @@ def test_the_readme_diff_turns_the_before_block_into_the_after_block():
     assert "\n".join(old) in before  # the diff's hunk is the before block's head...
     assert "\n".join(new) in after   # ...and applied, the after block's
     assert before.replace("\n".join(old), "\n".join(new)) == after
+
+
+def test_the_build_files_read_and_put_the_sources_on_the_path():
+    deps = plain(loads((BRIDGE / "deps.edn").read_text(), source="deps.edn"))
+    assert deps["paths"] == ["src"] and (BRIDGE / "src" / "mallory" / "jepsen.clj").exists()
+    (project,) = read_all((BRIDGE / "project.clj").read_text(), source="project.clj")
+    assert project[:3] == ["defproject", "mallory/jepsen-bridge", "0.1.0"]
+    options = dict(zip(project[3::2], project[4::2]))
+    assert options["source-paths"] == ["src"]
