@@ -13,9 +13,9 @@ import pytest
 
 from mallory.mediator.advisor import Advisor
 from mallory.mediator.service import MEDIATOR_NODE, Mediator
+from mallory.oracles.edn import loads, read_all
 from mallory.polling import wait_until
 from mallory.timeline.event import Kind
-from mallory.oracles.edn import loads, read_all
 from tests.jepsen_bridge.clojure_run import BRIDGE, TOKEN, RecordingLearner, plain, run_program
 
 CATALOGUE = ["start-partition:majority", "start-partition:one", "stop-partition",
