@@ -14,6 +14,7 @@
   (:require [clojure.string :as str]
             [jepsen.client :as client]
             [jepsen.generator :as gen]
+            [jepsen.nemesis :as n]
             [jepsen.nemesis.combined :as nc]
             [mallory.jepsen.mediator :as m])
   (:import (java.util.concurrent ExecutionException)))
@@ -116,7 +117,7 @@
         heals  (sort-by name (:stop perf))
         named  (fn [f target] (str (name f) ":" ((:name family spec-name) target)))]
     (if-not family
-      ;; a package of your own: its fs with a nil :value
+      ;; a package of your own (its :perf, or the fs its nemesis reflects): nil :values
       (for [f (concat fs heals)]
         [(name f) (fn [_] {:type :info, :f f, :value nil})])
       (concat
@@ -132,13 +133,21 @@
           [(if suffix (str (name f) ":" suffix) (name f))
            (fn [test] {:type :info, :f f, :value (heal test)})])))))
 
+(defn- perfs
+  "A package's :perf; for a package without one, a single entry of the fs its nemesis
+  reflects (jepsen.nemesis/Reflection), if it does."
+  [{:keys [perf nemesis]}]
+  (cond (seq perf)                         (sort-by :name perf)
+        (satisfies? n/Reflection nemesis)  [{:name ::reflected, :fs (set (n/fs nemesis))}]
+        :else                              []))
+
 (defn- enabled-perfs
   "The :perf entries of the packages that would emit ops under `opts`' :faults."
   [opts packages]
   (let [faults (set (:faults opts default-faults))]
     (for [pkg   packages
           :when (:generator pkg)
-          perf  (sort-by :name (:perf pkg))
+          perf  (perfs pkg)
           :let  [fault (:fault (get families (:name perf)))]
           :when (or (nil? fault) (faults fault))]
       perf)))

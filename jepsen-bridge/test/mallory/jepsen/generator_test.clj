@@ -11,6 +11,7 @@
   (:require [clojure.test :refer [deftest is testing] :as t]
             [jepsen.client :as client]
             [jepsen.generator :as gen]
+            [jepsen.nemesis :as n]
             [jepsen.nemesis.combined :as nc]
             [mallory.jepsen :as mallory]
             [mallory.jepsen.mediator :as m]))
@@ -63,6 +64,14 @@
                ((op-fn actions "start-packet:all:delay+duplicate") a-test)))
         (is (= {:type :info, :f :truncate, :value [:one {:file "/wal", :drop 10}]}
                ((op-fn actions "truncate:one:/wal") a-test)))))
+    (testing "a package of one's own: the fs of its :perf, else those its nemesis reflects"
+      (let [mine   {:generator [:mine], :perf #{{:name "mine", :start #{:flip}, :stop #{:flop}}}}
+            silent {:generator [:silent], :nemesis :no-reflection}
+            reflecting {:generator [:reflecting]
+                        :nemesis (reify n/Reflection (fs [_] #{:zap :zip}))}
+            actions (mallory/catalogue {:faults []} [mine silent reflecting])]
+        (is (= ["flip" "flop" "zap" "zip"] (map first actions)))
+        (is (= {:type :info, :f :zap, :value nil} ((op-fn actions "zap") a-test)))))
     (testing "no enabled fault: a clear error, not an empty catalogue"
       (is (= ::mallory/empty-catalogue
              (:type (thrown-data #(mallory/catalogue {:faults []} (nc/nemesis-packages {:faults []}))))))))
