@@ -156,7 +156,7 @@
   "The actions the standard `packages` (built from `opts`) can take, as an ordered vector
   of [action-name op-fn]; (op-fn test) is the nemesis op for that action."
   [opts packages]
-  (let [actions (vec (distinct (mapcat (partial family-actions opts) (enabled-perfs opts packages))))
+  (let [actions (vec (mapcat (partial family-actions opts) (enabled-perfs opts packages)))
         names   (map first actions)]
     (when (empty? actions)
       (throw (ex-info "mallory: no enabled package emits any op: check :faults and the packages"
@@ -164,8 +164,10 @@
     (when-let [long-name (first (filter #(< 64 (count %)) names))]
       (throw (ex-info (str "mallory: action name longer than 64 characters: " long-name)
                       {:type ::bad-action :action long-name})))
-    (when (not= (count names) (count (set names)))
-      (throw (ex-info "mallory: two actions share a name" {:type ::bad-action :actions names})))
+    (when-let [twice (seq (for [[a k] (frequencies names) :when (< 1 k)] a))]
+      (throw (ex-info (str "mallory: several ops would be named " (str/join ", " twice)
+                           " (packet behaviours are named by their keys: give them distinct ones)")
+                      {:type ::bad-action :actions (vec twice)})))
     actions))
 
 ;; -- the adaptive generator ---------------------------------------------------------------

@@ -72,6 +72,10 @@
             actions (mallory/catalogue {:faults []} [mine silent reflecting])]
         (is (= ["flip" "flop" "zap" "zip"] (map first actions)))
         (is (= {:type :info, :f :zap, :value nil} ((op-fn actions "zap") a-test)))))
+    (testing "two different ops under one name: a clear error"
+      (let [o {:faults [:packet], :packet {:targets [:one], :behaviors [{:delay {:time 5}} {:delay {:time 50}}]}}]
+        (is (= ["start-packet:one:delay"]
+               (:actions (thrown-data #(mallory/catalogue o (nc/nemesis-packages o))))))))
     (testing "no enabled fault: a clear error, not an empty catalogue"
       (is (= ::mallory/empty-catalogue
              (:type (thrown-data #(mallory/catalogue {:faults []} (nc/nemesis-packages {:faults []}))))))))
