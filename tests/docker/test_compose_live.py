@@ -29,7 +29,6 @@ pytestmark = [pytest.mark.root, pytest.mark.docker, pytest.mark.timeout(1200)]
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "suts" / "example"
-DEFAULT_NETWORKS = {"bridge", "host", "none"}
 
 
 def mallory(daemon, *argv: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -52,6 +51,8 @@ def test_a_short_campaign_in_compose_and_down(daemon, client, tmp_path):
         settings={"duration": "10m", "policy": "qlearning", "seed": 3, "faults": "partition,kill,pause,clock",
                   "workload": "register", "schedules": 1, "steps": 3, "window": 1.5, "reset": 2.0},
     )
+    networks_before = {n.name for n in client.networks.list()}
+    volumes_before = {v.name for v in client.volumes.list()}
     t0 = time.monotonic()
     mallory(daemon, "campaign", "up", str(out))
     up_s = time.monotonic() - t0
@@ -84,8 +85,9 @@ def test_a_short_campaign_in_compose_and_down(daemon, client, tmp_path):
             assert step["report"]["verified"], step["report"]
             assert step["action"].split(":")[0] in ("partition", "kill", "pause", "clock")
         assert schedule["reset"]["healthy"], schedule["reset"]
-        stats = dict(line.split(":", 1) for line in (volume / "fuzzer_stats").read_text().splitlines() if ":" in line)
-        assert int(stats["steps_done"].strip()) == 3
+        stats = {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in
+                                                       (volume / "fuzzer_stats").read_text().splitlines())}
+        assert int(stats["steps_done"]) == 3 and int(stats["schedules_done"]) == 1
         history = (volume / "runs" / "000000" / "history.jsonl").read_text().splitlines()
         assert any('"ok"' in line for line in history), history[:5]
         assert (volume / "events" / "events.jsonl").stat().st_size > 0
@@ -102,7 +104,7 @@ def test_a_short_campaign_in_compose_and_down(daemon, client, tmp_path):
 
     # -- down: containers and networks gone, the results' volume kept ---------------------------
     assert project_containers(client, project) == []
-    assert {n.name for n in client.networks.list()} == DEFAULT_NETWORKS
-    assert {v.name for v in client.volumes.list()} == {f"{project}_campaign", f"{project}_run"}
+    assert {n.name for n in client.networks.list()} == networks_before
+    assert {v.name for v in client.volumes.list()} == volumes_before | {f"{project}_campaign", f"{project}_run"}
     mallory(daemon, "campaign", "down", str(out), "--volumes")
-    assert client.volumes.list() == []
+    assert {v.name for v in client.volumes.list()} == volumes_before
