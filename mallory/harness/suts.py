@@ -32,7 +32,7 @@ def make_adapter(sut: str, backend: ClusterBackend, port: int = 6379) -> SutAdap
 
         return RaftKvAdapter.default(backend)
     if sut == "pysyncobj":  # suts/pysyncobj: a KV service on pysyncobj, Python-level instrumentation
-        from pathlib import Path
+        from mallory.harness.pysyncobj_sut import PysyncobjAdapter
 
-        return SpecAdapter(load_spec(Path(__file__).resolve().parents[2] / "suts" / "pysyncobj" / "pysyncobj.toml"), backend)
+        return PysyncobjAdapter.default(backend)
     return SpecAdapter(load_spec(sut), backend)

@@ -8,13 +8,16 @@ client port, one request line, one reply line:
 
     GET k | PUT k v | CAS k old new | APPEND k v | STATUS
     -> OK [value|nil] | FAIL mismatch | ERR <why> | UNKNOWN <why>
+    TXN r:k a:k:v w:k:v ...
+    -> OK <per micro-op: what a read saw (nil: nothing), _ for a write or append> | ERR | UNKNOWN
 
 Every operation, reads included, is a pysyncobj `@replicated` command: it goes through the
 Raft log and is answered once applied, so any node serves every operation (a follower
 forwards it to the leader). `ERR` means the command was certainly not applied (no leader,
 queue full, not leader, discarded); `UNKNOWN` means it may still be (the op timed out or
 the leader changed while a follower waited for its answer). An APPENDed key holds a list,
-which GET answers as `OK v1,v2,...`. STATUS answers `OK role=<r> leader=<host|-> term=<n>`.
+which GET answers as `OK v1,v2,...`. A TXN (raft-kv's transaction line, so the list-append
+and rw-register workloads use mallory/harness/raft_client.py) is one log entry. STATUS answers `OK role=<r> leader=<host|-> term=<n>`.
 
 The Raft journal (`raft.journal`) and full dumps (`raft.dump`) are in the data directory,
 so a killed node restarts with its log. Every leader change is a line on stdout
@@ -33,6 +36,8 @@ import signal
 import socketserver
 import sys
 import threading
+from collections.abc import Callable
+from typing import Any
 
 from pysyncobj import _RAFT_STATE, FAIL_REASON, SyncObj, SyncObjConf, SyncObjException, replicated
 
@@ -74,11 +79,33 @@ class KVStore(SyncObj):
     # INSTRUMENT_FUNC apply-append
     @replicated
     def append(self, key: str, value: object) -> bool:
+        self._append(key, value)
+        return True
+
+    # INSTRUMENT_FUNC apply-txn
+    @replicated
+    def txn(self, mops: list[tuple[str, str, object]]) -> list[object]:
+        """Micro-ops applied as one log entry: ("r", k, None) reads, ("a", k, v) appends,
+        ("w", k, v) writes. What each read saw (a list copied), None for the others."""
+        seen: list[object] = []
+        for f, key, value in mops:
+            if f == "r":
+                current = self._data.get(key)
+                seen.append(list(current) if isinstance(current, list) else current)
+                continue
+            if f == "a":
+                self._append(key, value)
+            else:
+                self._data[key] = value
+            seen.append(None)
+        return seen
+
+    def _append(self, key: str, value: object) -> None:
+        """Not @replicated: called while a command is applied, on every node alike."""
         current = self._data.get(key)
         if not isinstance(current, list):
             current = [] if current is None else [current]
         self._data[key] = [*current, value]
-        return True
 
     # INSTRUMENT_FUNC apply-get
     @replicated
@@ -91,6 +118,20 @@ def _value(text: str) -> object:
         return int(text)
     except ValueError:
         return text
+
+
+def _parse_txn(words: list[str]) -> list[tuple[str, str, object]] | None:
+    """`r:k`, `a:k:v`, `w:k:v` words as micro-ops; None if any is malformed."""
+    mops: list[tuple[str, str, object]] = []
+    for word in words:
+        parts = word.split(":")
+        if parts[0] == "r" and len(parts) == 2 and parts[1]:
+            mops.append(("r", parts[1], None))
+        elif parts[0] in ("a", "w") and len(parts) == 3 and parts[1] and parts[2]:
+            mops.append((parts[0], parts[1], _value(parts[2])))
+        else:
+            return None
+    return mops or None
 
 
 def _show(value: object) -> str:
@@ -114,24 +155,35 @@ class Service:
         op, args = words[0].upper(), words[1:]
         if op == "STATUS" and not args:
             return self.status()
+        if op == "TXN":
+            mops = _parse_txn(args)
+            if mops is None:
+                return f"ERR bad transaction {line.strip()!r}: TXN r:k a:k:v w:k:v ..."
+            seen, error = self._apply(self.store.txn, mops)
+            return error or "OK " + " ".join(_show(v) if f == "r" else "_" for (f, _, _), v in zip(mops, seen))
         calls = {"GET": (self.store.get, 1), "PUT": (self.store.put, 2), "CAS": (self.store.cas, 3),
                  "APPEND": (self.store.append, 2)}
         if op not in calls or len(args) != calls[op][1]:
-            return f"ERR bad request {line.strip()!r}: GET k | PUT k v | CAS k old new | APPEND k v | STATUS"
-        method = calls[op][0]
-        key, values = args[0], [_value(a) for a in args[1:]]
+            return f"ERR bad request {line.strip()!r}: GET k | PUT k v | CAS k old new | APPEND k v | TXN ... | STATUS"
+        result, error = self._apply(calls[op][0], args[0], *(_value(a) for a in args[1:]))
+        if error:
+            return error
+        if op == "GET":
+            return f"OK {_show(result)}"
+        return "OK" if result else "FAIL mismatch"
+
+    def _apply(self, method: Callable[..., Any], *args: object) -> tuple[Any, str | None]:
+        """Run a replicated method and wait until it is applied: (its result, None), or
+        (None, the ERR / UNKNOWN reply) when it failed or its outcome is unknown."""
         try:
-            result = method(key, *values, sync=True, timeout=self.op_timeout)
+            return method(*args, sync=True, timeout=self.op_timeout), None
         except SyncObjException as exc:
             reason = _NOT_APPLIED.get(exc.errorCode)
             if reason is not None:
                 # INSTRUMENT_BLOCK op-rejected
-                return f"ERR {reason}"
+                return None, f"ERR {reason}"
             # INSTRUMENT_BLOCK op-unknown
-            return f"UNKNOWN {_MAYBE_APPLIED.get(exc.errorCode, str(exc.errorCode).lower())}"
-        if op == "GET":
-            return f"OK {_show(result)}"
-        return "OK" if result else "FAIL mismatch"
+            return None, f"UNKNOWN {_MAYBE_APPLIED.get(exc.errorCode, str(exc.errorCode).lower())}"
 
     def status(self) -> str:
         store = self.store

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from mallory.harness.spec_adapter import SpecAdapter
+from mallory.harness.pysyncobj_sut import PysyncobjAdapter
 from mallory.harness.suts import make_adapter
 from mallory.observer.catalogue import Catalogue
 from mallory.polling import wait_until
@@ -60,14 +60,14 @@ def status(address: str, port: int = CLIENT_PORT) -> dict[str, str]:
     return dict(word.split("=", 1) for word in reply[3:].split())
 
 
-def adapter(backend) -> SpecAdapter:
+def adapter(backend) -> PysyncobjAdapter:
     """The built-in `pysyncobj` SUT (the shipped spec)."""
     sut = make_adapter("pysyncobj", backend)
-    assert isinstance(sut, SpecAdapter) and sut.spec.source == str(SPEC)
+    assert isinstance(sut, PysyncobjAdapter) and sut.spec.source == str(SPEC)
     return sut
 
 
-def leader_of(sut: SpecAdapter, among: list[str] | None = None) -> str | None:
+def leader_of(sut: PysyncobjAdapter, among: list[str] | None = None) -> str | None:
     """The node every running node of `among` agrees is leader, and that says it is."""
     backend = sut.backend
     nodes = among or list(backend.nodes)
@@ -79,5 +79,5 @@ def leader_of(sut: SpecAdapter, among: list[str] | None = None) -> str | None:
     return found[0] if len(found) == 1 else None
 
 
-def wait_leader(sut: SpecAdapter, timeout: float = 20.0, among: list[str] | None = None) -> str:
+def wait_leader(sut: PysyncobjAdapter, timeout: float = 20.0, among: list[str] | None = None) -> str:
     return wait_until(lambda: leader_of(sut, among), timeout, "one leader all nodes agree on")  # type: ignore[return-value]

@@ -1,6 +1,6 @@
 """The pysyncobj KV service as the fuzzer sees it: a 3-node netns cluster with an observer
 in every node and the mediator in the gateway. A leader is elected, the register workload
-(through the gateway) checks linearizable, kill / pause / partition each leave it able to
+(through the gateway) checks linearizable and list-append under Elle, kill / pause / partition each leave it able to
 serve again once healed, and the traced pysyncobj internals and the service's annotations
 reach the mediator: in its recording by name, and in its timeline's window summaries."""
 
@@ -18,8 +18,9 @@ import pytest
 
 from mallory.harness.runner import RunConfig
 from mallory.harness.session import record_run, start_all, teardown_all
-from mallory.harness.workload import RegisterWorkload
+from mallory.harness.workload import RegisterWorkload, make_workload
 from mallory.observer import toolchain
+from mallory.oracles.elle import check_elle
 from mallory.oracles.history import read_history
 from mallory.oracles.linearizability import check_linearizable
 from mallory.oracles.logs import scan_log
@@ -110,6 +111,10 @@ def test_observed_cluster_survives_kill_pause_and_partition(cluster, tmp_path: P
         mediator.heal()
         assert _serves(sut, 5) in cluster.nodes
         assert _workload(sut, tmp_path / "run2", 1.5) >= 10
+        summary = record_run(sut, make_workload("list-append"), RunConfig(concurrency=3, time_limit=1.5, rate=100), tmp_path / "run3")
+        assert summary.completions["ok"] >= 10, summary
+        result = check_elle(read_history(tmp_path / "run3" / "history.edn")[1], "list-append")
+        assert result.valid is True, result.explanation
         for node in cluster.nodes:
             assert scan_log(stack.log_text(sut, node).splitlines(), node) == []
     finally:

@@ -81,6 +81,13 @@ class LoopbackCluster:
             unlink_ring(name)
 
 
+def drain(reader: RingReader) -> list:
+    """Every event written so far (polling past a position a killed writer left unfinished)."""
+    events: list = []
+    wait_until(lambda: events.extend(reader.poll_events()) or reader.cursor >= reader.write_counter, 10, "the ring drained")
+    return events
+
+
 @pytest.fixture
 def cluster(tmp_path):
     c = LoopbackCluster(tmp_path)
@@ -121,8 +128,9 @@ def test_protocol_failover_and_events_in_the_rings(cluster, tmp_path):
         wait_until(lambda: cluster.leader([0, 1, 2]) == second, 30, "the restarted node following")
         assert cluster.request(first, "GET a") == "OK 2"
 
-        events = [readers[i].poll_events() for i in range(3)]
-        assert all(r.lost_total == 0 for r in readers)
+        events = [drain(r) for r in readers]
+        # a writer killed inside a hook leaves one position unfinished: the reader counts it lost
+        assert [r.lost_total for i, r in enumerate(readers) if i != first] == [0, 0] and readers[first].lost_total <= 1
     finally:
         for r in readers:
             r.close()
