@@ -164,6 +164,9 @@ def compose_model(project: str, nodes: int, subnet: str, sut_spec: str, run_dir:
     for k, name in enumerate(names, start=1):
         gateway = f"{subnet}.{k}.2"
         services[name] = {
+            # every service says how to build the image, so a plain `docker compose up`
+            # builds it instead of trying to pull it (the layers are shared)
+            "build": {"context": "./image"},
             "image": image,
             "command": ["mallory-node-init"],
             "hostname": name,
