@@ -28,7 +28,7 @@ sources=/etc/apt/sources.list.d/debian.sources
 [ -f "$sources" ] || sources=/etc/apt/sources.list
 packages=(
     python3 python3-pip iptables iproute2 procps ethtool libnetfilter-queue1 libnfnetlink0
-    make gcc libc6-dev ca-certificates tini
+    make ca-certificates tini
 )
 start=$(date +%s)
 mmdebstrap --variant=minbase --mode=root --format=tar \

@@ -34,6 +34,7 @@ from typing import Any
 
 from mallory.errors import MalloryError
 from mallory.harness.spec import load_spec
+from nemesis.faults.controls import SHIM_NAME, fault_shim
 
 NAME = "compose"
 HELP = "write a docker-compose project running a fuzz campaign in containers (mediator + N nodes)"
@@ -291,6 +292,11 @@ def generate(
         shutil.copytree(REPO / package, image / package, ignore=shutil.ignore_patterns(
             "__pycache__", "*.pyc", "build"))  # nemesis/preload/build: the image builds its own shim
     shutil.copytree(sut_dir, image / "sut", ignore=IGNORED)
+    # The clock/disk fault shim, built here (the image has no compiler); copied with its
+    # time stamp, so make in the image finds it up to date.
+    shim = image / "nemesis" / "preload" / "build"
+    shim.mkdir()
+    shutil.copy2(fault_shim(), shim / SHIM_NAME)
     for name in ("Dockerfile", "node-init.sh", "mallory.sh"):
         shutil.copy2(TEMPLATES / name, image / name)
     (out / "docker-compose.yml").write_text(
