@@ -18,6 +18,7 @@ from mallory.observer import toolchain
 from mallory.observer.catalogue import Catalogue
 from mallory.observer.ring import RingReader, create_ring, unlink_ring
 from mallory.polling import wait_until
+from mallory.report.sources import sut_catalogue
 from mallory.timeline.event import Kind
 from tests.pysyncobj import kv_cluster as kv
 
@@ -135,6 +136,7 @@ def test_protocol_failover_and_events_in_the_rings(cluster, tmp_path):
         for r in readers:
             r.close()
     assert {e.id: e.name for e in Catalogue.load(written)} == names
+    assert {e.id: e.name for e in sut_catalogue({"sut": str(kv.SPEC)})} == names  # what `mallory report` loads
     counts = [Counter(names.get(e.id, f"unknown:{e.id}") for e in evs if e.kind in (Kind.FUNC, Kind.BLOCK)) for evs in events]
     for i, c in enumerate(counts):
         assert set(c) <= set(names.values()), (i, c)  # every event is in the catalogue
