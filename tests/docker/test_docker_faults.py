@@ -49,8 +49,11 @@ EXAMPLE = REPO / "suts" / "example"
 NODES = ["n1", "n2", "n3"]
 ALL_LINKS = list(permutations(NODES, 2))
 TOKEN = "docker-fault-test"
-LABELS = ["partition:one", "partition:majority", "drop:pair", "duplicate:one", "delay:one",
-          "kill:one", "kill:all", "pause:minority", "pause:all", "clock:bump", "disk:eio", "disk:enospc"]
+LABELS = ["partition:one", "partition:majority", "partition:majorities-ring", "partition:bridge",
+          "drop:pair", "drop:all", "duplicate:one", "duplicate:pair", "delay:one", "delay:all",
+          "kill:one", "kill:minority", "kill:all", "pause:one", "pause:minority", "pause:all",
+          "clock:bump", "clock:strobe", "clock:reset",
+          "disk:eio", "disk:enospc", "disk:fsync", "disk:slow", "disk:lose-unsynced"]
 
 
 class NodeNamespaces:
@@ -169,6 +172,16 @@ def node_clock_offset(ctx: FaultContext, node: str) -> float:
     return float(out.strip()) - (t0 + time.time()) / 2
 
 
+def node_disk_seconds(ctx: FaultContext, node: str) -> float:
+    """How long a 4 KiB write + fsync in the node's data dir takes under the SUT's env,
+    timed inside the node (an exec's own overhead is larger than the fault's delay)."""
+    env = [f"{k}={v}" for k, v in ctx.controls.env(node).items()]
+    probe = ctx.backend.data_dir(node) / "probe.bin"
+    script = (f'a=$(date +%s%N); env {" ".join(env)} dd if=/dev/zero of={probe} bs=4096 count=1 conv=fsync '
+              f'status=none; b=$(date +%s%N); rm -f {probe}; echo $((b - a))')
+    return int(ctx.backend.exec(node, ["sh", "-c", script]).stdout.strip()) / 1e9
+
+
 def node_disk_ok(ctx: FaultContext, node: str) -> bool:
     env = [f"{k}={v}" for k, v in ctx.controls.env(node).items()]
     probe = ctx.backend.data_dir(node) / "probe.bin"
@@ -200,16 +213,20 @@ def test_fault_enacted_verified_and_healed(daemon, live, label):
         elif family == "delay":
             src, dst = sorted(as_links(report))[0]
             assert statistics.median(udp_rtts(namespaces, src, dst, n=6)) >= report.params["ms"] * 0.9
-        elif family == "kill":
+        elif family == "kill" or label == "disk:lose-unsynced":
+            assert report.nodes
             for node in report.nodes:
                 assert proc_state(pids[node]) in (None, "Z")
         elif family == "pause":
             for node in NODES:
                 assert (proc_state(pids[node]) == "T") == (node in report.nodes)
-        elif family == "clock":
+        elif label == "clock:bump":
             for node in NODES:
                 want = report.params["delta_s"].get(node, 0.0)
                 assert abs(node_clock_offset(ctx, node) - want) < 0.5, (node, want)
+        elif label == "disk:slow":
+            node = report.nodes[0]
+            assert node_disk_seconds(ctx, node) >= 0.045  # the fsync alone waits 50 ms
         elif family == "disk":
             node = report.nodes[0]
             assert [node_disk_ok(ctx, n) for n in NODES] == [n != node for n in NODES]
@@ -218,7 +235,7 @@ def test_fault_enacted_verified_and_healed(daemon, live, label):
         assert report.healed
         if family in ("partition", "drop", "duplicate", "delay"):
             check_links(namespaces, set())
-        if family == "kill":
+        if family == "kill" or label == "disk:lose-unsynced":
             for node in report.nodes:
                 ctx.adapter.wait_ready(node, 30)
                 assert proc_state(ctx.adapter.process(node).pid) in ("S", "R")
