@@ -28,12 +28,12 @@ from mallory.harness.client import Client
 from mallory.harness.etcd_client import EtcdClient, EtcdError, EtcdHttp
 from mallory.harness.workload import Workload
 from mallory.observer.log_events import LogPattern
-from mallory.polling import wait_until
 from nemesis.backend import ClusterBackend
 
 CLIENT_PORT = 2379
 PEER_PORT = 2380
 PROMOTE_WAIT_S = 5.0
+RECONFIGURE_WAIT_S = 20.0
 
 T = TypeVar("T")
 
@@ -158,9 +158,12 @@ class EtcdAdapter(ProcessAdapter):
         ]  # fmt: skip
 
     def start(self, node: str):
-        """Start the member; one removed from the cluster is added back first."""
+        """Start the member; one removed from the cluster is added back first (MalloryError
+        when that cannot be done now)."""
         if node in self._removed and not self.is_running(node):
             self.add_member(node)
+            if node in self._removed:
+                raise MalloryError(f"etcd: {node} was removed and no running member can add it back now")
             return self._procs[node]
         return super().start(node)
 
@@ -234,16 +237,17 @@ class EtcdAdapter(ProcessAdapter):
 
     # -- membership ----------------------------------------------------------------------
 
-    def _reconfigure(self, node: str, path: str, body: dict, timeout: float = 20.0) -> dict:
+    def _reconfigure(self, node: str, path: str, body: dict, timeout: float = RECONFIGURE_WAIT_S) -> dict:
         """A membership call asked of the other running members in turn until one accepts.
         etcd refuses a change that would leave too few members connected for at least 5 s
         ("unhealthy cluster", e.g. right after a partition heals): retried until `timeout`."""
         last = "no other member is running"
         deadline = time.monotonic() + timeout
         while True:
-            for other in self.backend.nodes:
-                if other == node or not self.is_running(other):
-                    continue
+            others = [n for n in self.backend.nodes if n != node and self.is_running(n)]
+            if not others:
+                raise MalloryError(f"etcd: {path} for {node}: no other member is running")
+            for other in others:
                 conn = self._http(other, 5.0)
                 try:
                     return conn.call(path, body)
@@ -271,11 +275,21 @@ class EtcdAdapter(ProcessAdapter):
 
     def add_member(self, node: str) -> None:
         """Add `node` back as a new member and start it from an empty data dir. A member
-        already added under its peer URL (an earlier attempt whose start failed) is reused."""
-        listed = self._reconfigure(node, "/v3/cluster/member/list", {})
+        already added under its peer URL (an earlier attempt whose start failed) is reused.
+
+        When no other member can take the change now (none running, e.g. after kill:all,
+        or no quorum for `RECONFIGURE_WAIT_S`), the node stays removed and down, and the
+        next `start` (the nemesis's reset restarts dead nodes) adds it back: healing the
+        membership fault must not end the campaign."""
         url = self.peer_url(node)
-        if not any(url in m.get("peerURLs", []) for m in listed.get("members", [])):
-            listed = self._reconfigure(node, "/v3/cluster/member/add", {"peerURLs": [url]})
+        try:
+            listed = self._reconfigure(node, "/v3/cluster/member/list", {})
+            if not any(url in m.get("peerURLs", []) for m in listed.get("members", [])):
+                listed = self._reconfigure(node, "/v3/cluster/member/add", {"peerURLs": [url]})
+        except MalloryError:
+            if node in self._removed:
+                return
+            raise
         peers = [
             f"{m['name']}={m['peerURLs'][0]}" for m in listed.get("members", [])
             if m.get("name") and m.get("peerURLs") and url not in m["peerURLs"]
@@ -285,9 +299,9 @@ class EtcdAdapter(ProcessAdapter):
         self.kill(node)
         shutil.rmtree(self.member_dir(node), ignore_errors=True)
         self.start(node)
-        wait_until(lambda: self.probe(node) or not self.is_running(node), self.ready_timeout, f"etcd {node} to rejoin")
-        if not self.is_running(node):
-            raise MalloryError(f"etcd: {node} exited while rejoining; see {self.log_paths(node)[0]}")
+        # until it has published its name (so member_ids() knows it); not an error if it
+        # cannot yet (a partition): the reset's wait_ready is what insists
+        wait_for(lambda: self.probe(node) or not self.is_running(node), self.ready_timeout)
 
     # -- clients -------------------------------------------------------------------------
 
