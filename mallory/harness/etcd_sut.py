@@ -28,7 +28,7 @@ from mallory.harness.client import Client
 from mallory.harness.etcd_client import EtcdClient, EtcdError, EtcdHttp
 from mallory.harness.workload import Workload
 from mallory.observer.log_events import LogPattern
-from nemesis.backend import ClusterBackend
+from nemesis.backend import ClusterBackend, NodeProcess
 
 CLIENT_PORT = 2379
 PEER_PORT = 2380
@@ -157,7 +157,7 @@ class EtcdAdapter(ProcessAdapter):
             "--enable-v2=false",
         ]  # fmt: skip
 
-    def start(self, node: str):
+    def start(self, node: str) -> NodeProcess:
         """Start the member; one removed from the cluster is added back first (MalloryError
         when that cannot be done now)."""
         if node in self._removed and not self.is_running(node):
