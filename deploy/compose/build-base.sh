@@ -35,7 +35,7 @@ mmdebstrap --variant=minbase --mode=root --format=tar \
     --include="$(IFS=,; echo "${packages[*]}")" \
     --customize-hook="mkdir -p \"\$1/tmp/wheels\"" \
     --customize-hook="copy-in $wheels/. /tmp/wheels" \
-    --customize-hook='chroot "$1" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin pip install -q --break-system-packages --no-index --find-links /tmp/wheels orjson numpy datasketch redis docker' \
+    --customize-hook='chroot "$1" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin PIP_ROOT_USER_ACTION=ignore pip install -q --no-warn-script-location --break-system-packages --no-index --find-links /tmp/wheels orjson numpy datasketch redis docker' \
     --customize-hook='rm -rf "$1/tmp/wheels" "$1"/var/cache/apt/archives/*.deb "$1"/var/lib/apt/lists/*' \
     bookworm "$out.tmp" "$sources" >&2
 mv "$out.tmp" "$out"
