@@ -31,6 +31,7 @@ import json
 import os
 import shlex
 import signal as signals
+import subprocess
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -236,11 +237,10 @@ class DockerCluster:
     def exec(self, node: str, argv: Sequence[str], *, timeout: float = 30.0, check: bool = True) -> Any:
         """Run a short command in a node's container to completion; a CompletedProcess-like
         result (returncode, stdout, stderr)."""
-        import subprocess
-
         container = self.container(node)
         exec_id = self.client.api.exec_create(container, list(argv), stdout=True, stderr=True)["Id"]
-        # exec_start blocks until the command ends; the socket timeout bounds it.
+        # exec_start blocks until the command's output ends (bounded by the client's socket
+        # timeout); `timeout` bounds the wait for the Engine to report its exit after that.
         out, err = self._exec_output(exec_id, timeout)
         code = self.client.api.exec_inspect(exec_id)["ExitCode"]
         result = subprocess.CompletedProcess(list(argv), code, out, err)
