@@ -142,6 +142,12 @@ class RedisSentinelAdapter(ProcessAdapter):
     def start(self, node: str) -> NodeProcess:
         """Start the node's server, and its sentinel if that is not running."""
         proc = super().start(node)
+        self._ensure_sentinel(node)
+        return proc
+
+    def _ensure_sentinel(self, node: str) -> None:
+        """Start the node's sentinel unless it runs (one that died rejoins from the initial
+        config and learns the current one from its peers' hello messages)."""
         sentinel = self._sentinels.get(node)
         if sentinel is None or not self.backend.is_running(sentinel):
             conf = self.backend.data_dir(node) / "sentinel.conf"
@@ -151,7 +157,6 @@ class RedisSentinelAdapter(ProcessAdapter):
             # clock faults would switch the failure detector off instead of testing Redis.
             # Sentinels here play the separate hosts they run on in production.
             self._sentinels[node] = self.backend.spawn(node, [str(self.redis_sentinel), str(conf)], name="sentinel")
-        return proc
 
     def sentinel_process(self, node: str) -> NodeProcess | None:
         return self._sentinels.get(node)
@@ -302,6 +307,8 @@ class RedisSentinelAdapter(ProcessAdapter):
         while True:
             if not self.is_running(node):
                 raise MalloryError(f"{self.name}: {node} exited before it was ready; see {self.log_paths(node)[0]}")
+            for other in self.backend.nodes:
+                self._ensure_sentinel(other)
             self._tune_sentinels()
             if self.probe(node):
                 return

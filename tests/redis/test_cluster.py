@@ -8,6 +8,7 @@ nodes' packets and the patch's annotated events by name."""
 from __future__ import annotations
 
 import random
+import signal
 from collections import Counter
 from pathlib import Path
 
@@ -91,6 +92,18 @@ def test_losing_the_master_fails_over_and_reset_recovers(observed, fault: str, t
     master = _reset_recovers(nemesis, adapter)
     assert master == new  # the old master came back as a replica of the new one
     assert adapter.replication(old)["role"] == "slave"
+
+
+def test_a_dead_sentinel_is_back_after_reset(observed) -> None:
+    stack, adapter, nemesis, _ = observed
+    master = _one_master(adapter)
+    victim = next(n for n in stack.cluster.nodes if n != master)
+    sentinel = adapter.sentinel_process(victim)
+    stack.cluster.signal(sentinel, signal.SIGKILL)
+    assert stack.cluster.wait(sentinel, 10) is not None
+    assert _reset_recovers(nemesis, adapter) == master
+    assert adapter.sentinel_process(victim).pid != sentinel.pid
+    assert adapter.sentinel_view(victim) == master  # a fresh sentinel learned the current config
 
 
 def test_mediator_sees_packets_and_annotated_failover_events(observed, redis_build: Path) -> None:
