@@ -180,6 +180,27 @@ class Nemesis:
         out.problems += self.health_problems()
         return out
 
+    def restart_all(self) -> ResetReport:
+        """Stop every node (gracefully, SIGKILL after the SUT's timeout) and start it again:
+        for a cluster that the reset left unhealthy, or that served no client at all (a SUT
+        can be wedged with every process running, e.g. after losing its unsynced state)."""
+        ctx = self.ctx
+        out = self.reset()
+        for node in ctx.nodes:
+            if ctx.adapter.is_running(node):
+                ctx.adapter.stop(node)
+        for node in ctx.nodes:
+            ctx.adapter.start(node)
+            out.restarted.append(node)
+        out.problems = []
+        for node in ctx.nodes:
+            try:
+                ctx.adapter.wait_ready(node, ctx.ready_timeout)
+            except MalloryError as exc:
+                out.problems.append(str(exc))
+        out.problems += self.health_problems()
+        return out
+
     def health_problems(self) -> list[str]:
         """What keeps the cluster from being healthy: dead or paused nodes, firewall rules,
         clock offsets or disk faults still in force."""

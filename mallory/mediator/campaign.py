@@ -66,6 +66,10 @@ class Nemesis(Protocol):
         """Heal everything, restart what is dead, check the cluster is healthy."""
         ...
 
+    def restart_all(self) -> Any:
+        """Restart every node: when a reset did not bring the cluster back."""
+        ...
+
 
 @dataclass
 class BugEvidence:
@@ -375,6 +379,9 @@ class Campaign:
         p = self.progress
         findings = self.checker.check_schedule(index, record) if self.checker else []
         record["findings"] = [f.signature for f in findings]
+        if _needs_restart(record):
+            # The next schedule must start from a working cluster, not inherit a wedged one.
+            record["restart"] = report_json(self.nemesis.restart_all())
         known = self.dir.known_bugs()
         for finding in findings:
             bundle = self.dir.record_bug(finding.signature, finding.report, record, finding.files, self.dir.config())
@@ -411,3 +418,10 @@ class Campaign:
             "policy": self.learner.policy.name,
             **self.info,
         }
+
+
+def _needs_restart(record: dict[str, Any]) -> bool:
+    """A reset that reported problems, or a schedule whose workload got not one op through."""
+    reset = record.get("reset")
+    unhealthy = isinstance(reset, dict) and reset.get("healthy") is False
+    return unhealthy or (record.get("checks") or {}).get("served") == 0

@@ -62,6 +62,8 @@ class ScheduleChecks:
         self._offsets: dict[Path, int] = {}
         #: the last schedule's history verdict, for its results.edn
         self._result: CheckResult | None = None
+        #: client ops of the running schedule that completed ok (None: no workload)
+        self._served: int | None = None
 
     # -- around a schedule ---------------------------------------------------------------
 
@@ -75,7 +77,9 @@ class ScheduleChecks:
         if self.workload is None:
             return
         workload = make_workload(self.workload, key_base=key_slot * KEYS_PER_SCHEDULE)
-        self.recorder = HistoryRecorder.to_dir(run_dir)
+        self.recorder = HistoryRecorder.to_dir(run_dir, keep=False)
+        self._served = 0
+        self.recorder.add_listener(self._count_served)
         node_for = client_node_for(self.adapter)
         config = RunConfig(
             concurrency=self.run_config.concurrency,
@@ -86,6 +90,10 @@ class ScheduleChecks:
         self._runner = WorkloadRunner(workload, lambda w: self.adapter.client(node_for(w), workload), self.recorder, config)
         self._thread = threading.Thread(target=self._runner.run, name=f"workload-{run_dir.name}", daemon=True)
         self._thread.start()
+
+    def _count_served(self, op: Any) -> None:
+        if op.type == "ok":  # nemesis ops are :info
+            self._served += 1
 
     def nemesis_op(self, f: str, value: Any = None) -> None:
         """Record a fault in the schedule's history as Jepsen does (a :nemesis :info op)."""
@@ -126,7 +134,8 @@ class ScheduleChecks:
                 death = death_finding(status, node)
                 if death is not None:
                     findings.append(death)
-        record["checks"] = {"findings": len(findings), "run_dir": str(run_dir)}
+        record["checks"] = {"findings": len(findings), "run_dir": str(run_dir), "served": self._served}
+        self._served = None
         # Jepsen's results.edn beside history.edn, so Jepsen's own tools read the run
         atomic_write(run_dir / "results.edn", results_edn(self._result, findings[history_findings:],
                                                           record.get("history", {}).get("error")).encode())

@@ -37,6 +37,8 @@ class FakeNemesis:
         self.resets = 0
         self.active: list[str] = []
         self.refuse: str | None = None
+        self.unhealthy_resets: set[int] = set()  # which resets (1-based) report a problem
+        self.restarts = 0
 
     def actions(self) -> list[str]:
         return ["novel", "dull-1", "dull-2", "dull-3"]
@@ -55,7 +57,11 @@ class FakeNemesis:
     def reset(self) -> dict:
         self.resets += 1
         assert not self.active, "the loop heals every active fault before reset"
-        return {"healthy": True}
+        return {"healthy": self.resets not in self.unhealthy_resets}
+
+    def restart_all(self) -> dict:
+        self.restarts += 1
+        return {"healthy": True, "restarted": ["n1", "n2", "n3"]}
 
 
 class FakeTimeline:
@@ -216,3 +222,29 @@ def test_a_refused_fault_is_recorded_and_the_campaign_goes_on(tmp_path):
     assert refused and all("its target is down" in s["refused"] and s["report"] is None for s in refused)
     assert all(s["refused"] is None for s in steps if s["action"] != "dull-1")
     assert campaign.dir.read_stats()["refused_faults"] == str(len(refused))
+
+
+class StarvedChecker:
+    """Says the workload of the given schedules got no op through."""
+
+    def __init__(self, starved: set[int]) -> None:
+        self.starved = starved
+
+    def begin_schedule(self, index):
+        pass
+
+    def check_schedule(self, index, record):
+        record["checks"] = {"findings": 0, "served": 0 if index in self.starved else 25}
+        return []
+
+
+def test_a_wedged_cluster_is_restarted_before_the_next_schedule(tmp_path):
+    """An unhealthy reset, or a schedule that served no client, restarts every node; a
+    healthy schedule that served clients does not."""
+    campaign, nemesis = make_campaign(tmp_path, "random", checker=StarvedChecker({2}))
+    nemesis.unhealthy_resets = {1}
+    campaign.run(schedules=4)
+    records = campaign.dir.read_schedules()
+    assert [("restart" in r) for r in records] == [True, False, True, False]
+    assert nemesis.restarts == 2
+    assert records[0]["restart"]["restarted"] == ["n1", "n2", "n3"]

@@ -360,3 +360,15 @@ def test_a_just_restarted_sut_still_takes_clock_faults(live):
         assert missing_library(ctx, "clock") is None
     ctx.adapter.wait_ready("n1")
     assert nemesis.reset().healthy
+
+
+def test_restart_all_brings_up_every_node_anew(live):
+    cluster, ctx, nemesis = live
+    before = {n: ctx.adapter.process(n).pid for n in NODES}
+    ctx.adapter.pause("n2")
+    report = nemesis.restart_all()
+    assert report.healthy, report.to_json()
+    assert report.restarted == list(NODES)
+    after = {n: ctx.adapter.process(n).pid for n in NODES}
+    assert all(after[n] != before[n] for n in NODES)
+    assert all(ctx.adapter.is_running(n) for n in NODES)
