@@ -5,7 +5,8 @@ from `mallory compose`, and `mallory campaign up|status|fetch|down`:
 - a short campaign (one schedule of four steps) runs in the mediator container with faults
   enacted and verified, its results land on the `campaign` volume;
 - its process killed after the first step, the restart policy brings it back and it resumes;
-- `down` keeps the results' volume and nothing else; `down --volumes` leaves nothing.
+- `down` keeps the results' volume and nothing else; `up` again resumes the campaign on it;
+  `down --volumes` leaves nothing.
 
 The base image tarball is built once (deploy/compose/build-base.sh, cached under build/)
 and reused by later runs; its build time is printed.
@@ -78,17 +79,8 @@ def test_a_short_campaign_in_compose_and_down(daemon, client, tmp_path):
         assert pid > 0, "the campaign ended before it could be killed"  # (kill(0) is our group)
         os.kill(pid, signal.SIGKILL)
 
-        def finished() -> bool:
-            mediator.reload()
-            # one restart is ours; more would be a campaign failing again and again
-            assert mediator.attrs["RestartCount"] <= 1, mediator.logs().decode(errors="replace")[-4000:]
-            return mediator.status == "exited"
-
-        wait_until(finished, 600, "the campaign in the mediator container to finish")
-        assert mediator.attrs["RestartCount"] == 1
+        logs = wait_finished(mediator, restarts=1)
         campaign_s = time.monotonic() - t0 - up_s
-        logs = mediator.logs().decode(errors="replace")
-        assert mediator.attrs["State"]["ExitCode"] == 0, logs[-4000:]
         print(f"\nimage build + up {up_s:.1f} s, campaign {campaign_s:.1f} s", file=sys.stderr)
 
         assert "--resume /campaign" in logs, logs[-4000:]
@@ -127,5 +119,35 @@ def test_a_short_campaign_in_compose_and_down(daemon, client, tmp_path):
     assert project_containers(client, project) == []
     assert {n.name for n in client.networks.list()} == networks_before
     assert {v.name for v in client.volumes.list()} == volumes_before | {f"{project}_campaign", f"{project}_run"}
-    mallory(daemon, "campaign", "down", str(out), "--volumes")
+
+    # -- up again: the campaign on the volume resumes and runs one more schedule ---------------
+    try:
+        mallory(daemon, "campaign", "up", str(out))
+        mediator = next(c for c in project_containers(client, project)
+                        if c.labels.get("com.docker.compose.service") == "mediator")
+        logs = wait_finished(mediator, restarts=0)
+        assert "--resume /campaign" in logs.splitlines()[0], logs[-4000:]
+        resumed = {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in
+                                                         (volume / "fuzzer_stats").read_text().splitlines())}
+        assert int(resumed["schedules_done"]) == int(stats["schedules_done"]) + 1
+        assert json.loads((volume / "campaign.json").read_text())["seed"] == 3
+    finally:
+        mallory(daemon, "campaign", "down", str(out), "--volumes")
+    assert project_containers(client, project) == []
+    assert {n.name for n in client.networks.list()} == networks_before
     assert {v.name for v in client.volumes.list()} == volumes_before
+
+
+def wait_finished(mediator, restarts: int) -> str:
+    """Wait for the campaign in the mediator container to end well; its output."""
+
+    def finished() -> bool:
+        mediator.reload()
+        # restarts beyond those the test caused: a campaign failing again and again
+        assert mediator.attrs["RestartCount"] <= restarts, mediator.logs().decode(errors="replace")[-4000:]
+        return mediator.status == "exited"
+
+    wait_until(finished, 600, "the campaign in the mediator container to finish")
+    logs = mediator.logs().decode(errors="replace")
+    assert mediator.attrs["RestartCount"] == restarts and mediator.attrs["State"]["ExitCode"] == 0, logs[-4000:]
+    return logs
