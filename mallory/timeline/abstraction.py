@@ -33,6 +33,12 @@ _BY_ID = frozenset({Kind.FUNC, Kind.BLOCK, Kind.LOG})
 #: behaviour of the system under test. A state must say how the cluster behaved, not which
 #: fault was chosen, or every action would trivially lead to a state of its own.
 IGNORED_KINDS = frozenset({Kind.WINDOW_START, Kind.WINDOW_END, Kind.FAULT})
+#: At most this many distinct payload types (SEND/RECV/client data) per window; later new
+#: ones share the type "<kind>:other". Payload bytes of a stream protocol are open-ended
+#: (lengths, chunks of large replies), and event-history's summary grows with the square of
+#: the number of types: one Redis window of 3,000 events once made a million tokens.
+MAX_PAYLOAD_TYPES = 128
+OTHER_PAYLOAD = "other"
 
 
 def type_key(event: Event) -> tuple[Kind, int | str]:
@@ -59,14 +65,27 @@ class Abstraction(ABC):
     def __init__(self) -> None:
         self._types: dict[tuple, int] = {}  # type key -> small integer (bit position)
         self._keys: list[tuple] = []
+        self._payload_types = 0
 
     def type_index(self, event: Event) -> int:
         key = type_key(event)
         index = self._types.get(key)
         if index is None:
-            index = self._types[key] = len(self._keys)
-            self._keys.append(key)
+            key = self._admit(key)
+            index = self._types.get(key)
+            if index is None:
+                index = self._types[key] = len(self._keys)
+                self._keys.append(key)
         return index
+
+    def _admit(self, key: tuple) -> tuple:
+        """A new type's key, or its kind's "other" once the window has MAX_PAYLOAD_TYPES."""
+        if key[0] in _BY_ID:
+            return key
+        if self._payload_types >= MAX_PAYLOAD_TYPES:
+            return (key[0], OTHER_PAYLOAD)
+        self._payload_types += 1
+        return key
 
     def run(self, entries: list[Committed]) -> None:
         """Feed a window's entries, in a causal (commit) order, through update and merge.
@@ -161,8 +180,11 @@ class EventHistory(Abstraction):
             key = (kind, event.id) if kind in by_id else (kind, event.data)
             t = types.get(key)
             if t is None:
-                t = types[key] = len(keys)
-                keys.append(key)
+                key = self._admit(key)
+                t = types.get(key)
+                if t is None:
+                    t = types[key] = len(keys)
+                    keys.append(key)
             pairs = all_pairs.get(node)
             if pairs is None:
                 pairs = all_pairs[node] = {}

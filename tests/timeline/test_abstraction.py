@@ -146,3 +146,25 @@ def test_window_markers_and_faults_are_not_behaviour():
 def test_unknown_abstraction_names_the_choices():
     with pytest.raises(MalloryError, match="event-history"):
         make_abstraction("nope")
+
+
+def test_event_history_caps_the_payload_types_of_a_window():
+    """Open-ended payload bytes (a stream's chunks) share one "other" type past the cap, so
+    the summary stays bounded; code events keep their own types whatever the cap."""
+    from mallory.timeline.abstraction import MAX_PAYLOAD_TYPES
+
+    entries = []
+    for i in range(3 * MAX_PAYLOAD_TYPES):
+        entries.append(Committed(Event("n1", Kind.SEND, 2 * i, i, f"{i:08x}"), 2 * i, 2 * i, 2 * i, None))
+        entries.append(Committed(Event("n1", Kind.FUNC, 2 * i + 1, 10_000 + i, ""), 2 * i + 1, 2 * i + 1, 2 * i + 1, None))
+    history = EventHistory()
+    history.run(entries)
+    types = {t for _, a, b in history.pairs() for t in (a, b)}
+    sends = {t for t in types if t.startswith("SEND:")}
+    assert len(sends) == MAX_PAYLOAD_TYPES + 1 and "SEND:other" in sends
+    assert len([t for t in types if t.startswith("FUNC:")]) == 3 * MAX_PAYLOAD_TYPES
+    # the same cap through update() (the reference path) as through the inlined run()
+    stepwise = EventHistory()
+    for entry in entries:
+        stepwise.update(entry)
+    assert stepwise.summary() == history.summary()
