@@ -21,7 +21,7 @@ import time
 from typing import Callable, Protocol
 
 from mallory.observer.nfq import NF_INET_LOCAL_OUT
-from mallory.observer.packet import id_and_data
+from mallory.observer.packet import WriteStarts, id_and_data
 from mallory.timeline.event import ClockPair, Event, Kind
 
 RING_MARGIN_NS = 1_000_000
@@ -96,6 +96,7 @@ class Observer:
         self._unsorted = False  # log events are in this batch: sort it by ts at the cut
         self._events: list[Event] = []
         self._lost_reported = 0
+        self._writes = WriteStarts()
 
     def on_packets(self, packets: list[tuple]) -> None:
         """Turn (number, hook, mono_ns, ip_bytes) tuples into SEND/RECV events (the hot
@@ -103,11 +104,13 @@ class Observer:
         Python-level __new__)."""
         node, append, new = self.node, self._events.append, tuple.__new__
         send, recv = Kind.SEND, Kind.RECV
+        write_data = self._writes.data
         count = 0
         for _, hook, ts, payload in packets:
             found = id_and_data(payload)
             if found is not None:
-                append(new(Event, (node, send if hook == NF_INET_LOCAL_OUT else recv, ts, found[0], found[1])))
+                data = write_data(payload, found[1]) if found[1] else ""
+                append(new(Event, (node, send if hook == NF_INET_LOCAL_OUT else recv, ts, found[0], data)))
                 count += 1
         self.packets += count
 

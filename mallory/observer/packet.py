@@ -24,7 +24,10 @@ reference; `parse` slices the same bytes straight out of the packet, which is wh
 fast (measured by bench/bench_mediator_forwarding.py, several 100k packets/s).
 
 Payload abstraction: the hex of the first 4 payload bytes ("" when there is no payload),
-which is an event's `data` for SEND and RECV.
+which is an event's `data` for SEND and RECV. On TCP only the segment that starts an
+application write has a meaningful first 4 bytes; `WriteStarts` (an observer's, per flow)
+marks the rest of a multi-segment write as CONTINUATION, else every chunk of a large reply
+or a replication stream would be an event type of its own.
 """
 
 from __future__ import annotations
@@ -100,6 +103,38 @@ def id_and_data(buf: bytes) -> tuple[int, str] | None:
     ident = int.from_bytes(blake2b(encoding, digest_size=8).digest(), "big")
     data = buf[offset : min(offset + _PAYLOAD_BYTES, end)].hex() if offset < end else ""
     return ident, data
+
+
+#: the payload abstraction of a TCP segment in the middle or at the end of a larger write
+CONTINUATION = "cont"
+_PSH = 0x08
+
+
+class WriteStarts:
+    """Per TCP flow (one direction), whether the next segment starts a new write.
+
+    The kernel sets PSH on the last segment of each write it sends, so a segment that
+    follows a segment without PSH on its flow continues the same write. The first segment
+    seen on a flow counts as a start. At most `limit` flows are remembered (the table is
+    emptied when full: a forgotten flow only restarts as "start")."""
+
+    def __init__(self, limit: int = 65536) -> None:
+        self.limit = limit
+        self._after_push: dict[bytes, bool] = {}
+
+    def data(self, buf: bytes, data: str) -> str:
+        """`data` (id_and_data's abstraction of buf) or CONTINUATION for a TCP segment
+        with payload that continues a write."""
+        if not data or buf[9] != TCP:
+            return data
+        ihl = (buf[0] & 0x0F) * 4
+        flow = buf[12:20] + buf[ihl : ihl + 4]
+        table = self._after_push
+        starts = table.get(flow, True)
+        if len(table) >= self.limit and flow not in table:
+            table.clear()
+        table[flow] = bool(buf[ihl + 13] & _PSH)
+        return data if starts else CONTINUATION
 
 
 def parse(buf: bytes) -> Packet | None:

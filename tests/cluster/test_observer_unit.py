@@ -80,3 +80,28 @@ def test_clock_pair_reads_both_clocks_together():
     pair = clock_pair("n3")
     assert pair.node == "n3"
     assert abs(pair.to_real(time.monotonic_ns()) - time.time_ns()) < 5_000_000
+
+
+def test_segments_that_continue_a_write_share_one_payload_type():
+    """A write of three segments (PSH on the last) then a one-segment write: only the
+    segments that start a write keep their first bytes; each direction is its own flow."""
+    from mallory.observer.packet import CONTINUATION
+    from tests.mediator.packets import tcp
+
+    ack, push = 0x10, 0x18
+    a_to_b = [
+        tcp("10.1.1.2", "10.1.2.2", 5000, 9000, 1, b"$523\r\nrole", flags=ack),
+        tcp("10.1.1.2", "10.1.2.2", 5000, 9000, 11, b"tatus:ok", flags=ack),
+        tcp("10.1.1.2", "10.1.2.2", 5000, 9000, 19, b"essed\r\n", flags=push),
+        tcp("10.1.1.2", "10.1.2.2", 5000, 9000, 26, b"+PONG\r\n", flags=push),
+    ]
+    b_to_a = tcp("10.1.2.2", "10.1.1.2", 9000, 5000, 7, b"*1\r\n", flags=push)
+    pure_ack = tcp("10.1.2.2", "10.1.1.2", 9000, 5000, 11, b"", flags=ack)
+    sender = FakeSender()
+    obs = Observer("n1", FakeCapture(), sender)
+    packets = [a_to_b[0], b_to_a, a_to_b[1], pure_ack, a_to_b[2], a_to_b[3]]
+    obs.on_packets([(i, NF_INET_LOCAL_OUT, 10 + i, p) for i, p in enumerate(packets)])
+    obs.cut()
+    [(events, _, _)] = sender.batches
+    assert [e.data for e in events] == [b"$523".hex(), b"*1\r\n".hex(), CONTINUATION, "", CONTINUATION, b"+PON".hex()]
+    assert [e.id for e in events] == [id_and_data(p)[0] for p in packets]
