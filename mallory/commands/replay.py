@@ -18,6 +18,8 @@ from pathlib import Path
 from mallory.errors import MalloryError
 from mallory.mediator.campaign import script_of
 from mallory.mediator.campaign_dir import CampaignDir, read_json_object
+from mallory.harness.spec import load_spec
+from mallory.harness.suts import BUILTIN_SUTS
 from mallory.mediator.live import replay_script
 from mallory.shrink.bundle import bundle_signature
 
@@ -44,6 +46,8 @@ def run(args: argparse.Namespace) -> int:
     script = script_of(schedule)
     if not script:
         raise MalloryError(f"{bundle}/schedule.json has no steps to replay")
+    if config.get("sut") not in BUILTIN_SUTS:
+        load_spec(config.get("sut", ""))  # a moved or broken spec fails here, before any attempt dir
     print(f"replaying {len(script)} steps of schedule {schedule.get('index')}: {' -> '.join(s.action for s in script)}")
     print("(faults on real systems are not deterministic: the answer is a count over attempts)")
     reappeared = 0

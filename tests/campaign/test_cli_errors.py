@@ -47,3 +47,15 @@ def test_durations():
     assert [parse_duration(t) for t in ("90", "90s", "30m", "1.5h", "2d")] == [90, 90, 1800, 5400, 172800]
     with pytest.raises(MalloryError):
         parse_duration("1 hour")
+
+
+def test_replay_of_a_bundle_whose_spec_moved_creates_no_attempt_dir(tmp_path):
+    bundle = tmp_path / "bugs" / "log_x"
+    bundle.mkdir(parents=True)
+    (bundle / "campaign.json").write_text('{"sut": "%s/gone.toml", "nodes": 3}' % tmp_path)
+    (bundle / "schedule.json").write_text('{"index": 0, "seed": 1, "steps": [{"step": 0, "action": "kill:one", "draw": 0}]}')
+    (bundle / "report.json").write_text('{"signature": "log:x"}')
+    proc = mallory("replay", str(bundle))
+    assert proc.returncode == 65, proc.stderr
+    assert "gone.toml" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (bundle / "replays").exists()
