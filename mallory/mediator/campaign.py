@@ -293,8 +293,9 @@ class Campaign:
                 entry.update(draw=planned.draw, window_s=window_s)
                 record["steps"].append(entry)
         finally:
-            for report in active:
-                self.nemesis.heal(report)
+            problems = self._heal_all(active)
+            if problems:
+                record["heal_problems"] = problems
             self.learner.end_schedule()
             self.progress.current_fault = "reset"
             self.on_update(self.progress)
@@ -303,6 +304,19 @@ class Campaign:
             record["ended_ns"] = self.source.now_ns()
             self._finish(index, record)
         return record
+
+    def _heal_all(self, active: list[Any]) -> list[str]:
+        """Heal every active fault; empties `active`. A heal that cannot be done now (say,
+        a membership change with no quorum) must not end the campaign: its problem is
+        returned for the record, and the schedule's reset tries again."""
+        problems = []
+        for report in active:
+            try:
+                self.nemesis.heal(report)
+            except MalloryError as exc:
+                problems.append(str(exc))
+        active.clear()
+        return problems
 
     def _feedback(self, start_ns: int, end_ns: int) -> Window:
         asked = time.monotonic()
@@ -317,10 +331,9 @@ class Campaign:
         t0 = self.source.now_ns()
         report = None
         refused = None
+        heal_problems: list[str] = []
         if action == HEAL:
-            for old in active:
-                self.nemesis.heal(old)
-            active.clear()
+            heal_problems = self._heal_all(active)
         elif action != NOOP:
             try:
                 report = self.nemesis.enact(action, rng)
@@ -340,6 +353,7 @@ class Campaign:
             "action": action,
             "report": report_json(report),
             "refused": refused,
+            **({"heal_problems": heal_problems} if heal_problems else {}),
             "window_ns": [t0, t1],
             "events": window.events,
             "late": not window.complete,

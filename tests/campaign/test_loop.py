@@ -37,6 +37,7 @@ class FakeNemesis:
         self.resets = 0
         self.active: list[str] = []
         self.refuse: str | None = None
+        self.unhealable: str | None = None
         self.unhealthy_resets: set[int] = set()  # which resets (1-based) report a problem
         self.restarts = 0
 
@@ -53,6 +54,8 @@ class FakeNemesis:
     def heal(self, report: dict) -> None:
         self.healed += 1
         self.active.remove(report["action"])
+        if report["action"] == self.unhealable:
+            raise MalloryError(f"healing {report['action']}: no quorum to add the member back")
 
     def reset(self) -> dict:
         self.resets += 1
@@ -248,3 +251,15 @@ def test_a_wedged_cluster_is_restarted_before_the_next_schedule(tmp_path):
     assert [("restart" in r) for r in records] == [True, False, True, False]
     assert nemesis.restarts == 2
     assert records[0]["restart"]["restarted"] == ["n1", "n2", "n3"]
+
+
+def test_a_heal_that_fails_is_recorded_and_the_campaign_goes_on(tmp_path):
+    campaign, nemesis = make_campaign(tmp_path, "random")
+    nemesis.unhealable = "dull-1"
+    campaign.run(schedules=3)
+    records = campaign.dir.read_schedules()
+    assert len(records) == 3 and nemesis.resets == 3
+    problems = [p for r in records for p in r.get("heal_problems", [])]
+    problems += [p for r in records for s in r["steps"] for p in s.get("heal_problems", [])]
+    assert any("no quorum" in p for p in problems) == ("dull-1" in nemesis.enacted)
+    assert "dull-1" in nemesis.enacted  # the random policy over 36 steps takes it
