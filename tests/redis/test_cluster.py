@@ -90,7 +90,9 @@ def test_losing_the_master_fails_over_and_reset_recovers(observed, fault: str, t
     oks, _ = _appends_ok(adapter, tmp_path / "after")  # clients ask Sentinel, so they follow
     assert oks > 20
     master = _reset_recovers(nemesis, adapter)
-    assert master == new  # the old master came back as a replica of the new one
+    # The old master came back as a replica. Usually of `new`, but Sentinel may abort a
+    # failover that is slow to finish (failover-timeout) and elect another replica.
+    assert master != old
     assert adapter.replication(old)["role"] == "slave"
 
 
