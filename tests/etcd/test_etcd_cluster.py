@@ -12,7 +12,6 @@ import io
 import os
 import random
 import shutil
-import signal
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -23,48 +22,24 @@ from mallory.harness.etcd_client import EtcdClient
 from mallory.harness.etcd_sut import EtcdAdapter
 from mallory.harness.runner import RunConfig
 from mallory.harness.session import record_run, start_all, teardown_all
-from mallory.harness.workload import ListAppendWorkload, RegisterWorkload
+from mallory.harness.workload import ListAppendWorkload
 from mallory.oracles.elle import check_elle
 from mallory.oracles.history import read_history
-from mallory.oracles.linearizability import check_linearizable
 from mallory.oracles.logs import scan_log
-from mallory.oracles.models import CasRegister
 from mallory.polling import wait_until
 from mallory.timeline.codec import read_records
 from mallory.timeline.event import Batch, Kind
 from nemesis.faults.base import FaultContext
 from nemesis.faults.membership import MembershipFaults
-from tests.example_sut import example_cluster as ex
+from tests import live_stack as live
 
 pytestmark = [pytest.mark.root, pytest.mark.timeout(400)]
 
 
 @pytest.fixture
 def cluster(tmp_path: Path):
-    if os.geteuid() != 0 or shutil.which("ip") is None:
-        pytest.skip("needs root and iproute2 (network namespaces)")
-    from nemesis.netns import NetnsCluster
-
-    c = NetnsCluster.up(f"etcd-{uuid.uuid4().hex[:6]}", 3, data_root=tmp_path / "data")
-    try:
+    with live.netns_cluster("etcd", tmp_path / "data") as c:
         yield c
-    finally:
-        c.down()
-
-
-def start_observers(cluster, sut: EtcdAdapter) -> dict:
-    """`mallory observe` in every node with the adapter's log events, as the campaign does."""
-    import sys
-
-    from mallory.observer.log_events import write_watch_file
-
-    procs = {}
-    for node in cluster.nodes:
-        watch = cluster.data_dir("gw") / f"log-events-{node}.json"
-        write_watch_file(str(watch), sut.log_watch(node))
-        argv = [sys.executable, "-m", "mallory.cli", "observe", "--run", cluster.run, "--log-events", str(watch)]
-        procs[node] = cluster.spawn(node, argv, name="observer")
-    return procs
 
 
 def leader(sut: EtcdAdapter, among: list[str] | None = None, timeout: float = 20.0) -> str:
@@ -98,116 +73,99 @@ def register_run(sut: EtcdAdapter, out: Path, seconds: float) -> int:
     client = EtcdClient(sut.backend.client_address(leader(sut)), sut.port, "register", timeout=5.0)
     initial = client.invoke({"f": "read", "value": None}).value
     client.close()
-    summary = record_run(sut, RegisterWorkload(), RunConfig(concurrency=3, time_limit=seconds, rate=150), out)
-    _, history = read_history(out / "history.edn")
-    result = check_linearizable(history, CasRegister(initial))
-    assert result.valid is True, result.explanation
-    return summary.completions["ok"]
+    return live.checked_register_run(sut, out, seconds, initial, rate=150)
 
 
 def test_etcd_cluster_workloads_faults_and_log_events(cluster, tmp_path: Path) -> None:
-    mediator_proc, mediator = ex.start_mediator(cluster, tmp_path / "rec")
     sut = EtcdAdapter(cluster, snapshot_count=100)
-    observers = start_observers(cluster, sut)
-    wait_until(
-        lambda: all(mediator.metrics()["ingest"]["nodes"].get(n, {}).get("batches", 0) > 0 for n in cluster.nodes),
-        30,
-        "batches from every observer",
-    )
-    try:
-        start_all(sut)
-        first = serves(sut, 1)
-        assert register_run(sut, tmp_path / "run1", 3.0) > 100
+    with live.observed(cluster, tmp_path / "rec", log_watch=sut.log_watch) as mediator:
+        try:
+            start_all(sut)
+            first = serves(sut, 1)
+            assert register_run(sut, tmp_path / "run1", 3.0) > 100
 
-        summary = record_run(sut, ListAppendWorkload(), RunConfig(concurrency=3, time_limit=2.0, rate=100), tmp_path / "la")
-        assert summary.completions["ok"] > 50
-        _, history = read_history(tmp_path / "la" / "history.edn")
-        result = check_elle(history, "list-append")
-        assert result.valid is True, result.explanation
+            summary = record_run(sut, ListAppendWorkload(), RunConfig(concurrency=3, time_limit=2.0, rate=100), tmp_path / "la")
+            assert summary.completions["ok"] > 50
+            _, history = read_history(tmp_path / "la" / "history.edn")
+            result = check_elle(history, "list-append")
+            assert result.valid is True, result.explanation
 
-        sut.kill(first)  # kill the leader: another member takes over; the restarted one rejoins
-        successor = serves(sut, 2, among=[n for n in cluster.nodes if n != first])
-        assert successor != first
-        sut.start(first)
-        sut.wait_ready(first)
-        serves(sut, 3)
+            sut.kill(first)  # kill the leader: another member takes over; the restarted one rejoins
+            successor = serves(sut, 2, among=[n for n in cluster.nodes if n != first])
+            assert successor != first
+            sut.start(first)
+            sut.wait_ready(first)
+            serves(sut, 3)
 
-        paused = leader(sut)  # pause the leader: the others elect; it follows on resume
-        sut.pause(paused)
-        serves(sut, 4, among=[n for n in cluster.nodes if n != paused])
-        sut.resume(paused)
-        serves(sut, 5)
+            paused = leader(sut)  # pause the leader: the others elect; it follows on resume
+            sut.pause(paused)
+            serves(sut, 4, among=[n for n in cluster.nodes if n != paused])
+            sut.resume(paused)
+            serves(sut, 5)
 
-        third = leader(sut)  # partition the leader away through the gateway's firewall
-        rest = [n for n in cluster.nodes if n != third]
-        mediator.partition([[third], rest])
-        serves(sut, 6, among=rest)
-        mediator.heal()
-        serves(sut, 7)
+            third = leader(sut)  # partition the leader away through the gateway's firewall
+            rest = [n for n in cluster.nodes if n != third]
+            mediator.partition([[third], rest])
+            serves(sut, 6, among=rest)
+            mediator.heal()
+            serves(sut, 7)
 
-        ctx = FaultContext(backend=cluster, adapter=sut, mediator=mediator)
-        faults = MembershipFaults()
-        assert faults.unsupported(ctx, "remove") is None and faults.unsupported(ctx, "promote") is None
-        report = faults.enact(ctx, "remove", random.Random(3))
-        (removed,) = report.nodes
-        assert removed not in sut.member_ids() and not sut.is_running(removed)
-        serves(sut, 8, among=[n for n in cluster.nodes if n != removed])
-        faults.heal(ctx, report)
-        assert set(sut.member_ids()) == set(cluster.nodes)
-        serves(sut, 9)
-        report = faults.enact(ctx, "promote", random.Random(4))
-        assert report.verified, report.evidence
-        faults.heal(ctx, report)
+            ctx = FaultContext(backend=cluster, adapter=sut, mediator=mediator)
+            faults = MembershipFaults()
+            assert faults.unsupported(ctx, "remove") is None and faults.unsupported(ctx, "promote") is None
+            report = faults.enact(ctx, "remove", random.Random(3))
+            (removed,) = report.nodes
+            assert removed not in sut.member_ids() and not sut.is_running(removed)
+            serves(sut, 8, among=[n for n in cluster.nodes if n != removed])
+            faults.heal(ctx, report)
+            assert set(sut.member_ids()) == set(cluster.nodes)
+            serves(sut, 9)
+            report = faults.enact(ctx, "promote", random.Random(4))
+            assert report.verified, report.evidence
+            faults.heal(ctx, report)
 
-        # removed, then started again (as the nemesis's reset does): it is added back first
-        report = faults.enact(ctx, "remove", random.Random(5))
-        (removed,) = report.nodes
-        sut.start(removed)
-        sut.wait_ready(removed)
-        assert set(sut.member_ids()) == set(cluster.nodes)
+            # removed, then started again (as the nemesis's reset does): it is added back first
+            report = faults.enact(ctx, "remove", random.Random(5))
+            (removed,) = report.nodes
+            sut.start(removed)
+            sut.wait_ready(removed)
+            assert set(sut.member_ids()) == set(cluster.nodes)
 
-        # removed, then every other member killed: the heal has no one to ask and is
-        # deferred (not raised into the campaign); starting the node later adds it back
-        report = faults.enact(ctx, "remove", random.Random(6))
-        (removed,) = report.nodes
-        others = [n for n in cluster.nodes if n != removed]
-        for node in others:
-            sut.kill(node)
-        faults.heal(ctx, report)
-        assert not sut.is_running(removed)
-        for node in [*others, removed]:
-            sut.start(node)
-        for node in cluster.nodes:
-            sut.wait_ready(node)
-        assert set(sut.member_ids()) == set(cluster.nodes)
+            # removed, then every other member killed: the heal has no one to ask and is
+            # deferred (not raised into the campaign); starting the node later adds it back
+            report = faults.enact(ctx, "remove", random.Random(6))
+            (removed,) = report.nodes
+            others = [n for n in cluster.nodes if n != removed]
+            for node in others:
+                sut.kill(node)
+            faults.heal(ctx, report)
+            assert not sut.is_running(removed)
+            for node in [*others, removed]:
+                sut.start(node)
+            for node in cluster.nodes:
+                sut.wait_ready(node)
+            assert set(sut.member_ids()) == set(cluster.nodes)
 
-        # no leader to move leadership away from (a majority paused): promote changes nothing
-        lone = leader(sut)
-        paused = [n for n in cluster.nodes if n != lone]
-        for node in paused:
-            sut.pause(node)
-        wait_until(lambda: not sut.primaries(), 20, "the lone member to step down")
-        sut.promote(paused[0])
-        assert sut.primaries() == []
-        for node in paused:
-            sut.resume(node)
-        serves(sut, 10)
+            # no leader to move leadership away from (a majority paused): promote changes nothing
+            lone = leader(sut)
+            paused = [n for n in cluster.nodes if n != lone]
+            for node in paused:
+                sut.pause(node)
+            wait_until(lambda: not sut.primaries(), 20, "the lone member to step down")
+            sut.promote(paused[0])
+            assert sut.primaries() == []
+            for node in paused:
+                sut.resume(node)
+            serves(sut, 10)
 
-        assert register_run(sut, tmp_path / "run2", 2.0) > 50
-        for node in cluster.nodes:
-            text = "\n".join(p.read_text(errors="replace") for p in sut.log_paths(node) if p.exists())
-            assert scan_log(text.splitlines(), node) == [], node
-    finally:
-        teardown_all(sut)
-        for proc in observers.values():
-            cluster.signal(proc, signal.SIGTERM)
-        for proc in observers.values():
-            cluster.wait(proc, 10)
-        cluster.signal(mediator_proc, signal.SIGTERM)
-        cluster.wait(mediator_proc, 10)
+            assert register_run(sut, tmp_path / "run2", 2.0) > 50
+            for node in cluster.nodes:
+                text = "\n".join(p.read_text(errors="replace") for p in sut.log_paths(node) if p.exists())
+                assert scan_log(text.splitlines(), node) == [], node
+        finally:
+            teardown_all(sut)
 
-    with open(tmp_path / "rec" / "events.jsonl", "rb") as f:
-        events = [e for r in read_records(f) if isinstance(r, Batch) for e in r.events if e.node in cluster.nodes]
+    events = live.node_events(tmp_path / "rec", cluster.nodes)
     kinds = Counter(e.kind for e in events)
     assert kinds[Kind.SEND] > 500 and kinds[Kind.RECV] > 500, kinds
     logs = [e for e in events if e.kind == Kind.LOG]
@@ -228,7 +186,7 @@ def test_the_nemesis_fault_then_reset_leaves_a_serving_cluster(cluster, tmp_path
     cluster is healthy again and a register run on it checks linearizable."""
     from nemesis.nemesis import Nemesis
 
-    mediator_proc, mediator = ex.start_mediator(cluster)
+    mediator_proc, mediator = live.start_mediator(cluster)
     sut = EtcdAdapter(cluster)
     try:
         start_all(sut)
@@ -244,8 +202,7 @@ def test_the_nemesis_fault_then_reset_leaves_a_serving_cluster(cluster, tmp_path
         assert register_run(sut, tmp_path / "run", 1.5) > 30
     finally:
         teardown_all(sut)
-        cluster.signal(mediator_proc, signal.SIGTERM)
-        cluster.wait(mediator_proc, 10)
+        live.stop(cluster, [mediator_proc])
 
 
 def test_the_campaigns_observed_cluster_gives_observers_the_adapters_log_events(tmp_path: Path) -> None:

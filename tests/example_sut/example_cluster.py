@@ -1,5 +1,5 @@
 """Helpers for the example SUT's tests: build it with mallory-cc, make its adapter from the
-shipped spec, find its leader, talk to it, and run a mediator + observers on a netns run."""
+shipped spec, find its leader and talk to it (the mediator + observers: tests/live_stack.py)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from pathlib import Path
 from mallory.polling import wait_until
 from mallory.harness.spec import parse_spec
 from mallory.harness.spec_adapter import SpecAdapter
+from tests.live_stack import request_line, start_mediator  # noqa: F401  (the example SUT's tests and raft_sut's use it as ex.start_mediator)
 
 REPO = Path(__file__).resolve().parents[2]
 SUT_DIR = REPO / "suts" / "example"
@@ -21,8 +22,6 @@ LABELS = {
     "election-started", "became-leader", "stepped-down", "replicate", "append-received", "commit",
     "apply", "truncate", "heartbeat-timeout", "client-request", "sticky-leader-kept-term", "stall-catchup-applied",
 }
-TOKEN = "example-sut-token"
-API_PORT = 7100
 
 
 def build(dest: Path) -> Path:
@@ -48,18 +47,7 @@ def adapter(backend, binary: Path, bugs: str | None = None, client_timeout: floa
 
 def request(address: str, line: str, port: int = 7000, timeout: float = 1.0) -> str:
     """One request line, its reply line ('' when the node does not answer in time)."""
-    try:
-        with socket.create_connection((address, port), timeout=timeout) as s:
-            s.sendall(line.encode() + b"\n")
-            data = b""
-            while not data.endswith(b"\n"):
-                chunk = s.recv(4096)
-                if not chunk:
-                    break
-                data += chunk
-            return data.decode().strip()
-    except OSError:
-        return ""
+    return request_line(address, port, line, timeout)
 
 
 def leaders(sut: SpecAdapter) -> list[str]:
@@ -78,29 +66,6 @@ def wait_leader(sut: SpecAdapter, timeout: float = 10.0, among: list[str] | None
 
 def log_text(sut: SpecAdapter, node: str) -> str:
     return "\n".join(p.read_text(errors="replace") for p in sut.log_paths(node) if p.exists())
-
-
-def start_mediator(cluster, record_dir: Path | None = None):
-    """`mallory mediator` in the gateway (firewall on FORWARD); its process and a client."""
-    from mallory.mediator.client import MediatorClient
-
-    ready = cluster.data_dir("gw") / "ready"
-    ready.unlink(missing_ok=True)
-    argv = [sys.executable, "-m", "mallory.cli", "mediator", "--run", cluster.run, "--token", TOKEN, "--ready-file", str(ready)]
-    if record_dir is not None:
-        argv += ["--record", str(record_dir)]
-    proc = cluster.spawn("gw", argv, name="mediator")
-    wait_until(ready.exists, 20, "the mediator")
-    return proc, MediatorClient(cluster.layout.gateway_control_address, API_PORT, TOKEN)
-
-
-def start_observers(cluster) -> dict:
-    """`mallory observe` in every node (packets + the node's shm ring, which it creates
-    before the SUT starts), batching to the mediator in the gateway."""
-    return {
-        node: cluster.spawn(node, [sys.executable, "-m", "mallory.cli", "observe", "--run", cluster.run], name="observer")
-        for node in cluster.nodes
-    }
 
 
 def free_port() -> int:

@@ -4,11 +4,8 @@ readers and Elle-style checker on both written formats."""
 
 from __future__ import annotations
 
-import os
-import shutil
 import threading
 import time
-import uuid
 from pathlib import Path
 
 import pytest
@@ -20,21 +17,15 @@ from mallory.harness.workload import KeySpace, ListAppendWorkload
 from mallory.oracles.elle import check_elle
 from mallory.oracles.history import read_history
 from tests.harness.redis_cluster import check_process_semantics, proc_state
+from tests.live_stack import netns_cluster
 
 pytestmark = [pytest.mark.root, pytest.mark.timeout(180)]
 
 
 @pytest.fixture
 def cluster(tmp_path: Path):
-    if os.geteuid() != 0 or shutil.which("ip") is None:
-        pytest.skip("needs root and iproute2")
-    from nemesis.netns import NetnsCluster
-
-    c = NetnsCluster.up(f"th-{uuid.uuid4().hex[:6]}", 3, data_root=tmp_path / "data")
-    try:
+    with netns_cluster("th", tmp_path / "data") as c:
         yield c
-    finally:
-        c.down()
 
 
 def test_list_append_on_a_redis_replica_set_in_namespaces(cluster, tmp_path: Path) -> None:

@@ -3,7 +3,6 @@ and its adapter from the shipped spec."""
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +11,7 @@ from mallory.harness.pysyncobj_sut import PysyncobjAdapter
 from mallory.harness.suts import make_adapter
 from mallory.observer.catalogue import Catalogue
 from mallory.polling import wait_until
+from tests.live_stack import request_line
 
 REPO = Path(__file__).resolve().parents[2]
 SUT_DIR = REPO / "suts" / "pysyncobj"
@@ -38,18 +38,7 @@ def ids_by_name(cat: Catalogue) -> dict[str, int]:
 
 def request(address: str, line: str, port: int = CLIENT_PORT, timeout: float = 3.0) -> str:
     """One request line, its reply line ('' when the node does not answer in time)."""
-    try:
-        with socket.create_connection((address, port), timeout=timeout) as s:
-            s.sendall(line.encode() + b"\n")
-            data = b""
-            while not data.endswith(b"\n"):
-                chunk = s.recv(4096)
-                if not chunk:
-                    break
-                data += chunk
-            return data.decode().strip()
-    except OSError:
-        return ""
+    return request_line(address, port, line, timeout)
 
 
 def status(address: str, port: int = CLIENT_PORT) -> dict[str, str]:

@@ -6,11 +6,7 @@ reach the mediator: in its recording by name, and in its timeline's window summa
 
 from __future__ import annotations
 
-import os
-import shutil
-import signal
 import time
-import uuid
 from collections import Counter
 from pathlib import Path
 
@@ -18,17 +14,15 @@ import pytest
 
 from mallory.harness.runner import RunConfig
 from mallory.harness.session import record_run, start_all, teardown_all
-from mallory.harness.workload import RegisterWorkload, make_workload
+from mallory.harness.workload import make_workload
 from mallory.observer import toolchain
 from mallory.oracles.elle import check_elle
 from mallory.oracles.history import read_history
-from mallory.oracles.linearizability import check_linearizable
 from mallory.oracles.logs import scan_log
-from mallory.oracles.models import CasRegister
 from mallory.polling import wait_until
-from mallory.timeline.codec import read_records
-from mallory.timeline.event import Batch, Kind
-from tests.example_sut import example_cluster as stack
+from mallory.timeline.event import Kind
+from tests import live_stack as live
+from tests.example_sut import example_cluster as ex
 from tests.pysyncobj import kv_cluster as kv
 
 pytestmark = [pytest.mark.root, pytest.mark.timeout(300)]
@@ -36,28 +30,16 @@ pytestmark = [pytest.mark.root, pytest.mark.timeout(300)]
 
 @pytest.fixture
 def cluster(tmp_path: Path):
-    if os.geteuid() != 0 or shutil.which("ip") is None:
-        pytest.skip("needs root and iproute2")
-    from nemesis.netns import NetnsCluster
-
     toolchain.ensure_built()  # the nodes load libmallory_rt.so: build it once, not in three nodes at once
-    c = NetnsCluster.up(f"ps-{uuid.uuid4().hex[:6]}", 3, data_root=tmp_path / "data")
-    try:
+    with live.netns_cluster("ps", tmp_path / "data") as c:
         yield c
-    finally:
-        c.down()
 
 
 def _workload(sut, out: Path, seconds: float) -> int:
     """The register workload on key 0 for `seconds`, checked from the value it starts with."""
     reply = kv.request(sut.backend.client_address(kv.wait_leader(sut)), "GET 0")
     assert reply.startswith("OK "), reply
-    initial = None if reply == "OK nil" else int(reply[3:])
-    summary = record_run(sut, RegisterWorkload(), RunConfig(concurrency=3, time_limit=seconds, rate=100), out)
-    _, history = read_history(out / "history.edn")
-    result = check_linearizable(history, CasRegister(initial))
-    assert result.valid is True, result.explanation
-    return summary.completions["ok"]
+    return live.checked_register_run(sut, out, seconds, None if reply == "OK nil" else int(reply[3:]), rate=100)
 
 
 def _serves(sut, value: int, among: list[str] | None = None) -> str:
@@ -78,56 +60,43 @@ def _window_has(mediator, start_ns: int, token: str) -> bool:
 def test_observed_cluster_survives_kill_pause_and_partition(cluster, tmp_path: Path) -> None:
     ids = kv.ids_by_name(kv.catalogue(tmp_path))
     names = {i: n for n, i in ids.items()}
-    mediator_proc, mediator = stack.start_mediator(cluster, tmp_path / "rec")
-    observers = stack.start_observers(cluster)
-    wait_until(
-        lambda: all(mediator.metrics()["ingest"]["nodes"].get(n, {}).get("batches", 0) > 0 for n in cluster.nodes),
-        30,
-        "batches from every observer (each has created its node's ring)",
-    )
-    sut = kv.adapter(cluster)
-    started_ns = time.time_ns()
-    try:
-        start_all(sut)
-        leader = _serves(sut, 1)
-        assert _workload(sut, tmp_path / "run1", 2.0) >= 10
-        # the first election is in the mediator's live timeline, as a FUNC event of its id
-        wait_until(lambda: _window_has(mediator, started_ns, f"FUNC:{ids['raft-become-leader']:x}"), 30,
-                   "raft-become-leader in a timeline window")
+    with live.observed(cluster, tmp_path / "rec") as mediator:
+        sut = kv.adapter(cluster)
+        started_ns = time.time_ns()
+        try:
+            start_all(sut)
+            leader = _serves(sut, 1)
+            assert _workload(sut, tmp_path / "run1", 2.0) >= 10
+            # the first election is in the mediator's live timeline, as a FUNC event of its id
+            wait_until(lambda: _window_has(mediator, started_ns, f"FUNC:{ids['raft-become-leader']:x}"), 30,
+                       "raft-become-leader in a timeline window")
 
-        sut.kill(leader)  # kill: another node takes over; the restarted one rejoins from its journal
-        second = _serves(sut, 2, [n for n in cluster.nodes if n != leader])
-        sut.start(leader)
-        sut.wait_ready(leader)
+            sut.kill(leader)  # kill: another node takes over; the restarted one rejoins from its journal
+            second = _serves(sut, 2, [n for n in cluster.nodes if n != leader])
+            sut.start(leader)
+            sut.wait_ready(leader)
 
-        sut.pause(second)  # pause: the others elect; the resumed one follows
-        third = _serves(sut, 3, [n for n in cluster.nodes if n != second])
-        sut.resume(second)
+            sut.pause(second)  # pause: the others elect; the resumed one follows
+            third = _serves(sut, 3, [n for n in cluster.nodes if n != second])
+            sut.resume(second)
 
-        rest = [n for n in cluster.nodes if n != third]  # partition the leader away
-        mediator.partition([[third], rest])
-        fourth = kv.wait_leader(sut, 30, among=rest)
-        assert kv.request(cluster.client_address(fourth), "PUT r 4") == "OK"
-        mediator.heal()
-        assert _serves(sut, 5) in cluster.nodes
-        assert _workload(sut, tmp_path / "run2", 1.5) >= 10
-        summary = record_run(sut, make_workload("list-append"), RunConfig(concurrency=3, time_limit=1.5, rate=100), tmp_path / "run3")
-        assert summary.completions["ok"] >= 10, summary
-        result = check_elle(read_history(tmp_path / "run3" / "history.edn")[1], "list-append")
-        assert result.valid is True, result.explanation
-        for node in cluster.nodes:
-            assert scan_log(stack.log_text(sut, node).splitlines(), node) == []
-    finally:
-        teardown_all(sut)
-        for proc in observers.values():
-            cluster.signal(proc, signal.SIGTERM)
-        for proc in observers.values():
-            cluster.wait(proc, 10)
-        cluster.signal(mediator_proc, signal.SIGTERM)
-        cluster.wait(mediator_proc, 10)
+            rest = [n for n in cluster.nodes if n != third]  # partition the leader away
+            mediator.partition([[third], rest])
+            fourth = kv.wait_leader(sut, 30, among=rest)
+            assert kv.request(cluster.client_address(fourth), "PUT r 4") == "OK"
+            mediator.heal()
+            assert _serves(sut, 5) in cluster.nodes
+            assert _workload(sut, tmp_path / "run2", 1.5) >= 10
+            summary = record_run(sut, make_workload("list-append"), RunConfig(concurrency=3, time_limit=1.5, rate=100), tmp_path / "run3")
+            assert summary.completions["ok"] >= 10, summary
+            result = check_elle(read_history(tmp_path / "run3" / "history.edn")[1], "list-append")
+            assert result.valid is True, result.explanation
+            for node in cluster.nodes:
+                assert scan_log(ex.log_text(sut, node).splitlines(), node) == []
+        finally:
+            teardown_all(sut)
 
-    with open(tmp_path / "rec" / "events.jsonl", "rb") as f:
-        events = [e for r in read_records(f) if isinstance(r, Batch) for e in r.events if e.node in cluster.nodes]
+    events = live.node_events(tmp_path / "rec", cluster.nodes)
     kinds = Counter(e.kind for e in events)
     assert kinds[Kind.SEND] > 500 and kinds[Kind.RECV] > 500
     code = {node: Counter(names.get(e.id, f"unknown:{e.id:x}") for e in events if e.node == node and e.kind in (Kind.FUNC, Kind.BLOCK))

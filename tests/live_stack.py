@@ -1,0 +1,137 @@
+"""Scaffolding shared by the live-cluster tests (root, network namespaces): a netns cluster
+taken down whatever happens, the mediator in its gateway, an observer in every node, the
+recording's node events, and a register run checked linearizable."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import sys
+import uuid
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import pytest
+
+from mallory.harness.runner import RunConfig
+from mallory.harness.session import record_run
+from mallory.harness.workload import RegisterWorkload
+from mallory.oracles.history import read_history
+from mallory.oracles.linearizability import check_linearizable
+from mallory.oracles.models import CasRegister
+from mallory.polling import wait_until
+from mallory.timeline.codec import read_records
+from mallory.timeline.event import Batch, Event
+
+TOKEN = "example-sut-token"
+API_PORT = 7100
+
+
+@contextmanager
+def netns_cluster(prefix: str, root: Path, nodes: int = 3) -> Iterator[Any]:
+    """A fresh NetnsCluster named `<prefix>-<random>` with its data under `root`; skips the
+    test without root or iproute2, and always takes the cluster down."""
+    if os.geteuid() != 0 or shutil.which("ip") is None:
+        pytest.skip("needs root and iproute2 (network namespaces)")
+    from nemesis.netns import NetnsCluster
+
+    cluster = NetnsCluster.up(f"{prefix}-{uuid.uuid4().hex[:6]}", nodes, data_root=root)
+    try:
+        yield cluster
+    finally:
+        cluster.down()
+
+
+def start_mediator(cluster, record_dir: Path | None = None):
+    """`mallory mediator` in the gateway (firewall on FORWARD); its process and a client."""
+    from mallory.mediator.client import MediatorClient
+
+    ready = cluster.data_dir("gw") / "ready"
+    ready.unlink(missing_ok=True)
+    argv = [sys.executable, "-m", "mallory.cli", "mediator", "--run", cluster.run, "--token", TOKEN, "--ready-file", str(ready)]
+    if record_dir is not None:
+        argv += ["--record", str(record_dir)]
+    proc = cluster.spawn("gw", argv, name="mediator")
+    wait_until(ready.exists, 20, "the mediator")
+    return proc, MediatorClient(cluster.layout.gateway_control_address, API_PORT, TOKEN)
+
+
+def start_observers(cluster, log_watch: Callable[[str], Any] | None = None) -> dict:
+    """`mallory observe` in every node (packets + the node's shm ring, which it creates
+    before the SUT starts), batching to the mediator in the gateway; with `log_watch`, each
+    observer also turns its node's log lines into events (the adapter's patterns, as the
+    campaign hands them)."""
+    from mallory.observer.log_events import write_watch_file
+
+    procs = {}
+    for node in cluster.nodes:
+        argv = [sys.executable, "-m", "mallory.cli", "observe", "--run", cluster.run]
+        if log_watch is not None:
+            watch = cluster.data_dir("gw") / f"log-events-{node}.json"
+            write_watch_file(str(watch), log_watch(node))
+            argv += ["--log-events", str(watch)]
+        procs[node] = cluster.spawn(node, argv, name="observer")
+    return procs
+
+
+def request_line(address: str, port: int, line: str, timeout: float) -> str:
+    """One request line to a line-protocol SUT, its reply line ('' when the node does not
+    answer in time)."""
+    try:
+        with socket.create_connection((address, port), timeout=timeout) as s:
+            s.sendall(line.encode() + b"\n")
+            data = b""
+            while not data.endswith(b"\n"):
+                chunk = s.recv(4096)
+                if not chunk:
+                    break
+                data += chunk
+            return data.decode().strip()
+    except OSError:
+        return ""
+
+
+def stop(cluster, procs: list) -> None:
+    """SIGTERM every process, then wait for each (10 s)."""
+    for proc in procs:
+        cluster.signal(proc, signal.SIGTERM)
+    for proc in procs:
+        cluster.wait(proc, 10)
+
+
+@contextmanager
+def observed(cluster, record_dir: Path, log_watch: Callable[[str], Any] | None = None, timeout: float = 30) -> Iterator[Any]:
+    """The mediator recording to `record_dir` and an observer per node, once every observer
+    has delivered a batch (each has created its node's ring); the mediator's client. The
+    observers, then the mediator, are stopped on the way out."""
+    mediator_proc, mediator = start_mediator(cluster, record_dir)
+    observers = start_observers(cluster, log_watch)
+    try:
+        wait_until(
+            lambda: all(mediator.metrics()["ingest"]["nodes"].get(n, {}).get("batches", 0) > 0 for n in cluster.nodes),
+            timeout,
+            "batches from every observer (each has created its node's ring)",
+        )
+        yield mediator
+    finally:
+        stop(cluster, list(observers.values()))
+        stop(cluster, [mediator_proc])
+
+
+def node_events(record_dir: Path, nodes: list[str]) -> list[Event]:
+    """The events of `nodes` in the mediator's recording (the gateway's own left out)."""
+    with open(record_dir / "events.jsonl", "rb") as f:
+        return [e for r in read_records(f) if isinstance(r, Batch) for e in r.events if e.node in nodes]
+
+
+def checked_register_run(sut, out: Path, seconds: float, initial: int | None, rate: int) -> int:
+    """The register workload on `sut` for `seconds`, its history checked linearizable from
+    the value key 0 starts with; how many operations completed ok."""
+    summary = record_run(sut, RegisterWorkload(), RunConfig(concurrency=3, time_limit=seconds, rate=rate), out)
+    _, history = read_history(out / "history.edn")
+    result = check_linearizable(history, CasRegister(initial))
+    assert result.valid is True, result.explanation
+    return summary.completions["ok"]
