@@ -29,7 +29,7 @@ from mallory.timeline.codec import read_records
 from mallory.timeline.event import Batch, Kind
 from nemesis.faults.base import FaultContext
 from nemesis.faults.membership import MembershipFaults
-from tests.example_sut import example_cluster as ex
+from tests import live_stack
 from tests.raft_sut import raft_cluster as rc
 
 pytestmark = [pytest.mark.root, pytest.mark.timeout(300)]
@@ -57,7 +57,7 @@ def _serves(sut, value: int, among: list[str] | None = None) -> str:
 
 def test_observed_cluster_survives_faults_and_membership_changes(cluster, binary, tmp_path: Path) -> None:
     catalogue = Catalogue.load(catalogue_path(binary))
-    mediator_proc, mediator = ex.start_mediator(cluster, tmp_path / "rec")
+    mediator_proc, mediator = live_stack.start_mediator(cluster, tmp_path / "rec")
     sut = rc.adapter(cluster, binary, "--snapshot-threshold", "32", "--snapshot-trailing", "8")
     observers = rc.start_observers(cluster, sut)
     wait_until(
