@@ -39,9 +39,9 @@ from typing import Any, Mapping, Sequence
 
 from mallory.errors import MalloryError
 from nemesis.backend import NodeProcess
-from nemesis.runstate import RunRecord, cleanup_run, load_run, proc_start_ticks, proc_state, register_run
+from nemesis.journaled import GATEWAY, JournaledCluster
+from nemesis.runstate import RunRecord, cleanup_run, load_run, register_run
 
-GATEWAY = "gw"  # pseudo-node: processes in the mediator container
 MEDIATOR_SERVICE = "mediator"
 PROJECT_LABEL = "com.docker.compose.project"
 SERVICE_LABEL = "com.docker.compose.service"
@@ -127,7 +127,7 @@ def discover_layout(client: Any, project: str) -> DockerLayout:
     return DockerLayout(project, mediator.id, control["IPAddress"], tuple(nodes))
 
 
-class DockerCluster:
+class DockerCluster(JournaledCluster):
     """The node containers of a compose project; implements nemesis.backend.ClusterBackend."""
 
     name = "docker"
@@ -186,35 +186,8 @@ class DockerCluster:
     # -- addresses and places ----------------------------------------------------------
 
     @property
-    def nodes(self) -> list[str]:
-        return self.layout.names
-
-    @property
     def run(self) -> str:
         return self.record.name
-
-    def node_address(self, node: str) -> str:
-        return self.layout.node(node).address
-
-    def client_address(self, node: str) -> str:
-        return self.layout.node(node).address
-
-    def mediator_address(self, node: str) -> str:
-        """Where the node's observer reaches the mediator: its address on the node's LAN."""
-        return self.layout.node(node).gateway_address
-
-    def data_dir(self, node: str) -> Path:
-        self._check_node(node)
-        return self.record.run_dir / "data" / node
-
-    def log_dir(self, node: str) -> Path:
-        self._check_node(node)
-        return self.record.run_dir / "logs" / node
-
-    def shm_name(self, node: str) -> str:
-        """The node's shm ring (in the container's own /dev/shm)."""
-        self._check_node(node)
-        return f"/mallory-{self.run}-{node}"
 
     def container(self, node: str) -> str:
         if node == GATEWAY:
@@ -227,10 +200,6 @@ class DockerCluster:
         if pid <= 0:
             raise MalloryError(f"{node}'s container is not running")
         return pid
-
-    def _check_node(self, node: str) -> None:
-        if node != GATEWAY:
-            self.layout.node(node)
 
     # -- processes ---------------------------------------------------------------------
 
@@ -266,14 +235,8 @@ class DockerCluster:
         env: Mapping[str, str] | None = None,
         cwd: Path | None = None,
     ) -> NodeProcess:
-        for proc in self.processes():
-            if proc.node == node and proc.name == name and self.is_running(proc):
-                raise MalloryError(f"{node} already runs a process named {name!r} (pid {proc.pid})")
-        full_env = dict(env or {})
-        full_env["MALLORY_NODE"] = node
-        full_env["MALLORY_DATA_DIR"] = str(self.data_dir(node))
-        if node != GATEWAY:
-            full_env["MALLORY_SHM"] = self.shm_name(node)
+        self._check_name_free(node, name)
+        full_env = self._node_env(node, env or {})
         log_path = self.log_dir(node) / f"{name}.log"
         script = f'exec "$@" >>{shlex.quote(str(log_path))} 2>&1 </dev/null'
         exec_id = self.client.api.exec_create(
@@ -282,11 +245,8 @@ class DockerCluster:
         )["Id"]
         self.client.api.exec_start(exec_id, detach=True)
         pid = self._exec_pid(exec_id, node, argv)
-        start = proc_start_ticks(pid)
-        self.record.record(proc=pid, start=start, node=node, name=name, log=str(log_path), exec=exec_id)
         self._execs[pid] = exec_id
-        self._starts[pid] = start
-        return NodeProcess(node=node, name=name, pid=pid, log_path=log_path)
+        return self._journal(node, name, pid, log_path, exec=exec_id)
 
     def _exec_pid(self, exec_id: str, node: str, argv: Sequence[str]) -> int:
         deadline = time.monotonic() + 30
@@ -299,46 +259,15 @@ class DockerCluster:
             time.sleep(0.005)
         raise MalloryError(f"{node}: the Engine never reported the pid of `{' '.join(argv)}`")
 
-    def processes(self) -> list[NodeProcess]:
-        """Every process the run has spawned (from the journal, whichever controller did)."""
-        return [
-            NodeProcess(node=e["node"], name=e["name"], pid=int(e["proc"]), log_path=Path(e["log"]))
-            for e in self.record.entries()
-            if "proc" in e
-        ]
-
-    def _start_ticks(self, pid: int) -> int | None:
-        if pid not in self._starts:
-            for entry in self.record.entries():
-                if entry.get("proc") == pid:
-                    self._starts[pid] = entry.get("start")
-        return self._starts.get(pid)
-
-    def _same_process(self, pid: int) -> bool:
-        start = self._start_ticks(pid)
-        return start is None or proc_start_ticks(pid) == start
-
     def signal(self, proc: NodeProcess, signum: int) -> None:
-        if not self._same_process(proc.pid):
-            return
-        try:
-            os.kill(proc.pid, signum)
-        except ProcessLookupError:
-            pass
-
-    def is_running(self, proc: NodeProcess) -> bool:
-        state = proc_state(proc.pid)
-        return state is not None and state != "Z" and self._same_process(proc.pid)
+        self._kill(proc, signum, group=False)
 
     def wait(self, proc: NodeProcess, timeout: float) -> int | None:
         """The exit status (negative signal number if killed by one; -1 if unknowable),
         None on timeout. The container's runtime reaps the process; the Engine keeps its
         exit code."""
-        deadline = time.monotonic() + timeout
-        while self.is_running(proc):
-            if time.monotonic() >= deadline:
-                return None
-            time.sleep(0.01)
+        if not self._wait_gone(proc, timeout):
+            return None
         exec_id = self._execs.get(proc.pid)
         if exec_id is None:
             return -1

@@ -41,23 +41,20 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
 from mallory.errors import MalloryError
 from nemesis.backend import NodeProcess
+from nemesis.journaled import GATEWAY, JournaledCluster
 from nemesis.runstate import (
     RunRecord,
     cleanup_run,
     load_run,
-    proc_start_ticks,
-    proc_state,
     register_run,
 )
 
-GATEWAY = "gw"  # pseudo-node: spawn/log_dir for processes in the gateway namespace
 MAX_NODES = 250
 NODE_INTERFACE = "eth0"
 GATEWAY_CONTROL_INTERFACE = "ctl"
@@ -164,7 +161,7 @@ def _sh(argv: Sequence[str], what: str) -> str:
     return result.stdout
 
 
-class NetnsCluster:
+class NetnsCluster(JournaledCluster):
     """A cluster of network namespaces (see the module docstring); implements
     nemesis.backend.ClusterBackend."""
 
@@ -259,10 +256,6 @@ class NetnsCluster:
     # -- addresses and places ----------------------------------------------------------
 
     @property
-    def nodes(self) -> list[str]:
-        return self.layout.names
-
-    @property
     def run(self) -> str:
         return self.layout.run
 
@@ -270,35 +263,6 @@ class NetnsCluster:
         if node == GATEWAY:
             return self.layout.gateway_namespace
         return self.layout.node(node).namespace
-
-    def node_address(self, node: str) -> str:
-        return self.layout.node(node).address
-
-    def client_address(self, node: str) -> str:
-        # The host reaches the node's own address through the control veth and the
-        # gateway (the host's route for the node's subnet points at the gateway).
-        return self.layout.node(node).address
-
-    def mediator_address(self, node: str) -> str:
-        """Where the node's observer reaches the mediator: the gateway on the node's LAN."""
-        return self.layout.node(node).gateway_address
-
-    def data_dir(self, node: str) -> Path:
-        self._check_node(node)
-        return self.record.run_dir / "data" / node
-
-    def log_dir(self, node: str) -> Path:
-        self._check_node(node)
-        return self.record.run_dir / "logs" / node
-
-    def shm_name(self, node: str) -> str:
-        """The node's POSIX shm ring name (MALLORY_SHM): the observer creates it."""
-        self._check_node(node)
-        return f"/mallory-{self.run}-{node}"
-
-    def _check_node(self, node: str) -> None:
-        if node != GATEWAY:
-            self.layout.node(node)
 
     # -- processes ---------------------------------------------------------------------
 
@@ -321,15 +285,8 @@ class NetnsCluster:
         cwd: Path | None = None,
     ) -> NodeProcess:
         ns = self.namespace(node)
-        for proc in self.processes():
-            if proc.node == node and proc.name == name and self.is_running(proc):
-                raise MalloryError(f"{node} already runs a process named {name!r} (pid {proc.pid})")
-        full_env = dict(os.environ)
-        full_env.update(env or {})
-        full_env["MALLORY_NODE"] = node
-        full_env["MALLORY_DATA_DIR"] = str(self.data_dir(node))
-        if node != GATEWAY:
-            full_env["MALLORY_SHM"] = self.shm_name(node)
+        self._check_name_free(node, name)
+        full_env = self._node_env(node, {**os.environ, **(env or {})})
         log_path = self.log_dir(node) / f"{name}.log"
         with open(log_path, "ab") as log:
             popen = subprocess.Popen(
@@ -341,48 +298,17 @@ class NetnsCluster:
                 cwd=str(cwd) if cwd else None,
                 start_new_session=True,
             )
-        start = proc_start_ticks(popen.pid)
-        self.record.record(proc=popen.pid, start=start, node=node, name=name, log=str(log_path))
         self._children[popen.pid] = popen
-        self._starts[popen.pid] = start
-        return NodeProcess(node=node, name=name, pid=popen.pid, log_path=log_path)
-
-    def processes(self) -> list[NodeProcess]:
-        """Every process the run has spawned (from the journal, whichever controller did)."""
-        return [
-            NodeProcess(node=e["node"], name=e["name"], pid=int(e["proc"]), log_path=Path(e["log"]))
-            for e in self.record.entries()
-            if "proc" in e
-        ]
-
-    def _start_ticks(self, pid: int) -> int | None:
-        if pid not in self._starts:  # spawned by another controller: ask the journal
-            for entry in self.record.entries():
-                if entry.get("proc") == pid:
-                    self._starts[pid] = entry.get("start")
-        return self._starts.get(pid)
-
-    def _same_process(self, pid: int) -> bool:
-        start = self._start_ticks(pid)
-        return start is None or proc_start_ticks(pid) == start
+        return self._journal(node, name, popen.pid, log_path)
 
     def signal(self, proc: NodeProcess, signum: int) -> None:
-        if not self._same_process(proc.pid):
-            return  # it exited and its pid was reused: nothing of ours to signal
-        try:
-            os.killpg(proc.pid, signum)
-        except ProcessLookupError:
-            try:
-                os.kill(proc.pid, signum)
-            except ProcessLookupError:
-                pass
+        self._kill(proc, signum, group=True)
 
     def is_running(self, proc: NodeProcess) -> bool:
         child = self._children.get(proc.pid)
         if child is not None and child.poll() is not None:
             return False
-        state = proc_state(proc.pid)
-        return state is not None and state != "Z" and self._same_process(proc.pid)
+        return super().is_running(proc)
 
     def wait(self, proc: NodeProcess, timeout: float) -> int | None:
         """The exit status (negative signal number if killed by one), None on timeout.
@@ -393,12 +319,7 @@ class NetnsCluster:
                 return child.wait(timeout)
             except subprocess.TimeoutExpired:
                 return None
-        deadline = time.monotonic() + timeout
-        while self.is_running(proc):
-            if time.monotonic() >= deadline:
-                return None
-            time.sleep(0.01)
-        return -1
+        return -1 if self._wait_gone(proc, timeout) else None
 
     def subnets(self) -> list[str]:
         """The node LANs, e.g. for an observer's --watch."""
