@@ -44,6 +44,25 @@ def error_value(kind: str, message: str | None) -> Any:
     return Keyword(kind) if message is None else [Keyword(kind), message]
 
 
+#: The prefix a key-value client puts on each workload's keys on the wire, so that runs of
+#: different workloads against one store never touch each other's keys.
+KEY_PREFIX = {"register": "reg:", "list-append": "la:", "rw-register": "rw:"}
+
+
+def key_prefix(client: str, workload: str) -> str:
+    """The wire prefix of `workload`'s keys; ValueError when the `client` kind has no such workload."""
+    if workload not in KEY_PREFIX:
+        raise ValueError(f"{client} client has no workload {workload!r}; known: {', '.join(KEY_PREFIX)}")
+    return KEY_PREFIX[workload]
+
+
+def key_options(workload: Any) -> dict[str, Any]:
+    """How a workload's keys go on the wire, as the clients take them: `independent` (values
+    are Jepsen's [key value] tuples) and `key_base` (added to every key, so each schedule
+    starts on fresh keys)."""
+    return {"independent": getattr(workload, "independent", False), "key_base": getattr(workload, "key_base", 0)}
+
+
 class Client(Protocol):
     """One connection's worth of client, owned by one worker thread at a time."""
 

@@ -26,11 +26,8 @@ from typing import Any, Mapping
 
 import orjson
 
-from mallory.harness.client import Completion, fail, info, ok
+from mallory.harness.client import Completion, fail, info, key_prefix, ok
 from mallory.oracles.edn import Keyword
-
-WORKLOADS = ("register", "list-append", "rw-register")
-_KEY_PREFIX = {"register": "reg:", "list-append": "la:", "rw-register": "rw:"}
 
 
 def b64(text: str) -> str:
@@ -106,13 +103,11 @@ class EtcdClient:
         key_base: int = 0,
         timeout: float = 2.0,
     ) -> None:
-        if workload not in WORKLOADS:
-            raise ValueError(f"etcd client has no workload {workload!r}; known: {', '.join(WORKLOADS)}")
         self.workload = workload
         self.independent = independent
         #: added to the register's key on the wire: a campaign gives each schedule fresh keys
         self.key_base = key_base
-        self._prefix = _KEY_PREFIX[workload]
+        self._prefix = key_prefix("etcd", workload)
         self.http = EtcdHttp(host, port, timeout)
 
     def open(self) -> None:

@@ -24,7 +24,7 @@ from typing import Callable, Sequence, TypeVar
 
 from mallory.errors import MalloryError
 from mallory.harness.adapter import Capabilities, ProcessAdapter
-from mallory.harness.client import Client
+from mallory.harness.client import Client, key_options
 from mallory.harness.etcd_client import EtcdClient, EtcdError, EtcdHttp
 from mallory.harness.workload import Workload
 from mallory.observer.log_events import LogPattern
@@ -310,7 +310,6 @@ class EtcdAdapter(ProcessAdapter):
             self.backend.client_address(node),
             self.port,
             workload.name,
-            independent=getattr(workload, "independent", False),
-            key_base=getattr(workload, "key_base", 0),
+            **key_options(workload),
             timeout=self.client_timeout,
         )

@@ -21,17 +21,14 @@ from redis.backoff import NoBackoff
 from redis.connection import Connection
 from redis.retry import Retry
 
-from mallory.harness.client import Completion, fail, info, ok
+from mallory.harness.client import Completion, fail, info, key_prefix, ok
 from mallory.oracles.edn import Keyword
 
-WORKLOADS = ("register", "list-append", "rw-register")
 
 _CAS_SCRIPT = (
     "if redis.call('GET', KEYS[1]) == ARGV[1] then "
     "redis.call('SET', KEYS[1], ARGV[2]) return 1 else return 0 end"
 )
-
-_KEY_PREFIX = {"register": "reg:", "list-append": "la:", "rw-register": "rw:"}
 
 
 class RedisClient:
@@ -45,8 +42,6 @@ class RedisClient:
         key_base: int = 0,
         timeout: float = 2.0,
     ) -> None:
-        if workload not in WORKLOADS:
-            raise ValueError(f"redis client has no workload {workload!r}; known: {', '.join(WORKLOADS)}")
         self.host = host
         self.port = port
         self.workload = workload
@@ -54,7 +49,7 @@ class RedisClient:
         #: added to the register's key on the wire: a campaign gives each schedule fresh keys
         self.key_base = key_base
         self.timeout = timeout
-        self._prefix = _KEY_PREFIX[workload]
+        self._prefix = key_prefix("redis", workload)
         self._conn: Connection | None = None
 
     def open(self) -> None:

@@ -31,7 +31,7 @@ from redis.retry import Retry
 
 from mallory.errors import MalloryError
 from mallory.harness.adapter import Capabilities, ProcessAdapter
-from mallory.harness.client import Client
+from mallory.harness.client import Client, key_options
 from mallory.harness.redis_build import ensure_redis_built
 from mallory.harness.redis_sentinel_client import SentinelRedisClient
 from mallory.harness.workload import Workload
@@ -332,7 +332,6 @@ class RedisSentinelAdapter(ProcessAdapter):
             master_name=MASTER_NAME,
             to_client_address={self.backend.node_address(n): self.backend.client_address(n) for n in self.backend.nodes},
             workload=workload.name,
-            independent=getattr(workload, "independent", False),
-            key_base=getattr(workload, "key_base", 0),
+            **key_options(workload),
             timeout=self.client_timeout,
         )

@@ -14,7 +14,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from mallory.harness.adapter import Capabilities, ProcessAdapter
-from mallory.harness.client import Client
+from mallory.harness.client import Client, key_options
 from mallory.harness.redis_client import RedisClient
 from mallory.harness.workload import Workload
 from nemesis.backend import ClusterBackend
@@ -120,7 +120,6 @@ class RedisReplicationAdapter(ProcessAdapter):
             self.backend.client_address(node),
             self.port,
             workload.name,
-            independent=getattr(workload, "independent", False),
-            key_base=getattr(workload, "key_base", 0),
+            **key_options(workload),
             timeout=self.client_timeout,
         )

@@ -8,7 +8,7 @@ from typing import Sequence
 
 from mallory.harness import readiness
 from mallory.harness.adapter import ProcessAdapter, UnsupportedOperation
-from mallory.harness.client import Client
+from mallory.harness.client import Client, key_options
 from mallory.harness.line_client import LineClient
 from mallory.harness.redis_client import RedisClient
 from mallory.harness.spec import NodeContext, SutSpec, expand
@@ -83,7 +83,6 @@ class SpecAdapter(ProcessAdapter):
             self.backend.client_address(node),
             port,
             workload.name,
-            independent=getattr(workload, "independent", False),
-            key_base=getattr(workload, "key_base", 0),
+            **key_options(workload),
             timeout=client.timeout,
         )
