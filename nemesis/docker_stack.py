@@ -51,18 +51,12 @@ class ObservedDockerCluster(ObservedStack):
         # processes in containers that outlive it: its journal names them.
         cleanup_project_runs(project, state_root)
         self.cluster = DockerCluster.up(run, project, docker_url=docker_url, state_root=state_root, data_root=data_root)
-        try:
-            if nodes is not None and nodes != len(self.cluster.nodes):
-                raise MalloryError(f"the campaign wants {nodes} nodes; compose project {project!r} runs "
-                                   f"{len(self.cluster.nodes)} ({', '.join(self.cluster.nodes)})")
-            self.client = MediatorClient(self.cluster.layout.control_address, API_PORT, self.token)
-            self._start_mediator(record_dir, skew_ms)
-            if adapter_factory is not None:
-                self.adapter = adapter_factory(self.cluster)
-            self._start_observers()
-        except BaseException:
+        if nodes is not None and nodes != len(self.cluster.nodes):
             self.close()
-            raise
+            raise MalloryError(f"the campaign wants {nodes} nodes; compose project {project!r} runs "
+                               f"{len(self.cluster.nodes)} ({', '.join(self.cluster.nodes)})")
+        self.client = MediatorClient(self.cluster.layout.control_address, API_PORT, self.token)
+        self._start(record_dir, skew_ms, adapter_factory)
 
     @classmethod
     def from_env(

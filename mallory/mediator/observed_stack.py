@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import signal
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, Callable, Self
 
 from mallory.errors import MalloryError
 from mallory.mediator.client import MediatorClient
@@ -40,6 +40,18 @@ class ObservedStack:
     def _observer_command(self, node: str) -> list[str]:
         """`mallory observe` for `node` (log patterns are added here)."""
         raise NotImplementedError
+
+    def _start(self, record_dir: Path | None, skew_ms: float, adapter_factory: Callable[[Any], Any] | None) -> None:
+        """The mediator, then the adapter (its log patterns go to the observers), then the
+        observers; on any failure everything started so far is taken down."""
+        try:
+            self._start_mediator(record_dir, skew_ms)
+            if adapter_factory is not None:
+                self.adapter = adapter_factory(self.cluster)
+            self._start_observers()
+        except BaseException:
+            self.close()
+            raise
 
     def _start_mediator(self, record_dir: Path | None, skew_ms: float) -> None:
         ready = self.cluster.data_dir(GATEWAY) / "mediator.ready"

@@ -34,14 +34,7 @@ class ObservedCluster(ObservedStack):
         self.token = secrets.token_hex(16)
         self.cluster = NetnsCluster.up(run, nodes)
         self.client = MediatorClient(self.cluster.layout.gateway_control_address, DEFAULT_API_PORT, self.token)
-        try:
-            self._start_mediator(record_dir, skew_ms)
-            if adapter_factory is not None:
-                self.adapter = adapter_factory(self.cluster)
-            self._start_observers()
-        except BaseException:
-            self.close()
-            raise
+        self._start(record_dir, skew_ms, adapter_factory)
 
     def _mediator_command(self) -> list[str]:
         return [sys.executable, "-m", "mallory.cli", "mediator", "--run", self.cluster.run]
