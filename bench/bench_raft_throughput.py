@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
 import socket
 import sys
 import tempfile
@@ -26,7 +25,7 @@ from mallory.harness.loopback import LoopbackBackend  # noqa: E402
 from mallory.harness.raft_sut import DEFAULT_SPEC, SUT_DIR, RaftKvAdapter, build  # noqa: E402
 from mallory.harness.session import start_all, teardown_all  # noqa: E402
 from mallory.harness.spec import load_spec  # noqa: E402
-from mallory.observer.ring import create_ring, unlink_ring  # noqa: E402
+from mallory.observer.ring import create_ring  # noqa: E402
 
 
 def plain_build(dest: Path) -> Path:
@@ -44,9 +43,8 @@ def free_port() -> int:
 
 def measure(binary: Path, seconds: float, clients: int, trace: bool) -> float:
     backend = LoopbackBackend(3)
-    rings = [f"/mallory-{os.getpid()}-{n}" for n in backend.nodes]
-    for name in rings:
-        create_ring(name, 1 << 20, exist_ok=True)
+    for node in backend.nodes:  # as an observer would: the SUT writes its events there
+        create_ring(backend.shm_name(node), 1 << 20, exist_ok=True)
     spec = load_spec(DEFAULT_SPEC)
     spec = dataclasses.replace(
         spec,
@@ -83,8 +81,6 @@ def measure(binary: Path, seconds: float, clients: int, trace: bool) -> float:
     finally:
         teardown_all(sut)
         backend.destroy()
-        for name in rings:
-            unlink_ring(name)
 
 
 def main() -> int:

@@ -302,6 +302,11 @@ def cleanup_run(record: RunRecord) -> list[str]:
     return removed
 
 
+def claimed(kind: str, root: Path | None = None) -> set[str]:
+    """What the registered runs' journals say they created of `kind` ("netns", "link", "shm")."""
+    return {entry[kind] for run in list_runs(root) for entry in run.entries() if kind in entry}
+
+
 def cleanup_all(root: Path | None = None) -> dict[str, list[str]]:
     """Clean up every registered run (what `mallory cleanup` does without arguments)."""
     return {run.name: cleanup_run(run) for run in list_runs(root)}
@@ -318,14 +323,8 @@ def cleanup_orphans(root: Path | None = None) -> list[str]:
     run's journal claims: what is left when the registry itself was lost (a wiped state
     root). Processes inside those namespaces are killed first. Opt-in (`mallory cleanup
     --orphans`): runs of another state root look like orphans from this one."""
-    claimed_netns: set[str] = set()
-    claimed_links: set[str] = set()
-    for run in list_runs(root):
-        for entry in run.entries():
-            if "netns" in entry:
-                claimed_netns.add(entry["netns"])
-            elif "link" in entry:
-                claimed_links.add(entry["link"])
+    claimed_netns = claimed("netns", root)
+    claimed_links = claimed("link", root)
     removed: list[str] = []
     for ns in sorted(existing_netns()):
         if ORPHAN_NETNS.match(ns) and ns not in claimed_netns:

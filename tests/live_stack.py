@@ -16,11 +16,13 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
+from mallory.harness.loopback import LoopbackBackend
 from mallory.harness.runner import RunConfig
 from mallory.harness.session import record_run
 from mallory.harness.workload import RegisterWorkload
 from mallory.oracles.history import read_history
 from mallory.oracles.linearizability import check_linearizable
+from mallory.observer.ring import create_ring
 from mallory.oracles.models import CasRegister
 from mallory.polling import wait_until
 from mallory.timeline.codec import read_records
@@ -135,3 +137,16 @@ def checked_register_run(sut, out: Path, seconds: float, initial: int | None, ra
     result = check_linearizable(history, CasRegister(initial))
     assert result.valid is True, result.explanation
     return summary.completions["ok"]
+
+
+@contextmanager
+def loopback_with_rings(nodes: int = 3, capacity: int = 1 << 16) -> Iterator[LoopbackBackend]:
+    """A loopback cluster whose nodes have rings, as an observer would create them; destroying
+    the backend removes them."""
+    backend = LoopbackBackend(nodes)
+    try:
+        for node in backend.nodes:
+            create_ring(backend.shm_name(node), capacity, exist_ok=True)
+        yield backend
+    finally:
+        backend.destroy()

@@ -5,10 +5,12 @@ from __future__ import annotations
 import argparse
 
 from mallory.errors import MalloryError
-from nemesis.runstate import cleanup_all, cleanup_orphans, cleanup_run, list_runs, state_root
+from mallory.harness.loopback import remove_dead_rings
+from nemesis.runstate import claimed, cleanup_all, cleanup_orphans, cleanup_run, list_runs, state_root
 
 NAME = "cleanup"
-HELP = "remove the namespaces, links, processes and shm segments of runs (all runs by default)"
+HELP = ("remove the namespaces, links, processes and shm segments of runs (all runs by default), "
+        "and shm rings of loopback clusters whose process is gone")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -33,6 +35,8 @@ def run(args: argparse.Namespace) -> int:
         results = cleanup_all()
     if args.orphans and args.runs:
         results["(orphans)"] = cleanup_orphans()
+    if not args.runs:  # a named run is all that was asked for
+        results["(loopback rings)"] = remove_dead_rings(claimed("shm"))
     for name, removed in results.items():
         print(f"run {name}: removed {len(removed)} things")
         if args.verbose:

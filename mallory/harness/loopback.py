@@ -9,16 +9,49 @@ mediator sees none of it. It is for developing adapters and for tests, not for f
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal as signals
 import subprocess
 import tempfile
 import threading
+from collections.abc import Set as AbstractSet
 from pathlib import Path
 from typing import Mapping, Sequence
 
 from mallory.errors import MalloryError
 from nemesis.backend import NodeProcess
+
+#: The shm ring names a loopback backend gives its nodes (MALLORY_SHM): the owning process's
+#: pid, so rings a killed process left behind can be told from live ones.
+_RING = re.compile(r"^mallory-(\d+)-(n\d+)$")
+
+
+def _ring_name(pid: int, node: str) -> str:
+    return f"/mallory-{pid}-{node}"
+
+
+def remove_dead_rings(claimed: AbstractSet[str] = frozenset()) -> list[str]:
+    """Unlink loopback rings whose owning process is gone (left by a kill -9), except names
+    in `claimed` (a netns run named like a number uses the same shape: its journal claims it)."""
+    removed = []
+    for path in sorted(Path("/dev/shm").glob("mallory-*")):
+        found = _RING.match(path.name)
+        if found is None or f"/{path.name}" in claimed or _alive(int(found.group(1))):
+            continue
+        path.unlink(missing_ok=True)
+        removed.append(f"shm /{path.name}")
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
 
 
 class LoopbackBackend:
@@ -55,6 +88,12 @@ class LoopbackBackend:
         self._check(node)
         return self.root / "logs" / node
 
+    def shm_name(self, node: str) -> str:
+        """The node's ring name (MALLORY_SHM). Whoever observes the node creates the ring;
+        `down()` removes it."""
+        self._check(node)
+        return _ring_name(os.getpid(), node)
+
     def spawn(
         self,
         node: str,
@@ -69,7 +108,7 @@ class LoopbackBackend:
         full_env.update(env or {})
         full_env.update(
             MALLORY_NODE=node,
-            MALLORY_SHM=f"/mallory-{os.getpid()}-{node}",
+            MALLORY_SHM=self.shm_name(node),
             MALLORY_DATA_DIR=str(self.data_dir(node)),
         )
         log_path = self.log_dir(node) / f"{name}.log"
@@ -116,7 +155,8 @@ class LoopbackBackend:
             return None
 
     def down(self) -> None:
-        """Kill every process this backend started and remove the data dirs (logs stay)."""
+        """Kill every process this backend started and remove the data dirs and the nodes'
+        rings (logs stay)."""
         with self._lock:
             procs = list(self._procs.values())
         for popen in procs:
@@ -127,6 +167,8 @@ class LoopbackBackend:
                     pass
                 popen.wait()
         shutil.rmtree(self.root / "data", ignore_errors=True)
+        for node in self.nodes:
+            Path("/dev/shm", self.shm_name(node).lstrip("/")).unlink(missing_ok=True)
 
     def destroy(self) -> None:
         """down(), then remove the logs too when the backend made its own root."""

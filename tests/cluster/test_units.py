@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import ipaddress
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -102,3 +106,44 @@ def test_cleanup_of_a_run_killed_while_registering(tmp_path, monkeypatch, capsys
     (tmp_path / "half").mkdir()
     assert main(["cleanup", "half"]) == 0
     assert not (tmp_path / "half").exists()
+
+
+def test_a_loopback_backend_removes_its_nodes_rings():
+    from mallory.harness.loopback import LoopbackBackend
+    from mallory.observer.ring import create_ring, shm_path
+
+    backend = LoopbackBackend(2)
+    paths = [Path(shm_path(backend.shm_name(n))) for n in backend.nodes]
+    for node in backend.nodes:
+        create_ring(backend.shm_name(node), 16, exist_ok=True)
+    assert all(p.exists() for p in paths)
+    backend.destroy()
+    assert not any(p.exists() for p in paths)
+
+
+def test_cleanup_removes_rings_of_dead_loopback_processes_only(tmp_path, monkeypatch, capsys):
+    """After a kill -9 of a process that ran a loopback cluster, `mallory cleanup` removes
+    its rings; those of a live process stay, and so do names a registered run claims."""
+    from mallory.cli import main
+    from mallory.harness.loopback import remove_dead_rings
+    from mallory.observer.ring import create_ring, shm_path
+
+    dead_pid = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True).stdout)
+    monkeypatch.setenv("MALLORY_STATE_DIR", str(tmp_path))
+    register_run("r1", tmp_path, tmp_path / "data")
+    names = {"dead": f"/mallory-{dead_pid}-n1", "claimed": f"/mallory-{dead_pid}-n2", "live": f"/mallory-{os.getpid()}-n1"}
+    for name in names.values():
+        create_ring(name, 16, exist_ok=True)
+    try:
+        assert main(["cleanup", "r1"]) == 0  # a named run is all that was asked for
+        assert all(Path(shm_path(name)).exists() for name in names.values())
+        # a netns run may be named like a number: what its journal claims is its own
+        assert f"shm {names['dead']}" in remove_dead_rings({names["claimed"]})
+        assert Path(shm_path(names["claimed"])).exists()
+        assert main(["cleanup", "-v"]) == 0
+        assert f"shm {names['claimed']}" in capsys.readouterr().out
+        assert not Path(shm_path(names["claimed"])).exists()
+        assert Path(shm_path(names["live"])).exists()
+    finally:
+        for name in names.values():
+            Path(shm_path(name)).unlink(missing_ok=True)

@@ -5,7 +5,6 @@ shm ring by name; a killed or paused leader is replaced and the cluster serves a
 
 from __future__ import annotations
 
-import os
 import subprocess
 import time
 from collections import Counter
@@ -14,19 +13,19 @@ from pathlib import Path
 import pytest
 
 from mallory.polling import wait_until
-from mallory.harness.loopback import LoopbackBackend
 from mallory.harness.runner import RunConfig
 from mallory.harness.session import record_run, start_all, teardown_all
 from mallory.harness.spec import load_spec
 from mallory.harness.workload import RegisterWorkload
 from mallory.observer.catalogue import Catalogue, catalogue_path
 from mallory.observer.event_ids import event_id
-from mallory.observer.ring import RingReader, create_ring, unlink_ring
+from mallory.observer.ring import RingReader
 from mallory.oracles.history import read_history
 from mallory.oracles.linearizability import check_linearizable
 from mallory.oracles.logs import scan_log
 from mallory.oracles.models import CasRegister
 from tests.example_sut import example_cluster as ex
+from tests.live_stack import loopback_with_rings
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -61,16 +60,8 @@ def test_unknown_bug_names_are_refused(binary: Path, tmp_path: Path) -> None:
 
 @pytest.fixture
 def loopback():
-    backend = LoopbackBackend(3)
-    rings = [f"/mallory-{os.getpid()}-{node}" for node in backend.nodes]  # the backend's MALLORY_SHM
-    for name in rings:
-        create_ring(name, 1 << 16, exist_ok=True)
-    try:
+    with loopback_with_rings() as backend:
         yield backend
-    finally:
-        backend.destroy()
-        for name in rings:
-            unlink_ring(name)
 
 
 def _names(catalogue: Catalogue, reader: RingReader) -> Counter:
@@ -80,7 +71,7 @@ def _names(catalogue: Catalogue, reader: RingReader) -> Counter:
 def test_register_workload_is_linearizable_and_events_reach_the_rings(binary: Path, loopback, tmp_path: Path) -> None:
     sut = ex.adapter(loopback, binary)
     catalogue = Catalogue.load(catalogue_path(binary))
-    readers = {n: RingReader(f"/mallory-{os.getpid()}-{n}", node=n) for n in loopback.nodes}
+    readers = {n: RingReader(loopback.shm_name(n), node=n) for n in loopback.nodes}
     try:
         start_all(sut)
         leader = ex.wait_leader(sut)

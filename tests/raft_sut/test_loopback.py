@@ -6,7 +6,6 @@ and one the leader sends), stops gracefully on SIGTERM, and changes its membersh
 
 from __future__ import annotations
 
-import os
 import subprocess
 from collections import Counter
 from pathlib import Path
@@ -14,17 +13,17 @@ from pathlib import Path
 import pytest
 
 from mallory.errors import MalloryError
-from mallory.harness.loopback import LoopbackBackend
 from mallory.harness.runner import RunConfig
 from mallory.harness.session import record_run, start_all, teardown_all
 from mallory.harness.workload import APPEND, READ, make_workload
 from mallory.observer.catalogue import Catalogue, catalogue_path
 from mallory.observer.event_ids import event_id
-from mallory.observer.ring import RingReader, create_ring, unlink_ring
+from mallory.observer.ring import RingReader
 from mallory.oracles.elle import check_elle
 from mallory.oracles.history import read_history
 from mallory.polling import wait_until
 from tests.raft_sut import raft_cluster as rc
+from tests.live_stack import loopback_with_rings
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -61,16 +60,8 @@ def test_bad_flags_are_refused(binary: Path, tmp_path: Path) -> None:
 
 @pytest.fixture
 def loopback():
-    backend = LoopbackBackend(3)
-    rings = [f"/mallory-{os.getpid()}-{node}" for node in backend.nodes]  # the backend's MALLORY_SHM
-    for name in rings:
-        create_ring(name, 1 << 16, exist_ok=True)
-    try:
+    with loopback_with_rings() as backend:
         yield backend
-    finally:
-        backend.destroy()
-        for name in rings:
-            unlink_ring(name)
 
 
 def _sut(loopback, binary: Path, *flags: str):
@@ -80,7 +71,7 @@ def _sut(loopback, binary: Path, *flags: str):
 def test_protocol_redirects_and_graceful_stop(binary: Path, loopback) -> None:
     sut = _sut(loopback, binary)
     catalogue = Catalogue.load(catalogue_path(binary))
-    readers = {n: RingReader(f"/mallory-{os.getpid()}-{n}", node=n) for n in loopback.nodes}
+    readers = {n: RingReader(loopback.shm_name(n), node=n) for n in loopback.nodes}
     try:
         start_all(sut)
         leader = rc.wait_leader(sut)
@@ -150,7 +141,7 @@ def test_snapshots_and_restores_from_one(binary: Path, loopback) -> None:
     own snapshot; a killed node that missed more than the trailing entries gets the leader's."""
     sut = _sut(loopback, binary, "--snapshot-threshold", "8", "--snapshot-trailing", "4")
     catalogue = Catalogue.load(catalogue_path(binary))
-    readers = {n: RingReader(f"/mallory-{os.getpid()}-{n}", node=n) for n in loopback.nodes}
+    readers = {n: RingReader(loopback.shm_name(n), node=n) for n in loopback.nodes}
     try:
         start_all(sut)
         leader = rc.wait_leader(sut)
