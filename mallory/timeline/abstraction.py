@@ -71,21 +71,23 @@ class Abstraction(ABC):
         key = type_key(event)
         index = self._types.get(key)
         if index is None:
-            key = self._admit(key)
-            index = self._types.get(key)
-            if index is None:
-                index = self._types[key] = len(self._keys)
-                self._keys.append(key)
+            index = self._new_type(key)
         return index
 
-    def _admit(self, key: tuple) -> tuple:
-        """A new type's key, or its kind's "other" once the window has MAX_PAYLOAD_TYPES."""
-        if key[0] in _BY_ID:
-            return key
-        if self._payload_types >= MAX_PAYLOAD_TYPES:
-            return (key[0], OTHER_PAYLOAD)
-        self._payload_types += 1
-        return key
+    def _new_type(self, key: tuple) -> int:
+        """The index of a key not seen yet in this window: a new type, or its kind's "other"
+        once the window has MAX_PAYLOAD_TYPES payload types."""
+        if key[0] not in _BY_ID:
+            if self._payload_types >= MAX_PAYLOAD_TYPES:
+                key = (key[0], OTHER_PAYLOAD)
+                index = self._types.get(key)
+                if index is not None:
+                    return index
+            else:
+                self._payload_types += 1
+        index = self._types[key] = len(self._keys)
+        self._keys.append(key)
+        return index
 
     def run(self, entries: list[Committed]) -> None:
         """Feed a window's entries, in a causal (commit) order, through update and merge.
@@ -162,7 +164,6 @@ class EventHistory(Abstraction):
         history = self._history
         all_pairs = self._pairs
         types = self._types
-        keys = self._keys
         by_id = _BY_ID
         ignored = IGNORED_KINDS
         send_kind = Kind.SEND
@@ -180,11 +181,7 @@ class EventHistory(Abstraction):
             key = (kind, event.id) if kind in by_id else (kind, event.data)
             t = types.get(key)
             if t is None:
-                key = self._admit(key)
-                t = types.get(key)
-                if t is None:
-                    t = types[key] = len(keys)
-                    keys.append(key)
+                t = self._new_type(key)
             pairs = all_pairs.get(node)
             if pairs is None:
                 pairs = all_pairs[node] = {}
