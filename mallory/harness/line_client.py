@@ -22,16 +22,32 @@ from mallory.harness.client import Completion, fail, info, ok
 MAX_REDIRECTS = 3
 
 
-class LineClient:
-    def __init__(self, host: str, port: int, workload: str, *, independent: bool = False, key_base: int = 0,
-                 timeout: float = 2.0) -> None:
-        if workload != "register":
-            raise ValueError(f"the line client runs the register workload only, not {workload!r}")
+def request_line(address: str, port: int, line: str, timeout: float = 2.0) -> str:
+    """One request line on a fresh connection, its reply line ('' when the node does not
+    answer in time or closes first): for admin and status commands, not for workload ops."""
+    try:
+        with socket.create_connection((address, port), timeout=timeout) as sock:
+            sock.sendall(line.encode() + b"\n")
+            data = b""
+            while not data.endswith(b"\n"):
+                chunk = sock.recv(4096)
+                if not chunk:
+                    break
+                data += chunk
+            return data.decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+class LineConnection:
+    """One kept-open connection to a line-protocol server that follows `ERR not-leader
+    <host>` redirects: what the register and the TXN clients share. `exchange` sends one
+    request line and gives back the reply line, or the Completion that ends the op when
+    there is none to give."""
+
+    def __init__(self, host: str, port: int, *, timeout: float = 2.0) -> None:
         self.host = host
         self.port = port
-        self.independent = independent
-        #: added to the register's key on the wire: a campaign gives each schedule fresh keys
-        self.key_base = key_base
         self.timeout = timeout
         self._target = host
         self._sock: socket.socket | None = None
@@ -54,19 +70,11 @@ class LineClient:
                 self._sock = None
                 self._buf = b""
 
-    def invoke(self, op: Mapping[str, Any]) -> Completion:
-        value = op["value"]
-        key, arg = (value[0], value[1]) if self.independent else (0, value)
-        f = op["f"]
-        wire_key = key + self.key_base
-        if f == "read":
-            request = f"GET {wire_key}"
-        elif f == "write":
-            request = f"PUT {wire_key} {arg}"
-        elif f == "cas":
-            request = f"CAS {wire_key} {arg[0]} {arg[1]}"
-        else:
-            return fail(value, "unknown-f", f"register has no op {f!r}")
+    def exchange(self, value: Any, request: str) -> str | Completion:
+        """Send `request`, following the leader a few times, to the same port; the first
+        reply that is not a redirect, or: a fail when no connection could be made or the
+        redirects led nowhere (nothing was applied on the way), an info on a timeout or a
+        lost connection (the request may have been applied)."""
         for _ in range(MAX_REDIRECTS + 1):
             if self._sock is None:  # a redirect that went nowhere: back to our own node
                 try:
@@ -82,38 +90,68 @@ class LineClient:
                 self.close()
                 return info(value, "connection-lost", str(exc))
             word, _, rest = reply.partition(" ")
-            if word == "OK":
-                if f != "read":
-                    return ok(value)
-                got = None if rest in ("", "nil") else _int_or_text(rest)
-                return ok([key, got] if self.independent else got)
-            if word == "FAIL":
-                return fail(value, "cas-mismatch" if rest == "mismatch" else "rejected", rest or None)
-            if word == "UNKNOWN":
-                return info(value, "unknown", rest or None)
-            if word == "ERR" and rest.startswith("not-leader"):
-                leader = rest.split()[1] if len(rest.split()) > 1 else "-"
-                if leader == "-" or leader == self._target:
-                    return fail(value, "not-leader")
-                try:
-                    self._connect(leader)
-                except OSError as exc:
-                    self.close()
-                    return fail(value, "not-leader", f"leader {leader} unreachable: {exc}")
-                continue
-            return fail(value, "error", reply)
+            if not (word == "ERR" and rest.startswith("not-leader")):
+                return reply
+            parts = rest.split()
+            leader = parts[1] if len(parts) > 1 else "-"
+            if leader in ("-", self._target):
+                return fail(value, "not-leader")
+            try:
+                self._connect(leader)
+            except OSError as exc:
+                self.close()
+                return fail(value, "not-leader", f"leader {leader} unreachable: {exc}")
         return fail(value, "not-leader", "too many redirects")
 
     def _call(self, request: str) -> str:
         assert self._sock is not None
         self._sock.sendall(request.encode() + b"\n")
         while b"\n" not in self._buf:
-            chunk = self._sock.recv(4096)
+            chunk = self._sock.recv(65536)
             if not chunk:
                 raise ConnectionResetError("server closed the connection")
             self._buf += chunk
         line, _, self._buf = self._buf.partition(b"\n")
         return line.decode(errors="replace").strip()
+
+
+class LineClient(LineConnection):
+    def __init__(self, host: str, port: int, workload: str, *, independent: bool = False, key_base: int = 0,
+                 timeout: float = 2.0) -> None:
+        if workload != "register":
+            raise ValueError(f"the line client runs the register workload only, not {workload!r}")
+        super().__init__(host, port, timeout=timeout)
+        self.independent = independent
+        #: added to the register's key on the wire: a campaign gives each schedule fresh keys
+        self.key_base = key_base
+
+    def invoke(self, op: Mapping[str, Any]) -> Completion:
+        value = op["value"]
+        key, arg = (value[0], value[1]) if self.independent else (0, value)
+        f = op["f"]
+        wire_key = key + self.key_base
+        if f == "read":
+            request = f"GET {wire_key}"
+        elif f == "write":
+            request = f"PUT {wire_key} {arg}"
+        elif f == "cas":
+            request = f"CAS {wire_key} {arg[0]} {arg[1]}"
+        else:
+            return fail(value, "unknown-f", f"register has no op {f!r}")
+        reply = self.exchange(value, request)
+        if isinstance(reply, Completion):
+            return reply
+        word, _, rest = reply.partition(" ")
+        if word == "OK":
+            if f != "read":
+                return ok(value)
+            got = None if rest in ("", "nil") else _int_or_text(rest)
+            return ok([key, got] if self.independent else got)
+        if word == "FAIL":
+            return fail(value, "cas-mismatch" if rest == "mismatch" else "rejected", rest or None)
+        if word == "UNKNOWN":
+            return info(value, "unknown", rest or None)
+        return fail(value, "error", reply)
 
 
 def _int_or_text(text: str) -> Any:

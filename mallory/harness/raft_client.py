@@ -14,45 +14,22 @@ times (as the line client does for registers).
 
 from __future__ import annotations
 
-import socket
 from typing import Any, Mapping
 
 from mallory.harness.client import Completion, fail, info, ok
+from mallory.harness.line_client import LineConnection
 from mallory.oracles.edn import Keyword
 
-MAX_REDIRECTS = 3
 _WIRE = {("list-append", "append"): "a", ("list-append", "r"): "r", ("rw-register", "w"): "w", ("rw-register", "r"): "r"}
 _PREFIX = {"list-append": "l", "rw-register": "w"}
 
 
-class RaftTxnClient:
+class RaftTxnClient(LineConnection):
     def __init__(self, host: str, port: int, workload: str, *, timeout: float = 2.0) -> None:
         if workload not in _PREFIX:
             raise ValueError(f"the raft-kv txn client runs list-append and rw-register, not {workload!r}")
-        self.host = host
-        self.port = port
+        super().__init__(host, port, timeout=timeout)
         self.workload = workload
-        self.timeout = timeout
-        self._target = host
-        self._sock: socket.socket | None = None
-        self._buf = b""
-
-    def open(self) -> None:
-        self._connect(self.host)
-
-    def _connect(self, host: str) -> None:
-        self.close()
-        self._sock = socket.create_connection((host, self.port), timeout=self.timeout)
-        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self._target = host
-
-    def close(self) -> None:
-        if self._sock is not None:
-            try:
-                self._sock.close()
-            finally:
-                self._sock = None
-                self._buf = b""
 
     def request_line(self, txn: list) -> str | None:
         """The TXN line for `txn`, or None when a mop is not this workload's."""
@@ -72,38 +49,15 @@ class RaftTxnClient:
         request = self.request_line(txn)
         if request is None:
             return fail(txn, "unknown-mop", f"{self.workload} cannot run {txn!r}")
-        for _ in range(MAX_REDIRECTS + 1):
-            if self._sock is None:
-                try:
-                    self._connect(self.host)
-                except OSError as exc:
-                    return fail(txn, "not-connected", str(exc))
-            try:
-                reply = self._call(request)
-            except socket.timeout:
-                self.close()
-                return info(txn, "timeout")
-            except OSError as exc:
-                self.close()
-                return info(txn, "connection-lost", str(exc))
-            word, _, rest = reply.partition(" ")
-            if word == "OK":
-                return self._filled(txn, rest.split())
-            if word == "UNKNOWN":
-                return info(txn, "unknown", rest or None)
-            if word == "ERR" and rest.startswith("not-leader"):
-                parts = rest.split()
-                leader = parts[1] if len(parts) > 1 else "-"
-                if leader in ("-", self._target):
-                    return fail(txn, "not-leader")
-                try:
-                    self._connect(leader)
-                except OSError as exc:
-                    self.close()
-                    return fail(txn, "not-leader", f"leader {leader} unreachable: {exc}")
-                continue
-            return fail(txn, "error", reply)
-        return fail(txn, "not-leader", "too many redirects")
+        reply = self.exchange(txn, request)
+        if isinstance(reply, Completion):
+            return reply
+        word, _, rest = reply.partition(" ")
+        if word == "OK":
+            return self._filled(txn, rest.split())
+        if word == "UNKNOWN":
+            return info(txn, "unknown", rest or None)
+        return fail(txn, "error", reply)
 
     def _filled(self, txn: list, results: list[str]) -> Completion:
         if len(results) != len(txn):
@@ -118,14 +72,3 @@ class RaftTxnClient:
                     v = None if said == "nil" else int(said)
             filled.append([Keyword(str(f)), k, v])
         return ok(filled)
-
-    def _call(self, request: str) -> str:
-        assert self._sock is not None
-        self._sock.sendall(request.encode() + b"\n")
-        while b"\n" not in self._buf:
-            chunk = self._sock.recv(65536)
-            if not chunk:
-                raise ConnectionResetError("server closed the connection")
-            self._buf += chunk
-        line, _, self._buf = self._buf.partition(b"\n")
-        return line.decode(errors="replace").strip()
