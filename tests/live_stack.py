@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import sys
 import uuid
 from contextlib import contextmanager
@@ -77,23 +76,6 @@ def start_observers(cluster, log_watch: Callable[[str], Any] | None = None) -> d
             argv += ["--log-events", str(watch)]
         procs[node] = cluster.spawn(node, argv, name="observer")
     return procs
-
-
-def request_line(address: str, port: int, line: str, timeout: float) -> str:
-    """One request line to a line-protocol SUT, its reply line ('' when the node does not
-    answer in time)."""
-    try:
-        with socket.create_connection((address, port), timeout=timeout) as s:
-            s.sendall(line.encode() + b"\n")
-            data = b""
-            while not data.endswith(b"\n"):
-                chunk = s.recv(4096)
-                if not chunk:
-                    break
-                data += chunk
-            return data.decode().strip()
-    except OSError:
-        return ""
 
 
 def stop(cluster, procs: list) -> None:

@@ -20,7 +20,6 @@ A server's raft address is `<node address>:<peer port>`; the server derives its 
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -30,6 +29,7 @@ from typing import Callable, Sequence
 from mallory.errors import MalloryError
 from mallory.harness.adapter import Capabilities
 from mallory.harness.client import Client
+from mallory.harness.line_client import request_line
 from mallory.harness.raft_client import RaftTxnClient
 from mallory.harness.spec import SutSpec, load_spec
 from mallory.harness.spec_adapter import SpecAdapter
@@ -62,22 +62,6 @@ def build(build_dir: Path | None = None) -> Path:
             f"{result.stdout[-2000:]}{result.stderr[-2000:]}"
         )
     return (build_dir or SUT_DIR / "build") / "raft-kv"
-
-
-def request(address: str, port: int, line: str, timeout: float = 2.0) -> str:
-    """One request line to a raft-kv client port, its reply line ('' if there is none)."""
-    try:
-        with socket.create_connection((address, port), timeout=timeout) as sock:
-            sock.sendall(line.encode() + b"\n")
-            data = b""
-            while not data.endswith(b"\n"):
-                chunk = sock.recv(4096)
-                if not chunk:
-                    break
-                data += chunk
-            return data.decode(errors="replace").strip()
-    except OSError:
-        return ""
 
 
 def parse_status(reply: str) -> dict[str, str]:
@@ -113,7 +97,7 @@ class RaftKvAdapter(SpecAdapter):
         return f"{self.backend.node_address(node)}:{self.spec.ports['peer']}"
 
     def ask(self, node: str, line: str, timeout: float = 2.0) -> str:
-        return request(self.backend.client_address(node), self.spec.ports["client"], line, timeout)
+        return request_line(self.backend.client_address(node), self.spec.ports["client"], line, timeout)
 
     def status(self, node: str) -> dict[str, str]:
         """The node's STATUS fields ({} when it does not answer)."""

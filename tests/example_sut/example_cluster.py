@@ -12,7 +12,8 @@ from pathlib import Path
 from mallory.polling import wait_until
 from mallory.harness.spec import parse_spec
 from mallory.harness.spec_adapter import SpecAdapter
-from tests.live_stack import request_line, start_mediator  # noqa: F401  (the example SUT's tests and raft_sut's use it as ex.start_mediator)
+from mallory.harness.line_client import request_line
+from tests.live_stack import start_mediator  # noqa: F401  (the example SUT's tests and raft_sut's use it as ex.start_mediator)
 
 REPO = Path(__file__).resolve().parents[2]
 SUT_DIR = REPO / "suts" / "example"

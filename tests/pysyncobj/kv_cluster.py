@@ -11,7 +11,7 @@ from mallory.harness.pysyncobj_sut import PysyncobjAdapter
 from mallory.harness.suts import make_adapter
 from mallory.observer.catalogue import Catalogue
 from mallory.polling import wait_until
-from tests.live_stack import request_line
+from mallory.harness.line_client import request_line
 
 REPO = Path(__file__).resolve().parents[2]
 SUT_DIR = REPO / "suts" / "pysyncobj"

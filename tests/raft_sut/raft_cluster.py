@@ -7,7 +7,7 @@ import dataclasses
 import socket
 from pathlib import Path
 
-from mallory.harness.raft_sut import DEFAULT_SPEC, SUT_DIR, RaftKvAdapter, parse_status, request
+from mallory.harness.raft_sut import DEFAULT_SPEC, SUT_DIR, RaftKvAdapter, parse_status
 from mallory.harness.spec import load_spec
 from mallory.polling import wait_until
 
@@ -37,7 +37,7 @@ def adapter(backend, binary: Path, *flags: str, ports: tuple[int, int] = (7000, 
 
 
 def ask(sut: RaftKvAdapter, node: str, line: str, timeout: float = 2.0) -> str:
-    return request(sut.backend.client_address(node), sut.spec.ports["client"], line, timeout)
+    return sut.ask(node, line, timeout)
 
 
 def wait_leader(sut: RaftKvAdapter, timeout: float = 15.0, among: list[str] | None = None) -> str:
