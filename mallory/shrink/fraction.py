@@ -53,15 +53,15 @@ class FractionOracle:
         self.asked = 0  # live replays run by this oracle (not from the journal)
 
     def verdict(self, candidate: list[ScriptedStep]) -> Verdict:
-        known = [a["hit"] for a in self.journal.answers(candidate)][: self.replays]
-        hits, done, journaled = sum(known), len(known), len(known)
+        known = self.recorded(candidate)
+        hits, done = known.hits, known.replays
         while done < self.replays and self.needed > hits and hits + (self.replays - done) >= self.needed:
             hit, directory = self.replay(candidate)
             self.asked += 1
             self.journal.record(candidate, hit, directory)
             hits += hit
             done += 1
-        verdict = Verdict(hits, done, self.needed, journaled)
+        verdict = Verdict(hits, done, self.needed, known.replays)
         self.on_verdict(candidate, verdict)
         return verdict
 
