@@ -17,11 +17,11 @@ from pathlib import Path
 
 from mallory.errors import MalloryError
 from mallory.mediator.campaign import script_of
-from mallory.mediator.campaign_dir import CampaignDir, read_json_object
+from mallory.mediator.campaign_dir import CampaignDir
 from mallory.harness.spec import load_spec
 from mallory.harness.suts import BUILTIN_SUTS
 from mallory.mediator.live import replay_script
-from mallory.shrink.bundle import bundle_signature
+from mallory.shrink.bundle import bundle_signature, read_bundle_file
 
 NAME = "replay"
 HELP = "re-enact a bug bundle's fault schedule on a fresh cluster and say whether the bug came back"
@@ -32,16 +32,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--attempts", type=int, default=3, help="fresh-cluster attempts (default 3)")
 
 
-def _load(bundle: Path, name: str) -> dict:
-    return read_json_object(bundle / name, f"{bundle} is not a bug bundle: it has no {name}")
-
-
 def run(args: argparse.Namespace) -> int:
     if args.attempts < 1:
         raise MalloryError("--attempts must be at least 1")
     bundle = args.bundle
-    config = _load(bundle, "campaign.json")
-    schedule = _load(bundle, "schedule.json")
+    config = read_bundle_file(bundle, "campaign.json")
+    schedule = read_bundle_file(bundle, "schedule.json")
     signature = bundle_signature(bundle)
     script = script_of(schedule)
     if not script:

@@ -19,8 +19,7 @@ from pathlib import Path
 
 from mallory.errors import MalloryError
 from mallory.mediator.campaign import ScriptedStep, script_of
-from mallory.mediator.campaign_dir import read_json_object
-from mallory.shrink.bundle import bundle_signature, steps_json, write_shrunk_bundle
+from mallory.shrink.bundle import bundle_signature, read_bundle_file, steps_json, write_shrunk_bundle
 from mallory.shrink.fraction import FractionOracle, Verdict
 from mallory.shrink.journal import Journal
 from mallory.shrink.live_replay import LiveReplay
@@ -59,8 +58,8 @@ def run(args: argparse.Namespace) -> int:
     if args.min_window <= 0:
         raise MalloryError("--min-window must be positive")
     bundle = args.bundle
-    config = read_json_object(bundle / "campaign.json", f"{bundle} is not a bug bundle: it has no campaign.json")
-    schedule = read_json_object(bundle / "schedule.json", f"{bundle} is not a bug bundle: it has no schedule.json")
+    config = read_bundle_file(bundle, "campaign.json")
+    schedule = read_bundle_file(bundle, "schedule.json")
     signature = bundle_signature(bundle)
     try:
         original = [replace(s, window_s=float(s.window_s or config["window_s"])) for s in script_of(schedule)]
@@ -73,8 +72,8 @@ def run(args: argparse.Namespace) -> int:
     journal = Journal(work / "journal.jsonl")
 
     print(f"shrinking {signature}: {len(original)} steps of schedule {schedule.get('index')}: {describe(original)}")
-    if journal.replays:
-        print(f"continuing from {journal.path} ({sum(map(len, journal.replays.values()))} replays already answered)")
+    if len(journal):
+        print(f"continuing from {journal.path} ({len(journal)} replays already answered)")
     asked = [0]
 
     def show(candidate: list[ScriptedStep], verdict: Verdict) -> None:
@@ -108,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
         "min_fraction": args.min_fraction,
         "reappeared": [final.hits, final.replays],
         "live_replays": oracle.asked,  # by this run; the journal holds those of interrupted runs too
-        "journaled_replays": sum(map(len, journal.replays.values())),
+        "journaled_replays": len(journal),
         "journal": str(journal.path.resolve()),
     })
     print(f"{signature}: {len(original)} steps -> {len(minimal)}: {describe(minimal)} "

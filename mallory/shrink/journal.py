@@ -44,6 +44,10 @@ class Journal:
                 raise MalloryError(f"{self.path}:{number}: not a shrink journal line") from None
             self.replays.setdefault(key, []).append({"hit": hit, "dir": entry.get("dir")})
 
+    def __len__(self) -> int:
+        """How many replays the journal holds, over all candidates."""
+        return sum(map(len, self.replays.values()))
+
     def answers(self, steps: Sequence[ScriptedStep]) -> list[dict[str, Any]]:
         """The replays already answered for this candidate, in order."""
         return list(self.replays.get(candidate_key(steps), []))
