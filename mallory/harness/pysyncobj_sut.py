@@ -10,25 +10,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mallory.harness.client import Client
-from mallory.harness.raft_client import RaftTxnClient
 from mallory.harness.spec import load_spec
-from mallory.harness.spec_adapter import SpecAdapter
-from mallory.harness.workload import Workload
+from mallory.harness.spec_adapter import TxnLineSpecAdapter
 from nemesis.backend import ClusterBackend
 
 SUT_DIR = Path(__file__).resolve().parents[2] / "suts" / "pysyncobj"
 SPEC = SUT_DIR / "pysyncobj.toml"
 
 
-class PysyncobjAdapter(SpecAdapter):
+class PysyncobjAdapter(TxnLineSpecAdapter):
     @classmethod
     def default(cls, backend: ClusterBackend) -> PysyncobjAdapter:
         return cls(load_spec(SPEC), backend)
-
-    def client(self, node: str, workload: Workload) -> Client:
-        """The line client for registers; the TXN client for list-append / rw-register."""
-        if workload.name == "register":
-            return super().client(node, workload)
-        timeout = self.spec.client.timeout if self.spec.client else 2.0
-        return RaftTxnClient(self.backend.client_address(node), self.spec.ports["client"], workload.name, timeout=timeout)

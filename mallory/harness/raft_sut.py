@@ -28,12 +28,9 @@ from typing import Callable, Sequence
 
 from mallory.errors import MalloryError
 from mallory.harness.adapter import Capabilities
-from mallory.harness.client import Client
 from mallory.harness.line_client import request_line
-from mallory.harness.raft_client import RaftTxnClient
 from mallory.harness.spec import SutSpec, load_spec
-from mallory.harness.spec_adapter import SpecAdapter
-from mallory.harness.workload import Workload
+from mallory.harness.spec_adapter import TxnLineSpecAdapter
 from nemesis.backend import ClusterBackend
 
 SUT_DIR = Path(__file__).resolve().parents[2] / "suts" / "raft"
@@ -71,7 +68,7 @@ def parse_status(reply: str) -> dict[str, str]:
     return dict(field.split("=", 1) for field in reply[3:].split() if "=" in field)
 
 
-class RaftKvAdapter(SpecAdapter):
+class RaftKvAdapter(TxnLineSpecAdapter):
     capabilities = Capabilities(primaries=True, add_member=True, remove_member=True, promote=True)
 
     def __init__(self, spec: SutSpec, backend: ClusterBackend) -> None:
@@ -142,13 +139,6 @@ class RaftKvAdapter(SpecAdapter):
     def command(self, node: str) -> Sequence[str]:
         argv = list(super().command(node))
         return argv + ["--join"] if node in self._joining else argv
-
-    def client(self, node: str, workload: Workload) -> Client:
-        """The line client for registers; the TXN client for list-append / rw-register."""
-        if workload.name == "register":
-            return super().client(node, workload)
-        timeout = self.spec.client.timeout if self.spec.client else 2.0
-        return RaftTxnClient(self.backend.client_address(node), self.spec.ports["client"], workload.name, timeout=timeout)
 
     def probe(self, node: str) -> bool:
         """Ready: it leads, or follows a known leader (now, not once since it started: a

@@ -10,6 +10,7 @@ from mallory.harness import readiness
 from mallory.harness.adapter import ProcessAdapter, UnsupportedOperation
 from mallory.harness.client import Client, key_options
 from mallory.harness.line_client import LineClient
+from mallory.harness.raft_client import RaftTxnClient
 from mallory.harness.redis_client import RedisClient
 from mallory.harness.spec import NodeContext, SutSpec, expand
 from mallory.harness.workload import Workload
@@ -86,3 +87,15 @@ class SpecAdapter(ProcessAdapter):
             **key_options(workload),
             timeout=client.timeout,
         )
+
+
+class TxnLineSpecAdapter(SpecAdapter):
+    """A spec adapter whose line-protocol server also takes raft-kv's TXN lines (raft-kv,
+    the pysyncobj service): the spec's line client for registers, the TXN client
+    (mallory/harness/raft_client.py) for list-append and rw-register."""
+
+    def client(self, node: str, workload: Workload) -> Client:
+        if workload.name == "register":
+            return super().client(node, workload)
+        timeout = self.spec.client.timeout if self.spec.client else 2.0
+        return RaftTxnClient(self.backend.client_address(node), self.spec.ports["client"], workload.name, timeout=timeout)
