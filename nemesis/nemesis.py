@@ -137,26 +137,7 @@ class Nemesis:
     def reset(self) -> ResetReport:
         ctx = self.ctx
         out = ResetReport()
-        # Network and in-process faults first, so restarted nodes can become ready.
-        order = sorted(reversed(self.active), key=lambda r: r.family in ("kill", "pause"))
-        for report in order:
-            try:
-                self.heal(report)
-                out.healed.append(report.action)
-            except MalloryError as exc:
-                out.problems.append(f"healing {report.action}: {exc}")
-                if report in self.active:
-                    self.active.remove(report)
-        clock = self.families.get("clock")
-        if isinstance(clock, ClockFaults):
-            clock.stop_strobes()
-        if ctx.controls is not None:
-            ctx.controls.clear_all()
-        if ctx.mediator is not None:
-            try:
-                ctx.mediator.heal()
-            except MalloryError as exc:
-                out.problems.append(str(exc))
+        self._heal_faults(out)
         for node in ctx.nodes:
             pid = sut_pid(ctx, node)
             if ctx.adapter.is_running(node):
@@ -180,19 +161,47 @@ class Nemesis:
         out.problems += self.health_problems()
         return out
 
+    def _heal_faults(self, out: ResetReport) -> None:
+        """Heal every active fault, stop clock strobes, clear the fault controls and the
+        mediator's rules; what could not be healed goes to `out.problems`."""
+        ctx = self.ctx
+        # Network and in-process faults first, so restarted nodes can become ready.
+        order = sorted(reversed(self.active), key=lambda r: r.family in ("kill", "pause"))
+        for report in order:
+            try:
+                self.heal(report)
+                out.healed.append(report.action)
+            except MalloryError as exc:
+                out.problems.append(f"healing {report.action}: {exc}")
+                if report in self.active:
+                    self.active.remove(report)
+        clock = self.families.get("clock")
+        if isinstance(clock, ClockFaults):
+            clock.stop_strobes()
+        if ctx.controls is not None:
+            ctx.controls.clear_all()
+        if ctx.mediator is not None:
+            try:
+                ctx.mediator.heal()
+            except MalloryError as exc:
+                out.problems.append(str(exc))
+
     def restart_all(self) -> ResetReport:
         """Stop every node (gracefully, SIGKILL after the SUT's timeout) and start it again:
         for a cluster that the reset left unhealthy, or that served no client at all (a SUT
-        can be wedged with every process running, e.g. after losing its unsynced state)."""
+        can be wedged with every process running, e.g. after losing its unsynced state).
+        The faults are healed first, but no node is waited for before the stop: a wedged
+        cluster would spend the whole ready timeout there for nothing."""
         ctx = self.ctx
-        out = self.reset()
+        out = ResetReport()
+        self._heal_faults(out)
+        out.problems = []  # what the restart leaves is checked below
         for node in ctx.nodes:
             if ctx.adapter.is_running(node):
                 ctx.adapter.stop(node)
         for node in ctx.nodes:
             ctx.adapter.start(node)
             out.restarted.append(node)
-        out.problems = []
         for node in ctx.nodes:
             try:
                 ctx.adapter.wait_ready(node, ctx.ready_timeout)
