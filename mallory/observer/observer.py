@@ -26,6 +26,7 @@ from mallory.timeline.event import ClockPair, Event, Kind
 
 RING_MARGIN_NS = 1_000_000
 LOG_POLL_S = 0.02
+IDLE_WAKE_S = 0.05  # how often the loop looks at `stop` when no packet arrives
 
 
 class EventSource(Protocol):
@@ -92,7 +93,6 @@ class Observer:
         self.ring_events = 0
         self.logs = logs
         self.log_events = 0
-        self._next_log_poll = 0.0
         self._unsorted = False  # log events are in this batch: sort it by ts at the cut
         self._events: list[Event] = []
         self._lost_reported = 0
@@ -150,18 +150,20 @@ class Observer:
     def run(self, stop: threading.Event) -> None:
         """Read packets and cut batches until `stop` is set (then call `finish`)."""
         next_cut = time.monotonic() + self.interval
+        next_log_poll = 0.0
+        wake_s = LOG_POLL_S if self.logs is not None else IDLE_WAKE_S
         fds = [self.capture.fileno()] if self.capture else []
         while not stop.is_set():
-            timeout = max(0.0, next_cut - time.monotonic())
+            timeout = min(max(0.0, next_cut - time.monotonic()), wake_s)
             if fds:
-                readable, _, _ = select.select(fds, [], [], min(timeout, LOG_POLL_S if self.logs is not None else 0.05))
+                readable, _, _ = select.select(fds, [], [], timeout)
                 if readable:
                     self.capture.drain(self.on_packets)
             else:
-                stop.wait(min(timeout, LOG_POLL_S if self.logs is not None else 0.05))
-            if self.logs is not None and time.monotonic() >= self._next_log_poll:
+                stop.wait(timeout)
+            if self.logs is not None and time.monotonic() >= next_log_poll:
                 self.poll_logs()
-                self._next_log_poll = time.monotonic() + LOG_POLL_S
+                next_log_poll = time.monotonic() + LOG_POLL_S
             if time.monotonic() >= next_cut:
                 self.cut()
                 next_cut += self.interval

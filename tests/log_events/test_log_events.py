@@ -411,6 +411,29 @@ def test_observer_batches_log_events_in_time_order_before_the_cut(tmp_path):
     assert names(again) == ["became-leader"]
 
 
+def test_observer_loop_reads_the_logs_between_cuts(tmp_path):
+    import threading
+
+    from mallory.observer.observer import Observer
+    from mallory.polling import wait_until
+
+    log = grown(tmp_path)
+    sender = FakeSender()
+    obs = Observer("n1", None, sender, interval=3600.0, logs=watcher(log, ETCD_PATTERNS))
+    stop = threading.Event()
+    loop = threading.Thread(target=obs.run, args=(stop,))
+    loop.start()
+    try:
+        log.write_bytes(LEADER_LOG.read_bytes())
+        wait_until(lambda: obs.log_events, 30, "the observer loop to read the log")
+        assert sender.batches == []  # read by the loop's own poll, not by a cut
+    finally:
+        stop.set()
+        loop.join(30)
+    assert not loop.is_alive()
+    assert [e.data for e in obs._events][:2] == ["added-member", "added-member"]
+
+
 def test_observe_refuses_a_broken_log_events_file(tmp_path):
     import subprocess
     import sys
