@@ -119,12 +119,13 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _dispatch(self, method: str) -> None:
         api = self.server
-        self._edn = edn_api.is_edn(self.headers.get("Content-Type")) or edn_api.is_edn(self.headers.get("Accept"))
+        edn_body = edn_api.is_edn(self.headers.get("Content-Type"))
+        self._edn = edn_body or edn_api.is_edn(self.headers.get("Accept"))
         try:
             token = self.headers.get(TOKEN_HEADER, "")
             if not hmac.compare_digest(token.encode(), api.token.encode()):
                 raise BadRequest(f"missing or wrong {TOKEN_HEADER} header", HTTPStatus.UNAUTHORIZED)
-            body = self._body() if method == "POST" else {}
+            body = self._body(edn_body) if method == "POST" else {}
             route = api.routes.get((method, self.path.split("?")[0]))
             if route is None:
                 known = sorted({p for _, p in api.routes})
@@ -143,7 +144,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         self._reply(HTTPStatus.OK, result)
 
-    def _body(self) -> dict:
+    def _body(self, edn: bool) -> dict:
         length = self.headers.get("Content-Length")
         if length is None or not length.isdigit():
             raise BadRequest("a POST needs a Content-Length", HTTPStatus.LENGTH_REQUIRED)
@@ -152,7 +153,7 @@ class _Handler(BaseHTTPRequestHandler):
         raw = self.rfile.read(int(length))
         if not raw.strip():
             return {}
-        if edn_api.is_edn(self.headers.get("Content-Type")):
+        if edn:
             try:
                 return edn_api.parse_body(raw)
             except edn_api.EdnBodyError as exc:
