@@ -17,7 +17,7 @@ from mallory.errors import MalloryError
 from mallory.report.sources import load_catalogues, schedule_span, sut_catalogue
 from mallory.report.campaign_data import load_bug, recordings
 from mallory.report.names import EventNamer
-from mallory.report.recording import read_recording
+from mallory.report.recording import ALL_TIME, read_recording
 from mallory.report.shiviz import shiviz_log
 from mallory.report.timeline_view import tail_by_time
 from mallory.mediator.campaign_dir import read_json_object
@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     if source.is_dir():
         entries, warnings, config = _bundle_slice(source)
     elif source.is_file():
-        recording = read_recording([source], [(0, 2**63 - 1)])
+        recording = read_recording([source], [ALL_TIME])
         entries, warnings, config = recording.spans[0], recording.warnings, {}
     else:
         raise MalloryError(f"{source}: no such event recording or bug bundle")

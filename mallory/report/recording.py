@@ -22,6 +22,10 @@ from mallory.timeline.event import Batch, ClockPair
 from mallory.timeline.window import Timeline
 
 
+#: a span covering the whole common time axis: every entry of a recording
+ALL_TIME = (0, 2**63 - 1)
+
+
 @dataclass(frozen=True)
 class LossPoint:
     """An observer batch that reported lost events: when (common axis, ns), where, how many."""
@@ -113,9 +117,8 @@ def _read(paths: Sequence[Path], spans: Sequence[tuple[int, int]]) -> Recording:
 
 def _keep(timeline: Timeline, spans: Sequence[tuple[int, int]], into: list[list[Committed]]) -> None:
     """Move the buffered entries into the spans they fall in; forget the rest."""
-    buffered = timeline.buffer
-    if not len(buffered):
+    if not timeline.pending():
         return
-    entries = buffered.take(0, 2**63 - 1)
+    entries = timeline.take(*ALL_TIME)
     for i, (start, end) in enumerate(spans):
         into[i].extend(e for e in entries if start <= e.real_ns < end)
