@@ -78,15 +78,16 @@ class BugInfo:
     def count(self) -> int:
         return len(self.sightings)
 
+    def _times(self) -> list[float]:
+        return [s["time"] for s in self.sightings if isinstance(s.get("time"), (int, float))]
+
     @property
     def first_seen(self) -> float | None:
-        times = [s["time"] for s in self.sightings if isinstance(s.get("time"), (int, float))]
-        return min(times) if times else None
+        return min(self._times(), default=None)
 
     @property
     def last_seen(self) -> float | None:
-        times = [s["time"] for s in self.sightings if isinstance(s.get("time"), (int, float))]
-        return max(times) if times else None
+        return max(self._times(), default=None)
 
     def run_dir(self) -> Path | None:
         """The schedule's run directory copied into the bundle (node logs, history)."""
