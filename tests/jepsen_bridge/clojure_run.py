@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 
 from mallory.learner.learner import Learner
-from mallory.mediator.service import Mediator
+from mallory.mediator.service import MEDIATOR_NODE, Mediator
 from mallory.oracles.edn import Keyword, loads
+from mallory.timeline.event import Kind
 
 BRIDGE = Path(__file__).resolve().parents[2] / "jepsen-bridge"
 TOKEN = "jepsen-bridge-test"
@@ -48,6 +49,20 @@ def plain(value: Any) -> Any:
     if isinstance(value, Keyword):
         return str.__str__(value)
     return value
+
+
+def start_mediator(nodes: dict[str, str]) -> Mediator:
+    """An in-process mediator on loopback ports, for a program to drive."""
+    return Mediator(nodes, token=TOKEN, api_address=("127.0.0.1", 0), batch_address=("127.0.0.1", 0),
+                    batch_interval=0.02).start()
+
+
+def own_events(m: Mediator) -> list[tuple[str, int, str]]:
+    """The mediator's own committed events (relayed client ops, faults, log lines): what
+    the Clojure side caused."""
+    kinds = {Kind.CLIENT_INVOKE, Kind.CLIENT_COMPLETE, Kind.FAULT, Kind.LOG}
+    return [(e.event.kind.name, e.event.id, e.event.data) for e in m.ingest.committed
+            if e.event.node == MEDIATOR_NODE and e.event.kind in kinds]
 
 
 def run_program(program: str, mediator: Mediator, *args: str, timeout: float = 240) -> Run:

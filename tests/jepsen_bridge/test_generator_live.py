@@ -12,11 +12,9 @@ import re
 import pytest
 
 from mallory.mediator.advisor import Advisor
-from mallory.mediator.service import MEDIATOR_NODE, Mediator
 from mallory.oracles.edn import loads, read_all
 from mallory.polling import wait_until
-from mallory.timeline.event import Kind
-from tests.jepsen_bridge.clojure_run import BRIDGE, TOKEN, RecordingLearner, plain, run_program
+from tests.jepsen_bridge.clojure_run import BRIDGE, RecordingLearner, own_events, plain, run_program, start_mediator
 
 CATALOGUE = ["start-partition:majority", "start-partition:one", "stop-partition",
              "bump-clock:all", "strobe-clock:all", "reset-clock:all", "kill:one", "kill:all", "start:all"]
@@ -24,20 +22,13 @@ CATALOGUE = ["start-partition:majority", "start-partition:one", "stop-partition"
 
 @pytest.fixture(scope="module")
 def live():
-    m = Mediator({"n1": "10.9.1.2"}, token=TOKEN, api_address=("127.0.0.1", 0),
-                 batch_address=("127.0.0.1", 0), batch_interval=0.02).start()
+    m = start_mediator({"n1": "10.9.1.2"})
     learner = RecordingLearner.create(policy="qlearning", seed=7)
     m.advisor = Advisor(m.windows, learner, wait_s=5.0)
     try:
         yield m, learner, run_program("mallory/jepsen/generator_test.clj", m, str(BRIDGE / "README.md"))
     finally:
         m.stop()
-
-
-def own_events(m: Mediator) -> list[tuple[str, int, str]]:
-    kinds = {Kind.CLIENT_INVOKE, Kind.CLIENT_COMPLETE, Kind.FAULT, Kind.LOG}
-    return [(e.event.kind.name, e.event.id, e.event.data) for e in m.ingest.committed
-            if e.event.node == MEDIATOR_NODE and e.event.kind in kinds]
 
 
 def test_the_clojure_checks_pass_and_the_catalogue_reached_the_advisor(live):

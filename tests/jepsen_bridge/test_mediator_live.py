@@ -9,10 +9,8 @@ from __future__ import annotations
 import pytest
 
 from mallory.mediator.advisor import Advisor
-from mallory.mediator.service import MEDIATOR_NODE, Mediator
 from mallory.polling import wait_until
-from mallory.timeline.event import Kind
-from tests.jepsen_bridge.clojure_run import TOKEN, RecordingLearner, run_program
+from tests.jepsen_bridge.clojure_run import RecordingLearner, own_events, run_program, start_mediator
 
 ROUNDS = 4
 
@@ -20,8 +18,7 @@ ROUNDS = 4
 @pytest.fixture(scope="module")
 def live(tmp_path_factory):
     checkpoint = tmp_path_factory.mktemp("learner") / "learner"
-    m = Mediator({"n1": "10.9.1.2", "n2": "10.9.2.2"}, token=TOKEN, api_address=("127.0.0.1", 0),
-                 batch_address=("127.0.0.1", 0), batch_interval=0.02).start()
+    m = start_mediator({"n1": "10.9.1.2", "n2": "10.9.2.2"})
     learner = RecordingLearner.create(policy="qlearning", seed=11)
     m.advisor = Advisor(m.windows, learner, checkpoint=checkpoint, wait_s=5.0)
     try:
@@ -29,12 +26,6 @@ def live(tmp_path_factory):
         yield m, learner, checkpoint, run
     finally:
         m.stop()
-
-
-def own_events(m: Mediator) -> list[tuple[str, int, str]]:
-    kinds = {Kind.CLIENT_INVOKE, Kind.CLIENT_COMPLETE, Kind.FAULT, Kind.LOG}
-    return [(e.event.kind.name, e.event.id, e.event.data) for e in m.ingest.committed
-            if e.event.node == MEDIATOR_NODE and e.event.kind in kinds]
 
 
 def round_ops(i: int) -> list[tuple[str, int, str]]:
