@@ -63,6 +63,17 @@ def key_options(workload: Any) -> dict[str, Any]:
     return {"independent": getattr(workload, "independent", False), "key_base": getattr(workload, "key_base", 0)}
 
 
+def register_parts(value: Any, independent: bool) -> tuple[Any, Any]:
+    """A register op's (key, argument): Jepsen's [key value] tuple when `independent`,
+    else key 0 and the whole value."""
+    return (value[0], value[1]) if independent else (0, value)
+
+
+def register_read(key: Any, got: Any, independent: bool) -> Any:
+    """What a register read completes with: [key got] when `independent`, else got."""
+    return [key, got] if independent else got
+
+
 class Client(Protocol):
     """One connection's worth of client, owned by one worker thread at a time."""
 

@@ -26,7 +26,7 @@ from typing import Any, Mapping
 
 import orjson
 
-from mallory.harness.client import Completion, fail, info, key_prefix, ok
+from mallory.harness.client import Completion, fail, info, key_prefix, ok, register_parts, register_read
 from mallory.oracles.edn import Keyword
 
 
@@ -138,12 +138,12 @@ class EtcdClient:
     # -- register ------------------------------------------------------------------------
 
     def _register(self, f: str, value: Any) -> Completion:
-        key, arg = (value[0], value[1]) if self.independent else (0, value)
+        key, arg = register_parts(value, self.independent)
         name = b64(f"{self._prefix}{key + self.key_base}")
         if f == "read":
             kvs = self.http.call("/v3/kv/range", {"key": name}).get("kvs", [])
             got = int(unb64(kvs[0]["value"])) if kvs else None
-            return ok([key, got] if self.independent else got)
+            return ok(register_read(key, got, self.independent))
         if f == "write":
             self.http.call("/v3/kv/put", {"key": name, "value": b64(str(arg))})
             return ok(value)

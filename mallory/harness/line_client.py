@@ -17,7 +17,7 @@ from __future__ import annotations
 import socket
 from typing import Any, Mapping
 
-from mallory.harness.client import Completion, fail, info, ok
+from mallory.harness.client import Completion, fail, info, ok, register_parts, register_read
 
 MAX_REDIRECTS = 3
 
@@ -127,7 +127,7 @@ class LineClient(LineConnection):
 
     def invoke(self, op: Mapping[str, Any]) -> Completion:
         value = op["value"]
-        key, arg = (value[0], value[1]) if self.independent else (0, value)
+        key, arg = register_parts(value, self.independent)
         f = op["f"]
         wire_key = key + self.key_base
         if f == "read":
@@ -146,7 +146,7 @@ class LineClient(LineConnection):
             if f != "read":
                 return ok(value)
             got = None if rest in ("", "nil") else _int_or_text(rest)
-            return ok([key, got] if self.independent else got)
+            return ok(register_read(key, got, self.independent))
         if word == "FAIL":
             return fail(value, "cas-mismatch" if rest == "mismatch" else "rejected", rest or None)
         if word == "UNKNOWN":

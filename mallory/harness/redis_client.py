@@ -21,7 +21,7 @@ from redis.backoff import NoBackoff
 from redis.connection import Connection
 from redis.retry import Retry
 
-from mallory.harness.client import Completion, fail, info, key_prefix, ok
+from mallory.harness.client import Completion, fail, info, key_prefix, ok, register_parts, register_read
 from mallory.oracles.edn import Keyword
 
 
@@ -90,11 +90,11 @@ class RedisClient:
     # -- register ------------------------------------------------------------------------
 
     def _register(self, f: str, value: Any) -> Completion:
-        key, arg = (value[0], value[1]) if self.independent else (0, value)
+        key, arg = register_parts(value, self.independent)
         name = f"{self._prefix}{key + self.key_base}"
         if f == "read":
             got = _int_or_none(self._call("GET", name))
-            return ok([key, got] if self.independent else got)
+            return ok(register_read(key, got, self.independent))
         if f == "write":
             self._call("SET", name, arg)
             return ok(value)
