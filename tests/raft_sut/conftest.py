@@ -3,14 +3,12 @@ network-namespace cluster per test (root), always taken down."""
 
 from __future__ import annotations
 
-import os
-import shutil
-import uuid
 from pathlib import Path
 
 import pytest
 
 from mallory.harness.raft_sut import build
+from tests.live_stack import netns_cluster
 
 
 @pytest.fixture(scope="session")
@@ -20,12 +18,5 @@ def binary(tmp_path_factory) -> Path:
 
 @pytest.fixture
 def cluster(tmp_path: Path):
-    if os.geteuid() != 0 or shutil.which("ip") is None:
-        pytest.skip("needs root and iproute2 (network namespaces)")
-    from nemesis.netns import NetnsCluster
-
-    c = NetnsCluster.up(f"rkv-{uuid.uuid4().hex[:6]}", 3, data_root=tmp_path / "data")
-    try:
+    with netns_cluster("rkv", tmp_path / "data") as c:
         yield c
-    finally:
-        c.down()
