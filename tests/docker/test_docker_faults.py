@@ -36,11 +36,11 @@ from mallory.mediator.client import MediatorClient
 from mallory.polling import wait_until
 from nemesis.docker_backend import DockerCluster
 from nemesis.docker_stack import API_PORT
-from nemesis.faults.base import FaultContext, FaultReport
+from nemesis.faults.base import FaultContext
 from nemesis.faults.controls import NodeControls, attach
 from nemesis.nemesis import Nemesis
 from nemesis.runstate import proc_state
-from tests.mediator.netns_helpers import count_delivered, in_netns, udp_rtts
+from tests.mediator.netns_helpers import as_links, check_links, count_delivered, in_netns, udp_rtts
 
 pytestmark = [pytest.mark.root, pytest.mark.docker, pytest.mark.timeout(900)]
 
@@ -150,16 +150,6 @@ def live(daemon, project):
         cluster.down()
     assert not (run_dir / cluster.run / "faults").exists()
     assert all(proc_state(p.pid) in (None, "Z") for p in cluster.processes()) or not cluster.record.state_dir.exists()
-
-
-def check_links(namespaces: NodeNamespaces, cut: set[tuple[str, str]]) -> None:
-    got = count_delivered(namespaces, ALL_LINKS, n=10)
-    assert {link for link, n in got.items() if n == 0} == cut, got
-    assert all(n == 10 for link, n in got.items() if link not in cut), got
-
-
-def as_links(report: FaultReport) -> set[tuple[str, str]]:
-    return {tuple(link.split("->")) for link in report.links}  # type: ignore[misc]
 
 
 def node_clock_offset(ctx: FaultContext, node: str) -> float:

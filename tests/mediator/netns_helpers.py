@@ -10,6 +10,7 @@ import socket
 import sys
 import time
 from contextlib import contextmanager
+from itertools import permutations
 from pathlib import Path
 
 import orjson
@@ -41,6 +42,19 @@ def udp_socket(cluster: NetnsCluster, node: str, port: int = 0) -> socket.socket
         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         s.bind((cluster.node_address(node), port))
     return s
+
+
+def check_links(cluster, cut: set[tuple[str, str]]) -> None:
+    """Every directed link between the cluster's nodes carries 10 of 10 datagrams, except
+    exactly those in `cut`, which carry none."""
+    got = count_delivered(cluster, list(permutations(cluster.nodes, 2)), n=10)
+    assert {link for link, n in got.items() if n == 0} == cut, got
+    assert all(n == 10 for link, n in got.items() if link not in cut), got
+
+
+def as_links(report) -> set[tuple[str, str]]:
+    """A fault report's links ("n1->n2") as (src, dst) pairs."""
+    return {tuple(link.split("->")) for link in report.links}  # type: ignore[misc]
 
 
 def count_delivered(cluster: NetnsCluster, links: list[tuple[str, str]], n: int = 20, wait: float = 0.3) -> dict:

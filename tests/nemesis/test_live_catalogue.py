@@ -31,7 +31,7 @@ from nemesis.faults.preloaded import missing_library
 from nemesis.nemesis import Nemesis, default_families
 from nemesis.netns import NetnsCluster
 from nemesis.runstate import proc_state
-from tests.mediator.netns_helpers import TOKEN, MediatorProcess, count_delivered, udp_rtts
+from tests.mediator.netns_helpers import TOKEN, MediatorProcess, as_links, check_links, count_delivered, udp_rtts
 
 pytestmark = [pytest.mark.root, pytest.mark.timeout(300)]
 
@@ -100,16 +100,6 @@ def live(tmp_path_factory):
     finally:
         cluster.down()
     assert not (cluster.record.run_dir / "faults").exists()  # journaled, so cleanup removed it
-
-
-def check_links(cluster: NetnsCluster, cut: set[tuple[str, str]]) -> None:
-    got = count_delivered(cluster, ALL_LINKS, n=10)
-    assert {link for link, n in got.items() if n == 0} == cut, got
-    assert all(n == 10 for link, n in got.items() if link not in cut), got
-
-
-def as_links(report: FaultReport) -> set[tuple[str, str]]:
-    return {tuple(link.split("->")) for link in report.links}  # type: ignore[misc]
 
 
 def test_the_catalogue_offered_to_the_learner(live):
