@@ -17,11 +17,11 @@ from pathlib import Path
 
 from mallory.errors import MalloryError
 from mallory.mediator.campaign import script_of
-from mallory.mediator.campaign_dir import CampaignDir
+from mallory.mediator.campaign_dir import CampaignDir, read_bundle_file
 from mallory.harness.spec import load_spec
 from mallory.harness.suts import BUILTIN_SUTS
 from mallory.mediator.live import replay_script
-from mallory.shrink.bundle import bundle_signature, read_bundle_file
+from mallory.shrink.bundle import bundle_signature
 
 NAME = "replay"
 HELP = "re-enact a bug bundle's fault schedule on a fresh cluster and say whether the bug came back"

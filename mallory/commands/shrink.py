@@ -19,7 +19,8 @@ from pathlib import Path
 
 from mallory.errors import MalloryError
 from mallory.mediator.campaign import ScriptedStep, script_of
-from mallory.shrink.bundle import bundle_signature, read_bundle_file, steps_json, write_shrunk_bundle
+from mallory.mediator.campaign_dir import read_bundle_file
+from mallory.shrink.bundle import bundle_signature, steps_json, write_shrunk_bundle
 from mallory.shrink.fraction import FractionOracle, Verdict
 from mallory.shrink.journal import Journal
 from mallory.shrink.live_replay import LiveReplay

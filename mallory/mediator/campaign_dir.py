@@ -62,6 +62,11 @@ def read_json_object(path: Path, missing: str) -> dict[str, Any]:
     return value
 
 
+def read_bundle_file(bundle: Path, name: str) -> dict[str, Any]:
+    """A bug bundle's JSON object `name` (report.json, schedule.json, campaign.json)."""
+    return read_json_object(Path(bundle) / name, f"{bundle} is not a bug bundle: it has no {name}")
+
+
 class CampaignDir:
     """Reads and writes one campaign's directory."""
 

@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 
 from mallory.errors import MalloryError
-from mallory.mediator.campaign_dir import PLOT_COLUMNS, CampaignDir, read_json_object
+from mallory.mediator.campaign_dir import PLOT_COLUMNS, CampaignDir, read_bundle_file
 
 
 @dataclass(frozen=True)
@@ -164,8 +164,8 @@ def _sightings(path: Path) -> list[dict[str, Any]]:
 
 def load_bug(bundle: Path) -> BugInfo:
     bundle = Path(bundle)
-    report = read_json_object(bundle / "report.json", f"{bundle} is not a bug bundle (no report.json)")
-    schedule = read_json_object(bundle / "schedule.json", f"{bundle} is not a bug bundle (no schedule.json)")
+    report = read_bundle_file(bundle, "report.json")
+    schedule = read_bundle_file(bundle, "schedule.json")
     return BugInfo(bundle.name, bundle, report, schedule, _sightings(bundle / "sightings.jsonl"))
 
 

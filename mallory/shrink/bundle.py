@@ -18,7 +18,6 @@ import orjson
 
 from mallory.errors import MalloryError
 from mallory.mediator.campaign import ScriptedStep
-from mallory.mediator.campaign_dir import read_json_object
 
 
 def steps_json(steps: list[ScriptedStep]) -> list[dict[str, Any]]:
@@ -52,8 +51,3 @@ def bundle_signature(bundle: Path) -> str:
         except (orjson.JSONDecodeError, KeyError, TypeError):
             raise MalloryError(f"{provenance}: no signature in it") from None
     return Path(bundle).name
-
-
-def read_bundle_file(bundle: Path, name: str) -> dict[str, Any]:
-    """A bundle's JSON object `name` (campaign.json, schedule.json), or MalloryError."""
-    return read_json_object(Path(bundle) / name, f"{bundle} is not a bug bundle: it has no {name}")
