@@ -20,7 +20,7 @@ from pathlib import Path
 
 from mallory.cli import tune_gc
 from mallory.report.names import EventNamer
-from mallory.report.recording import read_recording
+from mallory.report.recording import ALL_TIME, read_recording
 from mallory.report.shiviz import shiviz_log
 from mallory.report.sources import DEFAULT_MAX_EVENTS
 from mallory.report.timeline_view import head_by_time, timeline_svg
@@ -49,9 +49,9 @@ def baseline(path: Path) -> int:
     with open(path, "rb") as f:
         for record in read_records(f):
             timeline.add(record)
-            n += len(timeline.take(0, 2**63 - 1))
+            n += len(timeline.take(*ALL_TIME))
     timeline.finish()
-    return n + len(timeline.take(0, 2**63 - 1))
+    return n + len(timeline.take(*ALL_TIME))
 
 
 def main() -> None:
@@ -64,7 +64,7 @@ def main() -> None:
         with open(path, "wb") as f:
             write_records(f, synthetic_stream(args.events, n_nodes=3, packet_share=0.3, events_per_s=RATE, seed=1))
         committed, t_base = timed(lambda: baseline(path), 3)
-        whole, _ = timed(lambda: read_recording([path], [(0, 2**63 - 1)]))
+        whole, _ = timed(lambda: read_recording([path], [ALL_TIME]))
         end = max(e.real_ns for e in whole.spans[0])
         span = (end - 35_000_000_000, end + 1)
         rec, t_read = timed(lambda: read_recording([path], [span]), 3)
