@@ -160,10 +160,7 @@ class DockerCluster(JournaledCluster):
         record = register_run(run, state_root, data_root)
         try:
             cluster = cls(record, layout, client)
-            for node in [*layout.names, GATEWAY]:
-                cluster.data_dir(node).mkdir(parents=True, exist_ok=True)
-                cluster.log_dir(node).mkdir(parents=True, exist_ok=True)
-            record.record(dir=str(record.run_dir / "data"))
+            cluster._make_places()
             record.layout_path.write_text(layout.to_json())
             return cluster
         except BaseException:
@@ -178,10 +175,6 @@ class DockerCluster(JournaledCluster):
         except FileNotFoundError:
             raise MalloryError(f"run {run!r} did not finish coming up; `mallory cleanup {run}`") from None
         return cls(record, layout, docker_client(docker_url))
-
-    def down(self) -> list[str]:
-        """Kill the run's processes and remove its data (logs stay); the containers stay."""
-        return cleanup_run(self.record)
 
     # -- addresses and places ----------------------------------------------------------
 

@@ -17,7 +17,7 @@ from typing import Any, Mapping
 
 from mallory.errors import MalloryError
 from nemesis.backend import NodeProcess
-from nemesis.runstate import RunRecord, proc_start_ticks, proc_state
+from nemesis.runstate import RunRecord, cleanup_run, proc_start_ticks, proc_state
 
 GATEWAY = "gw"  # pseudo-node: processes in the gateway (a namespace or the mediator container)
 
@@ -30,6 +30,18 @@ class JournaledCluster:
     layout: Any
     run: str
     _starts: dict[int, int | None]  # pid -> start ticks, as journaled
+
+    def down(self) -> list[str]:
+        """Kill the run's processes and remove what the run created (logs stay)."""
+        return cleanup_run(self.record)
+
+    def _make_places(self) -> None:
+        """Journal the run's data directory, then make every node's (and the gateway's)
+        data and log directories."""
+        self.record.record(dir=str(self.record.run_dir / "data"))
+        for node in [*self.layout.names, GATEWAY]:
+            self.data_dir(node).mkdir(parents=True, exist_ok=True)
+            self.log_dir(node).mkdir(parents=True, exist_ok=True)
 
     # -- addresses and places ----------------------------------------------------------
 

@@ -202,17 +202,9 @@ class NetnsCluster(JournaledCluster):
             raise MalloryError(f"run {run!r} did not finish coming up; `mallory cleanup {run}`") from None
         return cls(record, layout)
 
-    def down(self) -> list[str]:
-        """Kill the run's processes and remove everything it created (logs stay)."""
-        return cleanup_run(self.record)
-
     def _build(self) -> None:
         lay, rec = self.layout, self.record
-        data = rec.run_dir / "data"
-        rec.record(dir=str(data))
-        for node in [*lay.names, GATEWAY]:
-            self.data_dir(node).mkdir(parents=True, exist_ok=True)
-            self.log_dir(node).mkdir(parents=True, exist_ok=True)
+        self._make_places()
         for node in lay.nodes:
             rec.record(shm=self.shm_name(node.name))
 
