@@ -1,8 +1,8 @@
 """Windows over the committed timeline: complete before taken, late entries counted."""
 
-from mallory.timeline.builder import TimelineBuilder
+from mallory.timeline.builder import Committed, TimelineBuilder
 from mallory.timeline.event import Batch, ClockPair, Event, Kind
-from mallory.timeline.window import Timeline
+from mallory.timeline.window import EntryBuffer, Timeline
 
 
 def test_window_is_complete_only_when_every_node_has_passed_its_end():
@@ -29,3 +29,22 @@ def test_entries_committed_after_their_window_was_taken_are_counted_late():
     t.add(Batch("b", 1, 1_200, [Event("b", Kind.FUNC, 800, 3), Event("b", Kind.FUNC, 1_100, 4)]))
     assert [e.event.id for e in t.take(1_000, 2_000)] == [4]
     assert t.late == 1
+
+
+def _entries(*times_ns: int) -> list[Committed]:
+    return [Committed(Event("a", Kind.FUNC, t, i), t, i + 1, i, None) for i, t in enumerate(times_ns)]
+
+
+def test_entry_buffer_peek_leaves_entries_and_release_before_waits_for_its_slack():
+    """The mediator's windows peek (a window may be asked again) and release what is older
+    than they keep; the slack makes that a pass per slack of stream time, not per batch."""
+    buffer = EntryBuffer()
+    buffer.add(_entries(100, 200, 300, 400))
+    assert [e.real_ns for e in buffer.peek(150, 400)] == [200, 300]
+    assert len(buffer) == 4 and buffer.earliest() == 100
+    buffer.release_before(250, slack=200)  # the oldest (100) is not yet 200 older than 250
+    assert len(buffer) == 4
+    buffer.release_before(350, slack=200)
+    assert [e.real_ns for e in buffer.peek(0, 1_000)] == [400]
+    buffer.release_before(1_000)
+    assert len(buffer) == 0 and buffer.earliest() is None and buffer.late == 0
