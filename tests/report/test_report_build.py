@@ -11,6 +11,7 @@ import pytest
 from mallory.errors import MalloryError
 from mallory.mediator.campaign_dir import CampaignDir
 from mallory.report.build import ReportOptions, build_report
+from mallory.report.campaign_data import BugInfo
 from mallory.report.timeline_view import head_by_time
 from mallory.timeline.codec import write_records
 from mallory.timeline.synthetic import synthetic_stream
@@ -92,3 +93,11 @@ def test_overlay_of_two_synthetic_campaigns(tmp_path):
 def test_not_a_campaign_is_a_clear_error(tmp_path):
     with pytest.raises(MalloryError, match="no campaign"):
         build_report([tmp_path], ReportOptions())
+
+
+def test_bug_first_and_last_seen_skip_sightings_without_a_time(tmp_path):
+    sightings = [{"schedule": 3, "time": 50.0}, {"schedule": 1, "time": 20}, {"schedule": 2}, {"time": "x"}]
+    bug = BugInfo("sig", tmp_path, {}, {}, sightings)
+    assert (bug.first_seen, bug.last_seen, bug.count) == (20, 50.0, 4)
+    untimed = BugInfo("sig", tmp_path, {}, {}, [{"schedule": 0}])
+    assert untimed.first_seen is None and untimed.last_seen is None
