@@ -19,9 +19,6 @@ A server's raft address is `<node address>:<peer port>`; the server derives its 
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Callable, Sequence
@@ -31,6 +28,7 @@ from mallory.harness.adapter import Capabilities
 from mallory.harness.line_client import request_line
 from mallory.harness.spec import SutSpec, load_spec
 from mallory.harness.spec_adapter import TxnLineSpecAdapter
+from mallory.harness.sut_make import make_with_mallory_cc
 from nemesis.backend import ClusterBackend
 
 SUT_DIR = Path(__file__).resolve().parents[2] / "suts" / "raft"
@@ -44,20 +42,9 @@ FAULT_LEADER_TIMEOUT = 5.0
 
 
 def build(build_dir: Path | None = None) -> Path:
-    """Build suts/raft with mallory-cc (the venv's, next to this Python); the binary's path.
-    make is a no-op when the binary is up to date."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLORY_")}
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    argv = ["make", "-C", str(SUT_DIR)] + ([f"BUILD={build_dir}"] if build_dir else [])
-    try:
-        result = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise MalloryError(f"raft-kv: cannot build {SUT_DIR}: {exc}") from None
-    if result.returncode != 0:
-        raise MalloryError(
-            f"raft-kv: building {SUT_DIR} failed (needs libraft-dev, libuv1-dev: .ci/apt/raft.txt):\n"
-            f"{result.stdout[-2000:]}{result.stderr[-2000:]}"
-        )
+    """Build suts/raft with mallory-cc; the binary's path. make is a no-op when the binary
+    is up to date."""
+    make_with_mallory_cc(SUT_DIR, build_dir, "raft-kv", hint="needs libraft-dev, libuv1-dev: .ci/apt/raft.txt")
     return (build_dir or SUT_DIR / "build") / "raft-kv"
 
 

@@ -3,16 +3,14 @@ shipped spec, find its leader and talk to it (the mediator + observers: tests/li
 
 from __future__ import annotations
 
-import os
 import socket
-import subprocess
-import sys
 from pathlib import Path
 
 from mallory.polling import wait_until
 from mallory.harness.spec import parse_spec
 from mallory.harness.spec_adapter import SpecAdapter
 from mallory.harness.line_client import request_line
+from mallory.harness.sut_make import make_with_mallory_cc
 from tests.live_stack import start_mediator  # noqa: F401  (the example SUT's tests and raft_sut's use it as ex.start_mediator)
 
 REPO = Path(__file__).resolve().parents[2]
@@ -27,11 +25,7 @@ LABELS = {
 
 def build(dest: Path) -> Path:
     """Build the SUT with the venv's mallory-cc into dest; the binary's path."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLORY_")}
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    result = subprocess.run(["make", "-C", str(SUT_DIR), f"BUILD={dest}"], env=env, capture_output=True, text=True, timeout=300)
-    if result.returncode != 0:
-        raise AssertionError(f"building the example SUT failed:\n{result.stdout}\n{result.stderr}")
+    make_with_mallory_cc(SUT_DIR, dest, "the example SUT", timeout=300)
     return dest / "example-sut"
 
 
