@@ -158,9 +158,14 @@ def write_watch_file(path: str, watched: Sequence[WatchedPattern]) -> None:
     entries = [
         {"pattern": w.pattern, "name": w.name, "file": w.path.replace("{", "{{").replace("}", "}}")} for w in watched
     ]
+    _replace_file(path, orjson.dumps({"log_events": entries}, option=orjson.OPT_INDENT_2))
+
+
+def _replace_file(path: str, data: bytes) -> None:
+    """Write `path` atomically: a reader sees the old file or the new one, never a torn one."""
     tmp = f"{path}.tmp-{os.getpid()}"
     with open(tmp, "wb") as f:
-        f.write(orjson.dumps({"log_events": entries}, option=orjson.OPT_INDENT_2))
+        f.write(data)
     os.replace(tmp, path)
 
 
@@ -415,10 +420,7 @@ class LogWatcher:
         if self.cursor_path is None or cursor == self._saved:
             return
         doc = {"version": CURSOR_VERSION, "files": {p: list(pos) for p, pos in cursor.items()}}
-        tmp = f"{self.cursor_path}.tmp-{os.getpid()}"
-        with open(tmp, "wb") as f:
-            f.write(orjson.dumps(doc))
-        os.replace(tmp, self.cursor_path)
+        _replace_file(self.cursor_path, orjson.dumps(doc))
         self._saved = cursor
 
     def close(self) -> None:
@@ -427,7 +429,7 @@ class LogWatcher:
 
 
 def load_cursor(path: str) -> dict[str, tuple[int, int, int]]:
-    """A cursor `LogWatcher.save_cursor` wrote; empty when there is none (or it is torn:
+    """A cursor `LogWatcher.checkpoint` wrote; empty when there is none (or it is torn:
     then the files are read from their ends, as on a first start)."""
     try:
         with open(path, "rb") as f:
