@@ -356,9 +356,12 @@ def test_restart_all_brings_up_every_node_anew(live):
     cluster, ctx, nemesis = live
     before = {n: ctx.adapter.process(n).pid for n in NODES}
     ctx.adapter.pause("n2")
+    cut = nemesis.enact("partition:one", random.Random(0))
     report = nemesis.restart_all()
     assert report.healthy, report.to_json()
     assert report.restarted == list(NODES)
+    assert report.healed == [cut.action] and nemesis.active == [] and ctx.mediator.rules() == []
+    check_links(cluster, set())
     after = {n: ctx.adapter.process(n).pid for n in NODES}
     assert all(after[n] != before[n] for n in NODES)
     assert all(ctx.adapter.is_running(n) for n in NODES)
