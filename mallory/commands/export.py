@@ -20,7 +20,7 @@ from mallory.report.names import EventNamer
 from mallory.report.recording import ALL_TIME, read_recording
 from mallory.report.shiviz import shiviz_log
 from mallory.report.timeline_view import tail_by_time
-from mallory.mediator.campaign_dir import read_json_object
+from mallory.mediator.campaign_dir import read_bundle_file
 
 NAME = "export"
 HELP = "export a recorded timeline for other tools (--shiviz: ShiViz's vector-clock log)"
@@ -45,7 +45,7 @@ def _bundle_slice(bundle: Path) -> tuple[list, list[str], dict]:
     if not paths:
         raise MalloryError(f"{bundle}: no event recording at {campaign}/events/ (the bundle's campaign directory)")
     recording = read_recording(paths, [span])
-    config = read_json_object(bundle / "campaign.json", "") if (bundle / "campaign.json").exists() else {}
+    config = read_bundle_file(bundle, "campaign.json") if (bundle / "campaign.json").exists() else {}
     return recording.spans[0], recording.warnings, config
 
 
