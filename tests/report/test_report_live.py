@@ -163,11 +163,22 @@ def test_shiviz_export_of_a_recording_matches_the_timeline(qlearning_campaign, t
 
 
 def test_shiviz_export_of_a_bundle(bug_campaign):
+    import json
+
     (bundle,) = [p for p in (bug_campaign / "bugs").iterdir() if p.is_dir()]
     proc = mallory("export", "--shiviz", str(bundle))
     regex, _, events = parse_shiviz(proc.stdout)
     assert regex == SHIVIZ_REGEX
     assert any(text.startswith("FAULT fault pause:") for text, _, _ in events)
+    # exactly the bundle's schedule span of the campaign's recording, in commit order
+    schedule = json.loads((bundle / "schedule.json").read_text())
+    recording = bug_campaign / "events" / "events.jsonl"
+    with open(recording, "rb") as f:
+        expected = [e for e in committed(read_records(f), node_names(recording))
+                    if schedule["started_ns"] <= e.real_ns < schedule["ended_ns"]]
+    assert [(host, f"({host}#{e.index} L{e.lamport})" in text) for (text, host, _), e in zip(events, expected)] == [
+        (e.event.node, True) for e in expected]
+    assert len(events) == len(expected)
 
 
 def test_bad_input_is_a_clear_error(tmp_path):
