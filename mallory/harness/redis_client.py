@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+import redis
 import redis.exceptions as rex
 from redis.backoff import NoBackoff
 from redis.connection import Connection
@@ -29,6 +30,14 @@ _CAS_SCRIPT = (
     "if redis.call('GET', KEYS[1]) == ARGV[1] then "
     "redis.call('SET', KEYS[1], ARGV[2]) return 1 else return 0 end"
 )
+
+
+def admin_connection(host: str, port: int, timeout: float = 1.0) -> redis.Redis:
+    """A redis-py handle for one-off admin commands (INFO, REPLICAOF, SENTINEL ...) to a
+    server or a sentinel: replies decoded, no retries (a command that did not get through
+    says so at once)."""
+    return redis.Redis(host=host, port=port, socket_timeout=timeout, socket_connect_timeout=timeout,
+                       retry=Retry(NoBackoff(), 0), decode_responses=True)
 
 
 class RedisClient:

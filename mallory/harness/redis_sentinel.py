@@ -26,13 +26,12 @@ from collections import Counter
 from pathlib import Path
 
 import redis
-from redis.backoff import NoBackoff
-from redis.retry import Retry
 
 from mallory.errors import MalloryError
 from mallory.harness.adapter import Capabilities, ProcessAdapter
 from mallory.harness.client import Client, key_options
 from mallory.harness.redis_build import ensure_redis_built
+from mallory.harness.redis_client import admin_connection
 from mallory.harness.redis_sentinel_client import SentinelRedisClient
 from mallory.harness.workload import Workload
 from nemesis.backend import ClusterBackend, NodeProcess
@@ -175,14 +174,7 @@ class RedisSentinelAdapter(ProcessAdapter):
     # -- roles ---------------------------------------------------------------------------
 
     def _connection(self, node: str, port: int) -> redis.Redis:
-        return redis.Redis(
-            host=self.backend.client_address(node),
-            port=port,
-            socket_timeout=1.0,
-            socket_connect_timeout=1.0,
-            retry=Retry(NoBackoff(), 0),
-            decode_responses=True,
-        )
+        return admin_connection(self.backend.client_address(node), port)
 
     def _ask(self, node: str, port: int, *command: object) -> object | None:
         """One command to a node's server or sentinel; None when it does not answer."""

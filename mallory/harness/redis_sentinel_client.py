@@ -13,11 +13,9 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 import redis
-from redis.backoff import NoBackoff
-from redis.retry import Retry
 
 from mallory.harness.client import Completion, fail
-from mallory.harness.redis_client import RedisClient
+from mallory.harness.redis_client import RedisClient, admin_connection
 
 
 class NoMaster(Exception):
@@ -51,9 +49,7 @@ class SentinelRedisClient:
         """(host, port) of the master, from the first sentinel that names one."""
         problems = []
         for host, port in self.sentinels:
-            conn = redis.Redis(host=host, port=port, socket_timeout=self.timeout,
-                               socket_connect_timeout=self.timeout, retry=Retry(NoBackoff(), 0),
-                               decode_responses=True)
+            conn = admin_connection(host, port, self.timeout)
             try:
                 reply = conn.execute_command("SENTINEL", "GET-MASTER-ADDR-BY-NAME", self.master_name)
             except (redis.RedisError, OSError) as exc:

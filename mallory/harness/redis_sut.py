@@ -10,12 +10,10 @@ node comes back empty and resyncs from the primary.
 from __future__ import annotations
 
 import redis
-from redis.backoff import NoBackoff
-from redis.retry import Retry
 
 from mallory.harness.adapter import Capabilities, ProcessAdapter
 from mallory.harness.client import Client, key_options
-from mallory.harness.redis_client import RedisClient
+from mallory.harness.redis_client import RedisClient, admin_connection
 from mallory.harness.workload import Workload
 from nemesis.backend import ClusterBackend
 
@@ -57,14 +55,7 @@ class RedisReplicationAdapter(ProcessAdapter):
         return argv
 
     def _admin(self, node: str) -> redis.Redis:
-        return redis.Redis(
-            host=self.backend.client_address(node),
-            port=self.port,
-            socket_timeout=1.0,
-            socket_connect_timeout=1.0,
-            retry=Retry(NoBackoff(), 0),
-            decode_responses=True,
-        )
+        return admin_connection(self.backend.client_address(node), self.port)
 
     def _replication(self, node: str) -> dict | None:
         """INFO replication of a node, or None when it does not answer."""
