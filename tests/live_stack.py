@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import socket
 import sys
 import uuid
 from contextlib import contextmanager
@@ -76,6 +77,18 @@ def start_observers(cluster, log_watch: Callable[[str], Any] | None = None) -> d
             argv += ["--log-events", str(watch)]
         procs[node] = cluster.spawn(node, argv, name="observer")
     return procs
+
+
+def free_ports(n: int) -> list[int]:
+    """`n` distinct free TCP ports on 127.0.0.1 (all bound at once, so none repeats)."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
 
 
 def stop(cluster, procs: list) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import uuid
 from collections import Counter
@@ -20,20 +19,10 @@ from mallory.observer.ring import RingReader, create_ring, unlink_ring
 from mallory.polling import wait_until
 from mallory.report.sources import sut_catalogue
 from mallory.timeline.event import Kind
+from tests.live_stack import free_ports
 from tests.pysyncobj import kv_cluster as kv
 
 pytestmark = pytest.mark.timeout(180)
-
-
-def free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 class LoopbackCluster:

@@ -4,7 +4,6 @@ spec (pointed at the test's binary and ports), find its leader, and talk to it."
 from __future__ import annotations
 
 import dataclasses
-import socket
 from pathlib import Path
 
 from mallory.harness.raft_sut import DEFAULT_SPEC, SUT_DIR, RaftKvAdapter, parse_status
@@ -18,12 +17,6 @@ LABELS = {
     "became-follower", "leader-change", "leader-lost", "membership-change", "snapshot-index-advanced",
     "not-leader-reply", "apply-failed", "unavailable-exit", "client-command", "admin-command", "client-request", "shutdown",
 }  # fmt: skip
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def adapter(backend, binary: Path, *flags: str, ports: tuple[int, int] = (7000, 7001)) -> RaftKvAdapter:

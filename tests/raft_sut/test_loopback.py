@@ -23,7 +23,7 @@ from mallory.oracles.elle import check_elle
 from mallory.oracles.history import read_history
 from mallory.polling import wait_until
 from tests.raft_sut import raft_cluster as rc
-from tests.live_stack import loopback_with_rings
+from tests.live_stack import free_ports, loopback_with_rings
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -65,7 +65,7 @@ def loopback():
 
 
 def _sut(loopback, binary: Path, *flags: str):
-    return rc.adapter(loopback, binary, *flags, ports=(rc.free_port(), rc.free_port()))
+    return rc.adapter(loopback, binary, *flags, ports=tuple(free_ports(2)))
 
 
 def test_protocol_redirects_and_graceful_stop(binary: Path, loopback) -> None:
