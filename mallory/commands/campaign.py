@@ -246,7 +246,8 @@ def run_inside() -> int:
 def _offloads_off() -> None:
     """The mediator's ends of the node networks: no GSO/GRO, so it sees the packets the
     nodes see (as on the netns backend's veths)."""
+    from nemesis.netns import OFFLOADS
+
     for dev in sorted(os.listdir("/sys/class/net")):
         if dev != "lo":
-            subprocess.run(["ethtool", "-K", dev, "gso", "off", "tso", "off", "gro", "off", "lro", "off", "tx", "off"],
-                           capture_output=True)
+            subprocess.run(["ethtool", "-K", dev, *OFFLOADS], capture_output=True)
