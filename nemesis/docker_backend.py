@@ -203,21 +203,29 @@ class DockerCluster(JournaledCluster):
         exec_id = self.client.api.exec_create(container, list(argv), stdout=True, stderr=True)["Id"]
         # exec_start blocks until the command's output ends (bounded by the client's socket
         # timeout); `timeout` bounds the wait for the Engine to report its exit after that.
-        out, err = self._exec_output(exec_id, timeout)
-        code = self.client.api.exec_inspect(exec_id)["ExitCode"]
-        result = subprocess.CompletedProcess(list(argv), code, out, err)
+        out, err = self.client.api.exec_start(exec_id, demux=True)
+        info = self._finished_exec(exec_id, timeout)
+        if info is None:
+            raise MalloryError(f"exec {exec_id[:12]} did not finish in {timeout} s")
+        code = info["ExitCode"]
+        result = subprocess.CompletedProcess(
+            list(argv), code, (out or b"").decode(errors="replace"), (err or b"").decode(errors="replace")
+        )
         if check and code != 0:
-            raise MalloryError(f"{node}: `{' '.join(argv)}` failed ({code}): {err.strip()}")
+            raise MalloryError(f"{node}: `{' '.join(argv)}` failed ({code}): {result.stderr.strip()}")
         return result
 
-    def _exec_output(self, exec_id: str, timeout: float) -> tuple[str, str]:
+    def _finished_exec(self, exec_id: str, timeout: float) -> dict[str, Any] | None:
+        """The Engine's view of an exec once it has finished; None if it still runs after
+        `timeout` s."""
         deadline = time.monotonic() + timeout
-        out, err = self.client.api.exec_start(exec_id, demux=True)
-        while self.client.api.exec_inspect(exec_id)["Running"]:
+        while True:
+            info = self.client.api.exec_inspect(exec_id)
+            if not info["Running"]:
+                return info
             if time.monotonic() >= deadline:
-                raise MalloryError(f"exec {exec_id[:12]} did not finish in {timeout} s")
+                return None
             time.sleep(0.01)
-        return (out or b"").decode(errors="replace"), (err or b"").decode(errors="replace")
 
     def spawn(
         self,
@@ -262,15 +270,8 @@ class DockerCluster(JournaledCluster):
         if not self._wait_gone(proc, timeout):
             return None
         exec_id = self._execs.get(proc.pid)
-        if exec_id is None:
-            return -1
-        deadline = time.monotonic() + 5
-        while True:
-            info = self.client.api.exec_inspect(exec_id)
-            if not info["Running"] or time.monotonic() >= deadline:
-                break
-            time.sleep(0.01)
-        code = info.get("ExitCode")
+        info = self._finished_exec(exec_id, 5) if exec_id is not None else None
+        code = info.get("ExitCode") if info is not None else None
         if code is None:
             return -1
         # A shell-style status: 128+N for death by signal N.

@@ -29,6 +29,7 @@ from pathlib import Path
 import pytest
 
 from mallory.commands.campaign import compose_command
+from mallory.errors import MalloryError
 from mallory.commands.compose import generate, to_yaml
 from mallory.harness.session import start_all, teardown_all
 from mallory.harness.suts import make_adapter
@@ -293,3 +294,25 @@ def test_killed_controller_leaves_nothing_cleanup_does_not_remove(daemon, projec
         if controller.poll() is None:
             controller.kill()
             controller.wait(5)
+
+
+def test_exec_and_spawn_report_exit_statuses_as_the_netns_backend_does(daemon, project):
+    """exec: the command's exit code and output, MalloryError under check; spawn + wait: an
+    exit code as is, a death by signal N as -N (the Engine's 128+N translated back)."""
+    name, run_dir, tmp = project
+    cluster = DockerCluster.up(f"ex-{uuid.uuid4().hex[:6]}", name, docker_url=daemon.url,
+                               state_root=tmp / "state-exec", data_root=run_dir)
+    try:
+        done = cluster.exec("n1", ["sh", "-c", "echo out; echo err >&2; exit 3"], check=False)
+        assert (done.returncode, done.stdout, done.stderr) == (3, "out\n", "err\n")
+        with pytest.raises(MalloryError, match=r"failed \(3\): err"):
+            cluster.exec("n1", ["sh", "-c", "echo err >&2; exit 3"])
+        assert cluster.exec("n2", ["hostname"]).stdout.strip() == "n2"
+        exits = cluster.spawn("n1", ["sh", "-c", "sleep 0.5; exit 7"], name="exits")
+        assert cluster.wait(exits, 30) == 7
+        sleeper = cluster.spawn("n1", ["sleep", "300"], name="sleeper")
+        assert cluster.wait(sleeper, 0.2) is None and cluster.is_running(sleeper)
+        cluster.signal(sleeper, signal.SIGTERM)
+        assert cluster.wait(sleeper, 30) == -signal.SIGTERM
+    finally:
+        cluster.down()
