@@ -105,3 +105,29 @@ def test_segments_that_continue_a_write_share_one_payload_type():
     [(events, _, _)] = sender.batches
     assert [e.data for e in events] == [b"$523".hex(), b"*1\r\n".hex(), CONTINUATION, "", CONTINUATION, b"+PON".hex()]
     assert [e.id for e in events] == [id_and_data(p)[0] for p in packets]
+
+
+def test_write_starts_reads_ports_past_ip_options_and_forgets_flows_when_full():
+    """The flow key and the flags come from after the IP options; a full table is emptied,
+    so a flow it forgot mid-write starts again (never the other way round); UDP payloads
+    always keep their first bytes."""
+    from mallory.observer.packet import CONTINUATION, WriteStarts
+    from tests.mediator.packets import tcp, udp
+
+    ack, push = 0x10, 0x18
+    options = b"\x01\x01\x01\x00"  # NOP NOP NOP EOL: a 24-byte IP header
+
+    def data(starts: WriteStarts, packet: bytes) -> str:
+        return starts.data(packet, id_and_data(packet)[1])
+
+    starts = WriteStarts(limit=2)
+    a1 = tcp("10.1.1.2", "10.1.2.2", 5000, 9000, 1, b"abcdef", flags=ack, ip_options=options)
+    a2 = tcp("10.1.1.2", "10.1.2.2", 5000, 9000, 7, b"ghijkl", flags=ack, ip_options=options)
+    other_port = tcp("10.1.1.2", "10.1.2.2", 5001, 9000, 1, b"mnopqr", flags=ack, ip_options=options)
+    assert (data(starts, a1), data(starts, other_port), data(starts, a2)) == (b"abcd".hex(), b"mnop".hex(), CONTINUATION)
+    third = tcp("10.1.1.3", "10.1.2.2", 5000, 9000, 1, b"stuvwx", flags=push)
+    assert data(starts, third) == b"stuv".hex()  # a third flow: the table was full and is emptied
+    assert data(starts, a2) == b"ghij".hex()  # forgotten mid-write: a start again
+    assert data(starts, a2) == CONTINUATION
+    datagram = udp("10.1.1.2", "10.1.2.2", 5000, 9000, b"0123456")
+    assert data(starts, datagram) == data(starts, datagram) == b"0123".hex()
