@@ -39,7 +39,7 @@ from typing import Any, Mapping, Sequence
 
 from mallory.errors import MalloryError
 from nemesis.backend import NodeProcess
-from nemesis.journaled import GATEWAY, JournaledCluster
+from nemesis.journaled import GATEWAY, JournaledCluster, run_layout
 from nemesis.runstate import RunRecord, cleanup_run, load_run, register_run
 
 MEDIATOR_SERVICE = "mediator"
@@ -170,11 +170,7 @@ class DockerCluster(JournaledCluster):
     @classmethod
     def attach(cls, run: str, *, docker_url: str | None = None, state_root: Path | None = None) -> "DockerCluster":
         record = load_run(run, state_root)
-        try:
-            layout = DockerLayout.from_json(record.layout_path.read_text())
-        except FileNotFoundError:
-            raise MalloryError(f"run {run!r} did not finish coming up; `mallory cleanup {run}`") from None
-        return cls(record, layout, docker_client(docker_url))
+        return cls(record, run_layout(record, DockerLayout), docker_client(docker_url))
 
     # -- addresses and places ----------------------------------------------------------
 

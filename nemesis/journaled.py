@@ -22,6 +22,14 @@ from nemesis.runstate import RunRecord, cleanup_run, proc_start_ticks, proc_stat
 GATEWAY = "gw"  # pseudo-node: processes in the gateway (a namespace or the mediator container)
 
 
+def run_layout(record: RunRecord, layout_type: Any) -> Any:
+    """The layout (`layout_type.from_json`) a run wrote once it was up."""
+    try:
+        return layout_type.from_json(record.layout_path.read_text())
+    except FileNotFoundError:
+        raise MalloryError(f"run {record.name!r} did not finish coming up; `mallory cleanup {record.name}`") from None
+
+
 class JournaledCluster:
     """Subclasses set `record` (the registered run) and `layout` (`names`, `node(name)`
     with `address` and `gateway_address`), and start `_starts` empty."""

@@ -47,7 +47,7 @@ from typing import Mapping, Sequence
 
 from mallory.errors import MalloryError
 from nemesis.backend import NodeProcess
-from nemesis.journaled import GATEWAY, JournaledCluster
+from nemesis.journaled import GATEWAY, JournaledCluster, run_layout
 from nemesis.runstate import (
     RunRecord,
     cleanup_run,
@@ -196,11 +196,7 @@ class NetnsCluster(JournaledCluster):
     def attach(cls, run: str, *, state_root: Path | None = None) -> "NetnsCluster":
         """A handle on a run that is already up (created by another process)."""
         record = load_run(run, state_root)
-        try:
-            layout = ClusterLayout.from_json(record.layout_path.read_text())
-        except FileNotFoundError:
-            raise MalloryError(f"run {run!r} did not finish coming up; `mallory cleanup {run}`") from None
-        return cls(record, layout)
+        return cls(record, run_layout(record, ClusterLayout))
 
     def _build(self) -> None:
         lay, rec = self.layout, self.record

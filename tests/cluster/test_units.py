@@ -147,3 +147,18 @@ def test_cleanup_removes_rings_of_dead_loopback_processes_only(tmp_path, monkeyp
     finally:
         for name in names.values():
             Path(shm_path(name)).unlink(missing_ok=True)
+
+
+def test_attaching_to_a_run_that_never_wrote_its_layout_names_the_cleanup(tmp_path):
+    """Both backends: a run registered but killed before its layout was written."""
+    from nemesis.docker_backend import DockerCluster
+    from nemesis.netns import NetnsCluster
+
+    record = register_run("half-up", tmp_path / "state", tmp_path / "data")
+    try:
+        for attach in (lambda: NetnsCluster.attach("half-up", state_root=tmp_path / "state"),
+                       lambda: DockerCluster.attach("half-up", state_root=tmp_path / "state")):
+            with pytest.raises(MalloryError, match=r"run 'half-up' did not finish coming up; `mallory cleanup half-up`"):
+                attach()
+    finally:
+        cleanup_run(record)
