@@ -7,9 +7,7 @@ of the common time axis, and collects the observers' loss counts from their batc
 
 from __future__ import annotations
 
-import gc
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -65,28 +63,9 @@ def node_names(path: Path) -> list[str]:
     return sorted(names)
 
 
-@contextmanager
-def _no_cyclic_gc() -> Iterator[None]:
-    """Committed entries form no reference cycles (see the builder), so reference counting
-    frees all that is dropped; the cyclic collector would only walk the kept entries over and
-    over (a third of the time of keeping a 35 s span, bench/bench_report_timeline.py)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
 def read_recording(paths: Sequence[Path], spans: Sequence[tuple[int, int]]) -> Recording:
     """Entries committed in each [start, end) span (commit order, a causal order) over all
     the given recordings (one per mediator incarnation, each a self-contained stream)."""
-    with _no_cyclic_gc():
-        return _read(paths, spans)
-
-
-def _read(paths: Sequence[Path], spans: Sequence[tuple[int, int]]) -> Recording:
     out = Recording(spans=[[] for _ in spans])
     nodes: set[str] = set()
     for path in paths:
