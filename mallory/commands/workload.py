@@ -15,6 +15,7 @@ from mallory.harness.workload import DISTRIBUTIONS, WORKLOADS, make_workload
 NAME = "workload"
 HELP = "run a register / list-append / rw-register workload against an SUT and write its history"
 
+
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sut", required=True, help=f"a TOML SUT spec, or a built-in: {', '.join(BUILTIN_SUTS)}")
     parser.add_argument("--port", type=int, default=6379, help="client port of a built-in SUT (default 6379)")

@@ -16,6 +16,7 @@ from mallory.observer.catalogue import Catalogue, catalogue_path
 #: the most events one diagram of a bug page draws: the first ones of its step window
 DEFAULT_MAX_EVENTS = 1500
 
+
 def sut_catalogue(config: dict) -> Catalogue | None:
     """The catalogue the build wrote next to the SUT's program (`<program>.mallory.json`),
     found through the campaign's spec; None if there is none (names fall back to ids)."""
