@@ -50,7 +50,10 @@ CAMPAIGN_DIR = "/campaign"  # the `campaign` volume
 PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
 YAML_WORDS = {"yes", "no", "true", "false", "on", "off", "null", "y", "n"}  # read back as bools/None
 SOURCE_PACKAGES = ("mallory", "nemesis")
-IGNORED = shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache", "*.egg-info")
+NOT_COPIED = ("__pycache__", "*.pyc", ".pytest_cache", "*.egg-info")
+IGNORED = shutil.ignore_patterns(*NOT_COPIED)
+# nemesis/preload/build: the fault shim goes in from the host's build, nothing else built there
+IGNORED_IN_SOURCES = shutil.ignore_patterns(*NOT_COPIED, "build")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -289,8 +292,7 @@ def generate(
     image = out / "image"
     image.mkdir(parents=True)
     for package in SOURCE_PACKAGES:
-        shutil.copytree(REPO / package, image / package, ignore=shutil.ignore_patterns(
-            "__pycache__", "*.pyc", "build"))  # nemesis/preload/build: the image builds its own shim
+        shutil.copytree(REPO / package, image / package, ignore=IGNORED_IN_SOURCES)
     shutil.copytree(sut_dir, image / "sut", ignore=IGNORED)
     # The clock/disk fault shim, built here (the image has no compiler); copied with its
     # time stamp, so make in the image finds it up to date.
