@@ -132,6 +132,19 @@ class Nemesis:
         if report in self.active:
             self.active.remove(report)
 
+    def heal_all(self, reports: list[FaultReport]) -> list[str]:
+        """Heal `reports`, the latest first and restarts/resumes last (a node must not come
+        back under a disk or clock fault, and network faults go first so it can become
+        ready). A heal that cannot be done now is returned as a problem; its fault stays
+        active for the reset to try again."""
+        problems = []
+        for report in sorted(reversed(reports), key=lambda r: r.family in ("kill", "pause")):
+            try:
+                self.heal(report)
+            except MalloryError as exc:
+                problems.append(f"healing {report.action}: {exc}")
+        return problems
+
     # -- reset -------------------------------------------------------------------------------
 
     def reset(self) -> ResetReport:
@@ -165,16 +178,10 @@ class Nemesis:
         """Heal every active fault, stop clock strobes, clear the fault controls and the
         mediator's rules; what could not be healed goes to `out.problems`."""
         ctx = self.ctx
-        # Network and in-process faults first, so restarted nodes can become ready.
-        order = sorted(reversed(self.active), key=lambda r: r.family in ("kill", "pause"))
-        for report in order:
-            try:
-                self.heal(report)
-                out.healed.append(report.action)
-            except MalloryError as exc:
-                out.problems.append(f"healing {report.action}: {exc}")
-                if report in self.active:
-                    self.active.remove(report)
+        pending = list(self.active)
+        out.problems += self.heal_all(pending)
+        out.healed += [r.action for r in pending if r not in self.active]
+        self.active.clear()  # what could not be healed is given up: the reset is final
         clock = self.families.get("clock")
         if isinstance(clock, ClockFaults):
             clock.stop_strobes()

@@ -62,6 +62,10 @@ class Nemesis(Protocol):
 
     def heal(self, report: Any) -> None: ...
 
+    def heal_all(self, reports: list[Any]) -> list[str]:
+        """Heal them all in a safe order; what could not be healed now, as problems."""
+        ...
+
     def reset(self) -> Any:
         """Heal everything, restart what is dead, check the cluster is healthy."""
         ...
@@ -309,13 +313,7 @@ class Campaign:
         """Heal every active fault; empties `active`. A heal that cannot be done now (say,
         a membership change with no quorum) must not end the campaign: its problem is
         returned for the record, and the schedule's reset tries again."""
-        problems = []
-        # Restarts and resumes last, so a node never comes back under a disk or clock fault.
-        for report in sorted(active, key=lambda r: getattr(r, "family", None) in ("kill", "pause")):
-            try:
-                self.nemesis.heal(report)
-            except MalloryError as exc:
-                problems.append(str(exc))
+        problems = self.nemesis.heal_all(active)
         active.clear()
         return problems
 

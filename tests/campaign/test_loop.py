@@ -57,6 +57,15 @@ class FakeNemesis:
         if report["action"] == self.unhealable:
             raise MalloryError(f"healing {report['action']}: no quorum to add the member back")
 
+    def heal_all(self, reports: list[dict]) -> list[str]:
+        problems = []
+        for report in reversed(reports):
+            try:
+                self.heal(report)
+            except MalloryError as exc:
+                problems.append(str(exc))
+        return problems
+
     def reset(self) -> dict:
         self.resets += 1
         assert not self.active, "the loop heals every active fault before reset"

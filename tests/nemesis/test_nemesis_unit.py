@@ -9,7 +9,7 @@ import pytest
 
 from mallory.errors import MalloryError
 from mallory.harness.adapter import Capabilities
-from nemesis.faults.base import FaultContext
+from nemesis.faults.base import FaultContext, FaultReport
 from nemesis.nemesis import Nemesis
 
 
@@ -32,6 +32,9 @@ class FakeMembershipAdapter:
 
     def process(self, node: str):
         return None
+
+    def wait_ready(self, node: str, timeout: float | None = None) -> None:
+        pass
 
     def primaries(self) -> list[str]:
         return [self.primary]
@@ -88,3 +91,35 @@ def test_without_mediator_or_controls_network_and_preload_faults_are_refused():
         Nemesis(FaultContext(FakeBackend(), FakeMembershipAdapter()), enabled=["partition:one"])
     with pytest.raises(MalloryError, match="needs at least 4 nodes"):
         Nemesis(FaultContext(FakeBackend(), FakeMembershipAdapter(), mediator=object()), enabled=["partition:minority-third"])
+
+
+class RecordingFamily:
+    """A named fake fault family: records the order of heals; `unhealable` specs raise."""
+
+    def __init__(self, family: str, healed: list[str], unhealable: str | None = None) -> None:
+        self.family, self.specs, self.healed, self.unhealable = family, ("x", "y"), healed, unhealable
+
+    def unsupported(self, ctx, spec):
+        return None
+
+    def enact(self, ctx, spec, rng):
+        return FaultReport(action=f"{self.family}:{spec}", family=self.family, spec=spec, verified=True)
+
+    def heal(self, ctx, report):
+        if report.spec == self.unhealable:
+            raise MalloryError("no quorum")
+        self.healed.append(report.action)
+        report.healed = True
+
+
+def test_heal_all_heals_the_latest_first_and_restarts_last():
+    healed: list[str] = []
+    families = [RecordingFamily("kill", healed), RecordingFamily("disk", healed), RecordingFamily("membership", healed, "y")]
+    nemesis = Nemesis(FaultContext(FakeBackend(), FakeMembershipAdapter()), families=families)
+    reports = [nemesis.enact(a, random.Random(0)) for a in ("disk:x", "kill:x", "membership:y", "membership:x")]
+    problems = nemesis.heal_all(reports)
+    assert healed == ["membership:x", "disk:x", "kill:x"]
+    assert problems == ["healing membership:y: no quorum"]
+    assert [r.action for r in nemesis.active] == ["membership:y"]  # the reset tries it again
+    reset = nemesis.reset()
+    assert "healing membership:y: no quorum" in reset.problems and nemesis.active == []
