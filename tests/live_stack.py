@@ -135,10 +135,10 @@ def checked_register_run(sut, out: Path, seconds: float, initial: int | None, ra
 
 
 @contextmanager
-def loopback_with_rings(nodes: int = 3, capacity: int = 1 << 16) -> Iterator[LoopbackBackend]:
+def loopback_with_rings(nodes: int = 3, capacity: int = 1 << 16, root: Path | None = None) -> Iterator[LoopbackBackend]:
     """A loopback cluster whose nodes have rings, as an observer would create them; destroying
-    the backend removes them."""
-    backend = LoopbackBackend(nodes)
+    the backend removes them (and its root, unless `root` was given: then the logs stay)."""
+    backend = LoopbackBackend(nodes, root)
     try:
         for node in backend.nodes:
             create_ring(backend.shm_name(node), capacity, exist_ok=True)

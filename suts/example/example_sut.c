@@ -36,6 +36,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -300,10 +301,16 @@ static void send_peer(struct peer *p, const char *line)
 static void peer_connect(struct peer *p, double now)
 {
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(p->port)};
+    struct sockaddr_in self = {.sin_family = AF_INET};
     int one = 1;
     inet_pton(AF_INET, p->host, &a.sin_addr);
+    inet_pton(AF_INET, S.host, &self.sin_addr);
     p->out.fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
     setsockopt(p->out.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    /* From our own address: a peer knows us by the source address (accept_into keeps one
+     * connection per address), and on loopback the kernel would otherwise pick 127.0.0.1
+     * for every node, so two peers' connections kept replacing each other. */
+    bind(p->out.fd, (struct sockaddr *)&self, sizeof self);
     p->out.len = 0;
     p->connecting = 1;
     p->opened_at = now;
@@ -862,7 +869,12 @@ int main(int argc, char **argv)
     }
     for (int i = 0; i < MAX_INBOUND; i++) S.inbound[i].fd = -1;
     for (int i = 0; i < MAX_CLIENTS; i++) S.clients[i].fd = -1;
-    srand((unsigned)(getpid() ^ (long)now_ms()));
+    /* Election timeouts must differ between nodes. pid ^ start time did not: nodes started
+     * a millisecond apart with consecutive pids drew the same seed, timed out in lockstep
+     * and split every vote (a 3-node cluster without a leader, about 1 start in 10). */
+    unsigned seed;
+    if (getrandom(&seed, sizeof seed, 0) != sizeof seed) seed = (unsigned)getpid() * 2654435761u ^ (unsigned)(now_ms() * 1e3);
+    srand(seed);
     load_persistent();
     S.peer_listener = listen_on(S.peer_port);
     S.client_listener = listen_on(S.client_port);

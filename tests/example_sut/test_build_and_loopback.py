@@ -59,8 +59,8 @@ def test_unknown_bug_names_are_refused(binary: Path, tmp_path: Path) -> None:
 
 
 @pytest.fixture
-def loopback():
-    with loopback_with_rings() as backend:
+def loopback(tmp_path: Path):
+    with loopback_with_rings(root=tmp_path / "cluster") as backend:  # logs stay for a failure's post-mortem
         yield backend
 
 
@@ -91,6 +91,37 @@ def test_register_workload_is_linearizable_and_events_reach_the_rings(binary: Pa
         assert names[node]["apply"] >= summary.completions["ok"] // 2  # every node applies the log
         if node != leader:
             assert names[node]["append-received"] > 100 and names[node]["became-leader"] == 0
+
+
+def _peer_connections(port: int) -> set[tuple[str, str]]:
+    """(local, remote) addresses of the established TCP connections to `port`, from
+    /proc/net/tcp (addresses there are hex, little-endian)."""
+    def address(field: str) -> tuple[str, int]:
+        ip, hex_port = field.split(":")
+        return ".".join(str(int(ip[i : i + 2], 16)) for i in (6, 4, 2, 0)), int(hex_port, 16)
+
+    found = set()
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        local, remote, state = line.split()[1:4]
+        (local_ip, local_port), (remote_ip, _) = address(local), address(remote)
+        if state == "01" and local_port == port:
+            found.add((local_ip, remote_ip))
+    return found
+
+
+def test_each_peer_connects_from_its_own_address(binary: Path, loopback) -> None:
+    """Nodes tell peers apart by source address (one inbound connection each); on loopback
+    every node must therefore connect from its own 127.0.0.x, not the kernel's 127.0.0.1."""
+    sut = ex.adapter(loopback, binary)
+    addresses = {loopback.node_address(n) for n in loopback.nodes}
+    expected = {(a, b) for a in addresses for b in addresses if a != b}
+    try:
+        start_all(sut)
+        ex.wait_leader(sut)
+        wait_until(lambda: _peer_connections(7001) >= expected, 5, "a connection between every two nodes")
+        assert {pair for pair in _peer_connections(7001) if pair[0] in addresses} == expected
+    finally:
+        teardown_all(sut)
 
 
 def test_killed_or_paused_leader_is_replaced_and_the_cluster_recovers(binary: Path, loopback, tmp_path: Path) -> None:
