@@ -184,6 +184,13 @@ def stall_catchup_sequence(cluster, sut, mediator, driver: Driver, stale_writes:
         return sorted(ops[-3:]) == ["G", "P", "P"]
 
     wait_until(stale_ops_logged, 10, "the stale ops in the old leader's log")
+    # Back from its stall, a node with the bug applies its own entries up to the new
+    # leader's commit index: let that reach past the stale read, however many probes each
+    # log holds. More probe reads (another key, outside the history: a write of the
+    # register here would let the stale read linearize before it) each commit an entry.
+    new_log = cluster.data_dir(new) / "raft.log"
+    while len(new_log.read_text().splitlines()) <= len(raft_log.read_text().splitlines()):
+        assert ex.request(cluster.client_address(new), "GET probe").startswith("OK")
     driver.fault("pause", [old])
     sut.pause(old)
     driver.fault("heal", None)
