@@ -30,8 +30,13 @@ from mallory.timeline.codec import encode
 from mallory.timeline.event import Batch, ClockPair, Kind
 
 
+#: Packet ids of a node's SEND/RECV events that the firewall had not logged when their batch
+#: arrived, kept for a late join; past this many an id counts as unjoined for good.
+MAX_WAITING_JOINS = 10_000
+
+
 class _Node:
-    __slots__ = ("clock", "base", "offset", "next_seq", "batches", "events", "lost", "joined", "unjoined")
+    __slots__ = ("clock", "base", "offset", "next_seq", "batches", "events", "lost", "joined", "unjoined", "waiting")
 
     def __init__(self) -> None:
         self.clock: ClockPair | None = None
@@ -42,7 +47,8 @@ class _Node:
         self.events = 0
         self.lost = 0
         self.joined = 0
-        self.unjoined = 0
+        self.unjoined = 0  # given up on (beyond MAX_WAITING_JOINS); stats add the waiting ones
+        self.waiting: set[int] = set()
 
 
 class Ingest:
@@ -100,6 +106,10 @@ class Ingest:
                     if e.kind is Kind.SEND or e.kind is Kind.RECV:
                         if e.id in packets:
                             node.joined += 1
+                        elif len(node.waiting) < MAX_WAITING_JOINS:
+                            # An observer's batch can overtake its packet to the firewall (a
+                            # busy queue thread, a held packet): join it when stats are read.
+                            node.waiting.add(e.id)
                         else:
                             node.unjoined += 1
             self._record(rebased)
@@ -127,9 +137,14 @@ class Ingest:
     def stats(self) -> dict[str, object]:
         with self._lock:
             lags = sorted(self.lags_ns)
+            if self.packets is not None:
+                for n in self._nodes.values():
+                    late = {i for i in n.waiting if i in self.packets}
+                    n.joined += len(late)
+                    n.waiting -= late
             nodes = {
                 name: {"batches": n.batches, "events": n.events, "lost": n.lost, "joined": n.joined,
-                       "unjoined": n.unjoined, "next_seq": n.next_seq}
+                       "unjoined": n.unjoined + len(n.waiting), "next_seq": n.next_seq}
                 for name, n in sorted(self._nodes.items())
             }
             builder = self.builder.stats()

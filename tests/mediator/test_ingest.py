@@ -63,6 +63,10 @@ def test_send_and_recv_join_the_mediators_packet_records():
     assert (nodes["n2"]["joined"], nodes["n2"]["unjoined"]) == (1, 0)  # FUNC events are not packets
     recv = [c for c in ingest.committed if c.event.kind is Kind.RECV]
     assert recv and recv[0].send.event.id == 111
+    # The batch overtook packet 222 to the firewall: it joins once the firewall logs it.
+    log.add(222, 6, "n1", "n2", "", "accept")
+    nodes = ingest.stats()["nodes"]
+    assert (nodes["n1"]["joined"], nodes["n1"]["unjoined"]) == (2, 0)
 
 
 def test_lost_events_and_commit_lag_are_reported():
