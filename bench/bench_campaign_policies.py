@@ -74,6 +74,7 @@ def main() -> None:
     args = parser.parse_args()
 
     root = args.out or Path(tempfile.mkdtemp(prefix="mallory-bench-"))
+    root.mkdir(parents=True, exist_ok=True)
     runs: dict[str, list[list[tuple[float, int, int]]]] = {"qlearning": [], "random": []}
     for seed in args.seeds:
         batches = [("qlearning", "random")] if args.side_by_side else [("qlearning",), ("random",)]
