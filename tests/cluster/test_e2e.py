@@ -80,18 +80,27 @@ def test_raft_cluster_observed_by_observers_and_mediator(make_cluster, tmp_path)
         cluster.signal(proc, signal.SIGTERM)
     for proc in observers:
         assert cluster.wait(proc, 10) == 0
-    time.sleep(0.5)
+
+    def recorded_events() -> list:
+        with open(tmp_path / "rec" / "events.jsonl", "rb") as f:
+            batches = [r for r in read_records(f) if isinstance(r, Batch)]
+        return [e for b in batches for e in b.events if e.node in cluster.nodes]
+
+    def sends_and_recvs() -> tuple[Counter, Counter]:
+        events = recorded_events()
+        return Counter(e.id for e in events if e.kind == Kind.SEND), Counter(e.id for e in events if e.kind == Kind.RECV)
+
+    # The observers sent their last batches before exiting; the mediator records each as it
+    # ingests it, the metrics counted under the same lock.
+    wait_until(lambda: min(sum(c.values()) for c in sends_and_recvs()) >= forwarded, 10, "every SEND and RECV recorded")
     metrics = api_get(cluster, "/metrics")
     cluster.signal(mediator, signal.SIGTERM)
     assert cluster.wait(mediator, 10) == 0
 
     assert forwarded > 50
     assert metrics["firewall"]["seen"] == forwarded  # the mediator saw every segment
-    with open(tmp_path / "rec" / "events.jsonl", "rb") as f:
-        batches = [r for r in read_records(f) if isinstance(r, Batch)]
-    events = [e for b in batches for e in b.events if e.node in cluster.nodes]
-    sends = Counter(e.id for e in events if e.kind == Kind.SEND)
-    recvs = Counter(e.id for e in events if e.kind == Kind.RECV)
+    events = recorded_events()
+    sends, recvs = sends_and_recvs()
     assert sum(sends.values()) == forwarded and sends == recvs
     ingest = metrics["ingest"]
     for node in cluster.nodes:
