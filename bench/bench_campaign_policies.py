@@ -26,6 +26,8 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+from mallory.harness.sut_make import make_with_mallory_cc  # noqa: E402
 EXAMPLE_SPEC = REPO / "suts" / "example" / "example.toml"
 
 
@@ -73,6 +75,8 @@ def main() -> None:
     parser.add_argument("--side-by-side", action="store_true", help="run a seed's two campaigns at the same time")
     args = parser.parse_args()
 
+    if Path(args.sut) == EXAMPLE_SPEC:  # its spec runs build/example-sut: never a stale one
+        make_with_mallory_cc(EXAMPLE_SPEC.parent, None, "the example SUT")
     root = args.out or Path(tempfile.mkdtemp(prefix="mallory-bench-"))
     root.mkdir(parents=True, exist_ok=True)
     runs: dict[str, list[list[tuple[float, int, int]]]] = {"qlearning": [], "random": []}

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from mallory.commands.campaign import base_tarball, ensure_base_image
+from mallory.harness.sut_make import make_with_mallory_cc
 from nemesis.docker_backend import docker_client
 from tests.docker.daemon import start_daemon, stop_daemon
 
@@ -41,7 +42,5 @@ def client(daemon):
     built = not base_tarball(None).exists()
     ensure_base_image(client)
     print(f"\nbase image {'built and ' if built else ''}imported in {time.monotonic() - t0:.1f} s", file=sys.stderr)
-    if not (EXAMPLE / "build" / "example-sut").exists():
-        subprocess.run(["make", "-s", "-C", str(EXAMPLE)], check=True,
-                       env={**os.environ, "PATH": f"{REPO / '.venv/bin'}:{os.environ['PATH']}"})
+    make_with_mallory_cc(EXAMPLE, None, "the example SUT")  # a no-op when up to date, never stale
     return client

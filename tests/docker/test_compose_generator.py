@@ -14,6 +14,7 @@ from hypothesis import given, strategies as st
 from mallory.commands.campaign import Project, fuzz_argv, read_env
 from mallory.commands.compose import compose_model, generate, to_yaml
 from mallory.errors import MalloryError
+from mallory.harness.sut_make import make_with_mallory_cc
 
 REPO = Path(__file__).resolve().parents[2]
 SETTINGS = {"duration": "24h", "policy": "qlearning", "seed": 7, "faults": "partition,kill", "workload": "register",
@@ -138,8 +139,7 @@ def test_cli_reports_errors_without_traceback(tmp_path):
 
 def test_the_example_sut_project_is_valid_for_docker_compose(tmp_path):
     """docker-compose itself accepts the project (and the .env interpolation)."""
-    if not (REPO / "suts/example/build/example-sut").exists():
-        subprocess.run(["make", "-s", "-C", str(REPO / "suts/example"), "CC=cc"], check=True)
+    make_with_mallory_cc(REPO / "suts/example", None, "the example SUT")  # a no-op when up to date
     out = tmp_path / "ex"
     generate(sut=REPO / "suts/example/example.toml", nodes=3, out=out, settings=SETTINGS)
     result = subprocess.run(["docker-compose", "--project-directory", str(out), "-f", str(out / "docker-compose.yml"),
