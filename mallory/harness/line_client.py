@@ -42,8 +42,9 @@ def request_line(address: str, port: int, line: str, timeout: float = 2.0) -> st
 class LineConnection:
     """One kept-open connection to a line-protocol server that follows `ERR not-leader
     <host>` redirects: what the register and the TXN clients share. `exchange` sends one
-    request line and gives back the reply line, or the Completion that ends the op when
-    there is none to give."""
+    request line and gives back the reply split at its first word, or the Completion that
+    ends the op when the reply settles nothing more (UNKNOWN, timeouts, redirects gone
+    nowhere)."""
 
     def __init__(self, host: str, port: int, *, timeout: float = 2.0) -> None:
         self.host = host
@@ -70,11 +71,11 @@ class LineConnection:
                 self._sock = None
                 self._buf = b""
 
-    def exchange(self, value: Any, request: str) -> str | Completion:
+    def exchange(self, value: Any, request: str) -> tuple[str, str] | Completion:
         """Send `request`, following the leader a few times, to the same port; the first
-        reply that is not a redirect, or: a fail when no connection could be made or the
-        redirects led nowhere (nothing was applied on the way), an info on a timeout or a
-        lost connection (the request may have been applied)."""
+        reply that is not a redirect as (word, rest), or: a fail when no connection could be
+        made or the redirects led nowhere (nothing was applied on the way), an info on
+        UNKNOWN, a timeout or a lost connection (the request may have been applied)."""
         for _ in range(MAX_REDIRECTS + 1):
             if self._sock is None:  # a redirect that went nowhere: back to our own node
                 try:
@@ -90,8 +91,10 @@ class LineConnection:
                 self.close()
                 return info(value, "connection-lost", str(exc))
             word, _, rest = reply.partition(" ")
+            if word == "UNKNOWN":
+                return info(value, "unknown", rest or None)
             if not (word == "ERR" and rest.startswith("not-leader")):
-                return reply
+                return word, rest
             parts = rest.split()
             leader = parts[1] if len(parts) > 1 else "-"
             if leader in ("-", self._target):
@@ -141,7 +144,7 @@ class LineClient(LineConnection):
         reply = self.exchange(value, request)
         if isinstance(reply, Completion):
             return reply
-        word, _, rest = reply.partition(" ")
+        word, rest = reply
         if word == "OK":
             if f != "read":
                 return ok(value)
@@ -149,9 +152,7 @@ class LineClient(LineConnection):
             return ok(register_read(key, got, self.independent))
         if word == "FAIL":
             return fail(value, "cas-mismatch" if rest == "mismatch" else "rejected", rest or None)
-        if word == "UNKNOWN":
-            return info(value, "unknown", rest or None)
-        return fail(value, "error", reply)
+        return fail(value, "error", f"{word} {rest}".strip())
 
 
 def _int_or_text(text: str) -> Any:

@@ -52,12 +52,10 @@ class RaftTxnClient(LineConnection):
         reply = self.exchange(txn, request)
         if isinstance(reply, Completion):
             return reply
-        word, _, rest = reply.partition(" ")
+        word, rest = reply
         if word == "OK":
             return self._filled(txn, rest.split())
-        if word == "UNKNOWN":
-            return info(txn, "unknown", rest or None)
-        return fail(txn, "error", reply)
+        return fail(txn, "error", f"{word} {rest}".strip())
 
     def _filled(self, txn: list, results: list[str]) -> Completion:
         if len(results) != len(txn):

@@ -86,13 +86,13 @@ def test_raft_cluster_observed_by_observers_and_mediator(make_cluster, tmp_path)
             batches = [r for r in read_records(f) if isinstance(r, Batch)]
         return [e for b in batches for e in b.events if e.node in cluster.nodes]
 
-    def sends_and_recvs() -> tuple[Counter, Counter]:
-        events = recorded_events()
+    def sends_and_recvs(events: list) -> tuple[Counter, Counter]:
         return Counter(e.id for e in events if e.kind == Kind.SEND), Counter(e.id for e in events if e.kind == Kind.RECV)
 
     # The observers sent their last batches before exiting; the mediator records each as it
     # ingests it, the metrics counted under the same lock.
-    wait_until(lambda: min(sum(c.values()) for c in sends_and_recvs()) >= forwarded, 10, "every SEND and RECV recorded")
+    wait_until(lambda: min(sum(c.values()) for c in sends_and_recvs(recorded_events())) >= forwarded, 10,
+               "every SEND and RECV recorded")
     metrics = api_get(cluster, "/metrics")
     cluster.signal(mediator, signal.SIGTERM)
     assert cluster.wait(mediator, 10) == 0
@@ -100,7 +100,7 @@ def test_raft_cluster_observed_by_observers_and_mediator(make_cluster, tmp_path)
     assert forwarded > 50
     assert metrics["firewall"]["seen"] == forwarded  # the mediator saw every segment
     events = recorded_events()
-    sends, recvs = sends_and_recvs()
+    sends, recvs = sends_and_recvs(events)
     assert sum(sends.values()) == forwarded and sends == recvs
     ingest = metrics["ingest"]
     for node in cluster.nodes:
