@@ -773,9 +773,11 @@ static void run(void)
         for (int k = 0; k < n; k++) {
             if (!pfd[k].revents) continue;
             if (owner[k] == &S.peer_listener) {
-                /* read at once: what queued up during a stall belongs to this round */
-                struct conn *c = accept_into(S.peer_listener, S.inbound, MAX_INBOUND, 1);
-                if (c && !read_lines(c, handle_inbound, NULL)) conn_close(c);
+                /* Every waiting connection, each read at once: what queued up during a stall
+                 * belongs to this round, whichever peer happened to reconnect first. */
+                struct conn *c;
+                while ((c = accept_into(S.peer_listener, S.inbound, MAX_INBOUND, 1)))
+                    if (!read_lines(c, handle_inbound, NULL)) conn_close(c);
                 continue;
             }
             if (owner[k] == &S.client_listener) { accept_into(S.client_listener, S.clients, MAX_CLIENTS, 0); continue; }

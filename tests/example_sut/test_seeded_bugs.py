@@ -191,12 +191,26 @@ def stall_catchup_sequence(cluster, sut, mediator, driver: Driver, stale_writes:
     new_log = cluster.data_dir(new) / "raft.log"
     while len(new_log.read_text().splitlines()) <= len(raft_log.read_text().splitlines()):
         assert ex.request(cluster.client_address(new), "GET probe").startswith("OK")
+    # What the others sent the old leader before giving up on a connection (the new leader's
+    # vote request and its first appends, of an older commit index) would be retransmitted
+    # after the heal and could reach it first: wait until each such connection is reset
+    # (after two election timeouts without a reply), so that only fresh ones carry messages.
+    old_peer_port = f"{cluster.node_address(old)}:7001"
+
+    def nothing_unsent_to_old() -> bool:
+        for node in rest:
+            out = cluster.exec(node, ["ss", "-tnH", "state", "established", "( dport = :7001 )"]).stdout
+            if any(old_peer_port in line and int(line.split()[1]) > 0 for line in out.splitlines()):
+                return False
+        return True
+
+    wait_until(nothing_unsent_to_old, 10, "the others to give up their connections to the old leader")
     driver.fault("pause", [old])
     sut.pause(old)
     driver.fault("heal", None)
     cut(mediator, old, rest, heal=True)
-    # TCP retransmits what the partition held back; wait until the new leader's appends
-    # sit in the paused node's receive queue.
+    # The new leader reconnects (the paused node's kernel completes the handshake); wait
+    # until its appends sit in the paused node's receive queue.
     leader_address = cluster.node_address(new)
 
     def queued() -> bool:
