@@ -8,7 +8,7 @@ network namespaces) one after the other and prints, from their plot_data:
     qlearning took to reach the same count (from the mean curves);
   - time to first bug per run, where there was one.
 
-    .venv/bin/python bench/bench_campaign_policies.py --duration 5m --seeds 1 2 [--sut SPEC] [--side-by-side]
+    .venv/bin/python bench/bench_campaign_policies.py --duration 5m --seeds 1 2 [--sut SPEC] [--side-by-side] [--prior shared]
 
 --side-by-side runs a seed's two campaigns at the same time (the same machine load for
 both, half the wall time) instead of one after the other.
@@ -73,6 +73,7 @@ def main() -> None:
     parser.add_argument("--workload", default="register")
     parser.add_argument("--out", type=Path, default=None, help="keep the campaign directories here")
     parser.add_argument("--side-by-side", action="store_true", help="run a seed's two campaigns at the same time")
+    parser.add_argument("--prior", default=None, help="qlearning's prior (see `mallory fuzz --prior`)")
     args = parser.parse_args()
 
     if Path(args.sut) == EXAMPLE_SPEC:  # its spec runs build/example-sut: never a stale one
@@ -91,6 +92,8 @@ def main() -> None:
                         "--workload", args.workload]
                 if args.faults:
                     argv += ["--faults", args.faults]
+                if args.prior and policy == "qlearning":
+                    argv += ["--prior", args.prior]
                 print(f"== {policy} seed {seed}: {out}", flush=True)
                 log = open(root / f"{policy}-{seed}.log", "w")
                 started[policy] = (out, log, subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, text=True))

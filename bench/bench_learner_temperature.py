@@ -58,6 +58,7 @@ def main() -> int:
     rows: list[tuple[str, str, dict[str, float]]] = [("random", "random", {})]
     rows += [(f"T={t:g}", "qlearning", {"temperature": t}) for t in (100, 1, 0.3, 0.1, 0.05, 0.03, 0.02, 0.01, 0.005)]
     rows.append(("epsilon-greedy(0.1)", "epsilon-greedy", {"epsilon": 0.1}))
+    rows += [(f"T={t:g} shared prior", "qlearning", {"temperature": t, "prior": "shared"}) for t in (0.1, 0.03, 0.01)]
     print(f"distinct states in {STEPS} steps, mean over {SEEDS} seeds (standard error of the mean)")
     print(f"  {'':22s} {'stationary':>16s} {'drift at half':>16s}")
     for label, name, params in rows:

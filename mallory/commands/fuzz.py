@@ -26,7 +26,7 @@ from mallory import __version__
 from mallory.errors import MalloryError
 from mallory.harness.workload import WORKLOADS
 from mallory.learner.learner import Learner
-from mallory.learner.policies import POLICIES
+from mallory.learner.policies import POLICIES, PRIORS
 from mallory.learner.calibration import calibrate_threshold
 from mallory.mediator.campaign import Campaign, LoopConfig, RealSleeper, steady_summaries
 from mallory.mediator.campaign_dir import CampaignDir
@@ -55,6 +55,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--policy", choices=sorted(POLICIES), default="qlearning")
     parser.add_argument("--reward", default="paper", help="reward: paper (-1 seen, 0 new) or novelty")
     parser.add_argument("--temperature", type=float, default=None, help="qlearning softmax temperature")
+    parser.add_argument("--prior", choices=PRIORS, default=None,
+                        help="where an untried fault starts in a state: optimistic (0: try each once there "
+                        "first) or shared (its mean value over the states where it was tried)")
     parser.add_argument("--out", type=Path, help="campaign directory (new)")
     parser.add_argument("--resume", type=Path, metavar="DIR", help="continue the campaign in DIR")
     parser.add_argument("--seed", type=int, default=0, help="root seed (each schedule's seed derives from it)")
@@ -95,6 +98,7 @@ def _config(args: argparse.Namespace) -> dict[str, Any]:
         "policy": args.policy,
         "reward": args.reward,
         "temperature": args.temperature,
+        "prior": args.prior,
         "seed": args.seed,
         "faults": args.faults.split(",") if args.faults else None,
         "workload": args.workload,
@@ -114,7 +118,7 @@ def _learner(directory: CampaignDir, config: dict[str, Any]) -> Learner:
     saved = directory.load_learner()
     if saved is not None:
         return Learner.from_checkpoint(saved)
-    params = {"temperature": config["temperature"]} if config.get("temperature") is not None else {}
+    params = {key: config[key] for key in ("temperature", "prior") if config.get(key) is not None}
     return Learner.create(policy=config["policy"], reward=config["reward"], seed=config["seed"],
                           threshold=config["threshold"], policy_params=params)
 

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mallory.errors import MalloryError
-from mallory.learner.policies import DEFAULT_TEMPERATURE, POLICIES, make_policy
+from mallory.learner.policies import DEFAULT_TEMPERATURE, POLICIES, make_policy, policy_from_state
 
 ACTIONS = ["partition:majority", "kill:one", "pause:all", "clock:bump"]
 #: chi-square critical values at p = 0.001 by degrees of freedom
@@ -44,6 +44,58 @@ def test_q_update_equals_the_formula(history, name):
     for (state, action), value in q.items():
         assert policy.q_value(state, action) == value  # exactly, not approximately
     assert policy.q_value(99, "never") == 0.0
+
+
+@settings(max_examples=80, deadline=None)
+@given(history=transitions, name=st.sampled_from(["qlearning", "epsilon-greedy"]))
+def test_shared_prior_starts_an_untried_pair_at_the_actions_mean_elsewhere(history, name):
+    """The same Q-learning, except that a pair not updated yet is worth the mean Q of its
+    action over the states where that action was updated (0 where it never was)."""
+    policy = make_policy(name, seed=1, prior="shared")
+    q: dict[tuple[int, str], float] = {}
+
+    def value(state: int, action: str) -> float:
+        if (state, action) in q:
+            return q[(state, action)]
+        tried = [v for (_, a), v in q.items() if a == action]
+        return math.fsum(tried) / len(tried) if tried else 0.0
+
+    for state, action, reward, next_state, terminal in history:
+        future = 0.0 if terminal else max(value(next_state, a) for a in ACTIONS)
+        old = value(state, action)
+        q[(state, action)] = old + 0.1 * (reward + 0.6 * future - old)
+        policy.update(state, action, reward, next_state, [] if terminal else ACTIONS)
+        for s in range(6):
+            for a in ACTIONS:
+                assert policy.q_value(s, a) == value(s, a), (s, a)
+
+
+def test_shared_prior_leans_a_new_state_towards_what_worked_elsewhere():
+    shared = make_policy("qlearning", seed=3, prior="shared")
+    optimistic = make_policy("qlearning", seed=3)
+    for policy in (shared, optimistic):
+        for state in range(5):  # in every state met so far, kill:one found new states, the rest did not
+            for action in ACTIONS:
+                policy.update(state, action, 0.0 if action == "kill:one" else -1.0, state + 1, ACTIONS)
+    assert shared.probabilities(99, ACTIONS)[ACTIONS.index("kill:one")] > 0.99
+    assert optimistic.probabilities(99, ACTIONS) == [0.25] * 4  # all untried: uniform
+
+
+def test_shared_prior_survives_a_checkpoint_in_any_row_order():
+    """A restored policy fills its rows in another order than the updates did; the shared
+    means (exact sums) and so the choices come out the same."""
+    original = make_policy("qlearning", seed=5, prior="shared")
+    rng = random.Random(2)
+    for _ in range(400):
+        original.update(rng.randrange(50), rng.choice(ACTIONS), rng.choice([0.0, -1.0]), rng.randrange(50), ACTIONS)
+    saved = original.to_state()
+    means = [original.untried_value(a) for a in ACTIONS]
+    choices = [original.choose(777, ACTIONS) for _ in range(200)]
+    for rows in (saved["q"], list(reversed(saved["q"]))):
+        restored = policy_from_state({**saved, "q": rows})
+        assert restored.prior == "shared"
+        assert [restored.untried_value(a) for a in ACTIONS] == means  # exactly
+        assert [restored.choose(777, ACTIONS) for _ in range(200)] == choices
 
 
 def test_q_update_by_hand():
@@ -166,6 +218,8 @@ def test_bad_names_and_parameters_are_user_errors():
         ("qlearning", {"gamma": "0.6"}),
         ("epsilon-greedy", {"epsilon": -0.1}),
         ("random", {"temperature": 1}),
+        ("qlearning", {"prior": "pessimistic"}),
+        ("random", {"prior": "shared"}),
     ]:
         with pytest.raises(MalloryError):
             make_policy(name, **params)
