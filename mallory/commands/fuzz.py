@@ -57,7 +57,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--temperature", type=float, default=None, help="qlearning softmax temperature")
     parser.add_argument("--prior", choices=PRIORS, default=None,
                         help="where an untried fault starts in a state: optimistic (0: try each once there "
-                        "first) or shared (its mean value over the states where it was tried)")
+                        "first) or shared (its mean value over the states where it was tried; the default)")
     parser.add_argument("--out", type=Path, help="campaign directory (new)")
     parser.add_argument("--resume", type=Path, metavar="DIR", help="continue the campaign in DIR")
     parser.add_argument("--seed", type=int, default=0, help="root seed (each schedule's seed derives from it)")

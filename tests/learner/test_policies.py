@@ -33,7 +33,7 @@ transitions = st.lists(
 @settings(max_examples=80, deadline=None)
 @given(history=transitions, name=st.sampled_from(["qlearning", "epsilon-greedy"]))
 def test_q_update_equals_the_formula(history, name):
-    policy = make_policy(name, seed=1)
+    policy = make_policy(name, seed=1, prior="optimistic")
     q: dict[tuple[int, str], float] = {}
     for state, action, reward, next_state, terminal in history:
         next_actions = [] if terminal else ACTIONS
@@ -72,7 +72,7 @@ def test_shared_prior_starts_an_untried_pair_at_the_actions_mean_elsewhere(histo
 
 def test_shared_prior_leans_a_new_state_towards_what_worked_elsewhere():
     shared = make_policy("qlearning", seed=3, prior="shared")
-    optimistic = make_policy("qlearning", seed=3)
+    optimistic = make_policy("qlearning", seed=3, prior="optimistic")
     for policy in (shared, optimistic):
         for state in range(5):  # in every state met so far, kill:one found new states, the rest did not
             for action in ACTIONS:
@@ -98,8 +98,19 @@ def test_shared_prior_survives_a_checkpoint_in_any_row_order():
         assert [restored.choose(777, ACTIONS) for _ in range(200)] == choices
 
 
+def test_a_checkpoint_from_before_priors_keeps_the_optimistic_prior():
+    """A campaign saved before the prior was a parameter resumes as it ran (the default is
+    now shared)."""
+    assert make_policy("qlearning").prior == make_policy("epsilon-greedy").prior == "shared"
+    for name in ("qlearning", "epsilon-greedy"):
+        saved = make_policy(name, prior="optimistic").to_state()
+        del saved["params"]["prior"]
+        assert policy_from_state(saved).prior == "optimistic"
+    assert "prior" not in policy_from_state(make_policy("random").to_state()).params()
+
+
 def test_q_update_by_hand():
-    policy = make_policy("qlearning", alpha=0.5, gamma=0.9)
+    policy = make_policy("qlearning", alpha=0.5, gamma=0.9, prior="optimistic")
     policy.update(1, "a", -1.0, 2, ["a", "b"])
     assert policy.q_value(1, "a") == -0.5
     policy.update(2, "b", 0.0, 3, ["a"])  # Q(3, a) = 0
@@ -123,7 +134,9 @@ def test_softmax_probabilities_follow_the_definition():
     expected = [w / sum(weights) for w in weights]
     assert policy.probabilities(0, ACTIONS) == pytest.approx(expected, rel=1e-12)
     assert sum(policy.probabilities(5, ACTIONS)) == pytest.approx(1.0)
-    assert policy.probabilities(5, ACTIONS) == pytest.approx([0.25] * 4)  # unseen state: uniform
+    # an unseen state: each action at its mean over the states where it was tried (only 0)
+    assert policy.probabilities(5, ACTIONS) == policy.probabilities(0, ACTIONS)
+    assert make_policy("qlearning", prior="optimistic").probabilities(5, ACTIONS) == [0.25] * 4
 
 
 @pytest.mark.parametrize("temperature", [0.05, 0.2, 1.0])
