@@ -86,6 +86,10 @@ def test_protocol_redirects_and_graceful_stop(binary: Path, loopback) -> None:
         assert rc.ask(sut, follower, "PUT a 9") == f"ERR not-leader {loopback.node_address(leader)}"
         assert rc.ask(sut, follower, "LEADER") == f"OK {sut.raft_address(leader)}"
         assert set(rc.ask(sut, follower, "MEMBERS").split()[1:]) == {f"{sut.raft_address(n)}/voter" for n in loopback.nodes}
+        # the follower learns the last commit index from the leader's next message: let it
+        # apply everything before it stops (the apply count below is of what it applied)
+        applied = int(sut.status(leader)["applied"])
+        wait_until(lambda: int(sut.status(follower).get("applied", 0)) >= applied, 5, "the follower to apply the leader's entries")
         # SIGTERM: raft_close, then the loop drains and the process exits 0
         proc = sut.process(follower)
         assert proc is not None
