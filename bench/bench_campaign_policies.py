@@ -8,7 +8,7 @@ network namespaces) one after the other and prints, from their plot_data:
     qlearning took to reach the same count (from the mean curves);
   - time to first bug per run, where there was one.
 
-    .venv/bin/python bench/bench_campaign_policies.py --duration 5m --seeds 1 2 [--sut SPEC] [--side-by-side] [--prior shared]
+    .venv/bin/python bench/bench_campaign_policies.py --duration 5m --seeds 1 2 [--sut SPEC] [--side-by-side] [--prior optimistic]
 
 --side-by-side runs a seed's two campaigns at the same time (the same machine load for
 both, half the wall time) instead of one after the other.

@@ -11,6 +11,7 @@ import socket
 import sys
 import uuid
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -77,6 +78,23 @@ def start_observers(cluster, log_watch: Callable[[str], Any] | None = None) -> d
             argv += ["--log-events", str(watch)]
         procs[node] = cluster.spawn(node, argv, name="observer")
     return procs
+
+
+@dataclass(frozen=True)
+class TcpSocket:
+    state: str  # as ss names it: ESTAB, LISTEN, FIN-WAIT-1, ...
+    recv_q: int
+    send_q: int  # unsent or unacknowledged bytes; for a listener, its backlog
+    local: str  # address:port
+    peer: str
+
+
+def tcp_sockets(cluster, node: str) -> list[TcpSocket]:
+    """Every TCP socket in `node`'s namespace, orphaned ones (closed by a process that is
+    gone, still sending) included: `ss -tan`."""
+    out = cluster.exec(node, ["ss", "-tanH"]).stdout
+    rows = [line.split() for line in out.splitlines() if line.strip()]
+    return [TcpSocket(r[0], int(r[1]), int(r[2]), r[3], r[4]) for r in rows]
 
 
 def free_ports(n: int) -> list[int]:

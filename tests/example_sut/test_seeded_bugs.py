@@ -24,6 +24,7 @@ from mallory.oracles.linearizability import check_linearizable
 from mallory.oracles.logs import death_finding, scan_log
 from mallory.oracles.models import CasRegister
 from tests.example_sut import example_cluster as ex
+from tests.live_stack import tcp_sockets
 
 pytestmark = [pytest.mark.root, pytest.mark.timeout(240)]
 
@@ -198,11 +199,9 @@ def stall_catchup_sequence(cluster, sut, mediator, driver: Driver, stale_writes:
     old_peer_port = f"{cluster.node_address(old)}:7001"
 
     def nothing_unsent_to_old() -> bool:
-        for node in rest:
-            out = cluster.exec(node, ["ss", "-tnH", "state", "established", "( dport = :7001 )"]).stdout
-            if any(old_peer_port in line and int(line.split()[1]) > 0 for line in out.splitlines()):
-                return False
-        return True
+        return not any(
+            s.state == "ESTAB" and s.peer == old_peer_port and s.send_q > 0 for n in rest for s in tcp_sockets(cluster, n)
+        )
 
     wait_until(nothing_unsent_to_old, 10, "the others to give up their connections to the old leader")
     driver.fault("pause", [old])
@@ -214,8 +213,10 @@ def stall_catchup_sequence(cluster, sut, mediator, driver: Driver, stale_writes:
     leader_address = cluster.node_address(new)
 
     def queued() -> bool:
-        out = cluster.exec(old, ["ss", "-tnH", "state", "established", f"( sport = :7001 )"]).stdout
-        return any(leader_address in line and int(line.split()[0]) > 0 for line in out.splitlines())
+        return any(
+            s.state == "ESTAB" and s.local.endswith(":7001") and s.peer.startswith(f"{leader_address}:") and s.recv_q > 0
+            for s in tcp_sockets(cluster, old)
+        )
 
     wait_until(queued, 20, "the new leader's appends queued at the paused node")
     time.sleep(0.5)  # stalled for longer than an election timeout in any case

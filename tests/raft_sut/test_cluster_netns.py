@@ -55,13 +55,6 @@ def _serves(sut, value: int, among: list[str] | None = None) -> str:
     return leader
 
 
-def _nothing_unsent(cluster, node: str) -> bool:
-    """No TCP socket in `node`'s namespace (open or orphaned) holds unsent data."""
-    out = cluster.exec(node, ["ss", "-tanH"]).stdout  # state, Recv-Q, Send-Q, local, peer
-    rows = [line.split() for line in out.splitlines() if line.strip()]
-    return all(row[0] == "LISTEN" or int(row[2]) == 0 for row in rows)  # a listener's Send-Q is its backlog
-
-
 def test_observed_cluster_survives_faults_and_membership_changes(cluster, binary, tmp_path: Path) -> None:
     catalogue = Catalogue.load(catalogue_path(binary))
     mediator_proc, mediator = live_stack.start_mediator(cluster, tmp_path / "rec")
@@ -108,7 +101,11 @@ def test_observed_cluster_survives_faults_and_membership_changes(cluster, binary
         # back under the same raft id, so libraft would take those replies for the new one's
         # (seen: a stale match index wedged the leader's catch-up and every ASSIGN failed).
         # Add it back once its namespace has nothing left to send.
-        wait_until(lambda: _nothing_unsent(cluster, removed), 30, f"{removed}'s old connections to drain")
+        wait_until(
+            lambda: all(s.state == "LISTEN" or s.send_q == 0 for s in live_stack.tcp_sockets(cluster, removed)),
+            30,
+            f"{removed}'s old connections to drain",
+        )
         faults.heal(ctx, report)
         assert sut.members() == {sut.raft_address(n): "voter" for n in cluster.nodes}
         sut.wait_ready(removed)
