@@ -29,7 +29,7 @@ sys.path.insert(0, str(REPO))
 
 import orjson  # noqa: E402
 
-from nemesis.netns import NetnsCluster  # noqa: E402
+from mallory.cluster.netns import NetnsCluster  # noqa: E402
 
 RAFT_NODE = str(REPO / "tests" / "cluster" / "raft_node.py")
 #: Extra steady load: every node sends a 64-byte message to every other node RATE times a

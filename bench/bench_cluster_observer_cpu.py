@@ -2,7 +2,7 @@
 
 Each stage is timed with process time (CPU actually used, so other load on the machine
 inflates it less than wall time) over the same synthetic netlink datagrams, laid out as
-nfnetlink_queue writes them (tests/cluster/netlink_messages.py): 1448-byte TCP segments
+nfnetlink_queue writes them (tests/unit/observer/netlink_messages.py): 1448-byte TCP segments
 truncated to the observer's copy range.
 
   netlink      parse_datagram: packet id, hook, payload copy out of the datagram
@@ -28,7 +28,7 @@ from mallory.observer.observer import Observer  # noqa: E402
 from mallory.observer.packet import id_and_data  # noqa: E402
 from mallory.timeline.codec import encode  # noqa: E402
 from mallory.timeline.event import Batch  # noqa: E402
-from tests.cluster.netlink_messages import queued_packet, tcp_packet  # noqa: E402
+from tests.unit.observer.netlink_messages import queued_packet, tcp_packet  # noqa: E402
 
 
 class _Discard:

@@ -31,8 +31,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from mallory.cluster.netns import NetnsCluster  # noqa: E402
 from mallory.polling import wait_until  # noqa: E402
-from nemesis.netns import NetnsCluster  # noqa: E402
 
 PING_SERVER = """
 import socket

@@ -4,7 +4,7 @@ The operations a step is made of: start a process in a node (spawn, until its pi
 known), kill it (signal + wait), and run a short command to completion (exec: the disk
 and clock probes). Both backends do each op N times on one node; printed: median ms per op
 and the docker/netns ratio. Needs root: it starts its own dockerd in a network namespace
-(tests/docker/daemon.py) and a one-node compose project from `mallory compose`.
+(tests/live/docker/daemon.py) and a one-node compose project from `mallory compose`.
 
     .venv/bin/python bench/bench_docker_backend.py [N]
 """
@@ -23,11 +23,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from mallory.cluster.compose import to_yaml  # noqa: E402
+from mallory.cluster.docker import DockerCluster, docker_client  # noqa: E402
+from mallory.cluster.netns import NetnsCluster  # noqa: E402
 from mallory.commands.campaign import compose_command, ensure_base_image  # noqa: E402
-from mallory.commands.compose import generate, to_yaml  # noqa: E402
-from nemesis.docker_backend import DockerCluster, docker_client  # noqa: E402
-from nemesis.netns import NetnsCluster  # noqa: E402
-from tests.docker.daemon import start_daemon, stop_daemon  # noqa: E402
+from mallory.commands.compose import generate  # noqa: E402
+from tests.live.docker.daemon import start_daemon, stop_daemon  # noqa: E402
 
 SETTINGS = {"duration": "1m", "policy": "random", "seed": 0, "faults": "", "workload": "register",
             "schedules": 1, "steps": 1, "window": 1.0, "reset": 1.0}

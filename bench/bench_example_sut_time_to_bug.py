@@ -31,7 +31,7 @@ SPEC = SUT_DIR / "example-bugs.toml"
 BUGS = ("sticky-leader-kept-term", "stall-catchup-applied")
 
 sys.path.insert(0, str(REPO))
-from mallory.observer.catalogue import Catalogue, catalogue_path  # noqa: E402
+from mallory.instrument.catalogue import Catalogue, catalogue_path  # noqa: E402
 from mallory.timeline.codec import read_records  # noqa: E402
 from mallory.timeline.event import Batch, ClockPair, Kind  # noqa: E402
 

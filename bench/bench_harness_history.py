@@ -16,13 +16,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from mallory.oracles.edn import Keyword  # noqa: E402
+from mallory.cluster.loopback import LoopbackBackend  # noqa: E402
 from mallory.harness.history import HistoryRecorder  # noqa: E402
-from mallory.harness.loopback import LoopbackBackend  # noqa: E402
 from mallory.harness.runner import RunConfig, WorkloadRunner  # noqa: E402
 from mallory.harness.spec import parse_spec  # noqa: E402
 from mallory.harness.spec_adapter import SpecAdapter  # noqa: E402
 from mallory.harness.workload import KeySpace, ListAppendWorkload  # noqa: E402
+from mallory.history.edn import Keyword  # noqa: E402
 
 N = 50_000
 

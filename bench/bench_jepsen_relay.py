@@ -20,8 +20,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from mallory.history.edn import loads  # noqa: E402
 from mallory.mediator.service import MEDIATOR_NODE, Mediator  # noqa: E402
-from mallory.oracles.edn import loads  # noqa: E402
 from mallory.polling import wait_until  # noqa: E402
 
 TOKEN = "bench-relay"

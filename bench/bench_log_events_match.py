@@ -1,5 +1,5 @@
 """Cost of turning log lines into LOG events, on real etcd 3.4 lines
-(tests/log_events/fixtures) with the etcd adapter's patterns: the observer's matcher
+(tests/unit/observer/fixtures) with the etcd adapter's patterns: the observer's matcher
 (`LineMatcher`: each pattern searched over the whole chunk in C, only lines some pattern
 matches reach Python) against the obvious loop (every pattern searched in every line, in
 Python) and against one alternation of all the patterns; with all 36 patterns (the last
@@ -23,10 +23,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from mallory.harness.etcd_sut import LOG_EVENTS  # noqa: E402
-from mallory.observer.log_events import LineMatcher, LogWatcher, WatchedPattern, event_name  # noqa: E402
+from mallory.observer.log_events import (  # noqa: E402
+    LineMatcher,
+    LogWatcher,
+    WatchedPattern,
+    event_name,
+)
+from mallory.suts.etcd.adapter import LOG_EVENTS  # noqa: E402
 
-FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "log_events" / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "unit" / "observer" / "fixtures"
 
 
 def naive(entries: list[tuple[re.Pattern[str], str]], text: str) -> list[str]:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import socket
 import sys
 import threading
 import time
@@ -24,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from mallory.mediator.firewall import Firewall  # noqa: E402
 from mallory.observer.packet import IPV4_HEADER, parse  # noqa: E402
-from tests.mediator.packets import tcp  # noqa: E402
+from tests.unit.mediator.packets import tcp  # noqa: E402
 
 
 def rate(fn, arg, n: int) -> float:
@@ -70,7 +69,7 @@ def rx_packets(cluster, node: str) -> int:
 
 def flood(cluster, seconds: float) -> tuple[float, float]:
     """UDP from n1 to n2 for `seconds`: (sent/s, received at n2's interface /s)."""
-    from tests.mediator.netns_helpers import udp_socket
+    from tests.live.netns_helpers import udp_socket
 
     rx = udp_socket(cluster, "n2")
     tx = udp_socket(cluster, "n1")
@@ -98,8 +97,8 @@ def flood(cluster, seconds: float) -> tuple[float, float]:
 
 
 def through_queue(seconds: float) -> None:
-    from nemesis.netns import NetnsCluster
-    from tests.mediator.netns_helpers import MediatorProcess
+    from mallory.cluster.netns import NetnsCluster
+    from tests.live.netns_helpers import MediatorProcess
 
     cluster = NetnsCluster.up(f"bm-{uuid.uuid4().hex[:6]}", 2)
     try:

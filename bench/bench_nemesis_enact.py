@@ -24,12 +24,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from mallory.harness.redis_sut import RedisReplicationAdapter  # noqa: E402
+from mallory.cluster.netns import NetnsCluster  # noqa: E402
 from mallory.mediator.client import MediatorClient  # noqa: E402
+from mallory.suts.redis.replication import RedisReplicationAdapter  # noqa: E402
 from nemesis.faults.base import FaultContext  # noqa: E402
 from nemesis.faults.controls import NodeControls, attach  # noqa: E402
 from nemesis.nemesis import Nemesis  # noqa: E402
-from nemesis.netns import NetnsCluster  # noqa: E402
 
 TOKEN = "bench-token"
 WINDOW_S = 2.5

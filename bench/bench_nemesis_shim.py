@@ -18,8 +18,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from mallory.cluster.registry import RunRecord  # noqa: E402
 from nemesis.faults.controls import NodeControls  # noqa: E402
-from nemesis.runstate import RunRecord  # noqa: E402
 
 PROGRAM = r"""
 #include <fcntl.h>

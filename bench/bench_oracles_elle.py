@@ -21,9 +21,9 @@ import sys
 import time
 from typing import Any
 
-from mallory.oracles.edn import Keyword
+from mallory.history.edn import Keyword
+from mallory.history.ops import Op, read_history_text, write_edn
 from mallory.oracles.elle import ElleOptions, check_elle
-from mallory.oracles.history import Op, read_history_text, write_edn
 
 APPEND, READ, TXN = Keyword("append"), Keyword("r"), Keyword("txn")
 

@@ -16,8 +16,8 @@ import sys
 import time
 from pathlib import Path
 
+from mallory.history.ops import read_history
 from mallory.oracles.check import CheckOptions, check_history
-from mallory.oracles.history import read_history
 
 DEFAULT = Path(__file__).resolve().parents[1].parent / "shared" / "conformance"
 FORMATS = {"porcupine-etcd-log": ("porcupine-etcd", "cas-register"), "porcupine-kv-lines": ("porcupine-kv", "kv")}

@@ -21,11 +21,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from mallory.harness.loopback import LoopbackBackend  # noqa: E402
-from mallory.harness.raft_sut import DEFAULT_SPEC, SUT_DIR, RaftKvAdapter, build  # noqa: E402
+from mallory.cluster.loopback import LoopbackBackend  # noqa: E402
 from mallory.harness.session import start_all, teardown_all  # noqa: E402
 from mallory.harness.spec import load_spec  # noqa: E402
 from mallory.observer.ring import create_ring  # noqa: E402
+from mallory.suts.raft_kv.adapter import DEFAULT_SPEC, SUT_DIR, RaftKvAdapter, build  # noqa: E402
 
 
 def plain_build(dest: Path) -> Path:

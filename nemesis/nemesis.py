@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from mallory.cluster.registry import proc_state
 from mallory.errors import MalloryError
 from nemesis.faults.base import FaultContext, FaultFamily, FaultReport
 from nemesis.faults.clock import ClockFaults
@@ -27,7 +28,6 @@ from nemesis.faults.membership import MembershipFaults
 from nemesis.faults.packet import PacketFaults
 from nemesis.faults.partition import PartitionFaults
 from nemesis.faults.process import ProcessFaults, sut_pid
-from nemesis.runstate import proc_state
 
 NOOP = "noop"
 SETTLE_S = 0.5

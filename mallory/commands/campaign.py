@@ -1,5 +1,5 @@
 """`mallory campaign up|status|down|logs|fetch DIR`: a fuzz campaign in the compose project
-DIR written by `mallory compose` (not the fuzz loop itself: mallory/mediator/campaign.py).
+DIR written by `mallory compose` (not the fuzz loop itself: mallory/campaign/loop.py).
 
     up      make sure the base image is in the daemon (import build/docker/mallory-base.tar,
             building it first if needed), build the project's image, start it detached.
@@ -27,14 +27,14 @@ import tarfile
 from pathlib import Path
 from typing import Any
 
+from mallory import paths
 from mallory.errors import MalloryError
 
 NAME = "campaign"
 HELP = "run a fuzz campaign in a compose project: up, status, down, logs, fetch (see `mallory compose`)"
 
-REPO = Path(__file__).resolve().parents[2]
 BASE_REPOSITORY, BASE_TAG = "mallory-base", "bookworm"
-BUILD_BASE = REPO / "deploy" / "compose" / "build-base.sh"
+BUILD_BASE = paths.COMPOSE / "build-base.sh"
 MEDIATOR = "mediator"
 
 
@@ -120,7 +120,7 @@ class Project:
 
     def client(self) -> Any:
         if self._client is None:
-            from nemesis.docker_backend import docker_client
+            from mallory.cluster.docker import docker_client
 
             self._client = docker_client()
         return self._client
@@ -133,12 +133,12 @@ class Project:
             raise MalloryError(f"`{' '.join(cmd)}` failed ({result.returncode})")
 
     def containers(self) -> list[Any]:
-        from nemesis.docker_backend import PROJECT_LABEL
+        from mallory.cluster.docker import PROJECT_LABEL
 
         return self.client().containers.list(all=True, filters={"label": f"{PROJECT_LABEL}={self.name}"})
 
     def mediator(self) -> Any:
-        from nemesis.docker_backend import SERVICE_LABEL
+        from mallory.cluster.docker import SERVICE_LABEL
 
         for container in self.containers():
             if container.labels.get(SERVICE_LABEL) == MEDIATOR:
@@ -179,7 +179,7 @@ def read_file(container: Any, path: str) -> bytes:
 
 
 def base_tarball(given: Path | None) -> Path:
-    return given or Path(os.environ.get("MALLORY_BASE_TAR") or REPO / "build" / "docker" / "mallory-base.tar")
+    return given or Path(os.environ.get("MALLORY_BASE_TAR") or paths.BUILD / "docker" / "mallory-base.tar")
 
 
 def ensure_base_image(client: Any, given: Path | None = None) -> str:
@@ -234,19 +234,23 @@ def fuzz_argv(env: dict[str, str], resume: bool) -> list[str]:
 
 
 def run_inside() -> int:
-    from mallory.cli import main
+    """`mallory fuzz` with the project's settings (its errors reach `mallory campaign run`'s
+    own handler, which prints them and exits as fuzz would)."""
+    from mallory.commands import fuzz
 
     directory = Path(os.environ.get("MALLORY_CAMPAIGN_DIR", "/campaign"))
     _offloads_off()
     argv = fuzz_argv(dict(os.environ), resume=(directory / "campaign.json").exists())
     print("mallory " + " ".join(argv), flush=True)
-    return main(argv)
+    parser = argparse.ArgumentParser(prog="mallory fuzz")
+    fuzz.configure(parser)
+    return fuzz.run(parser.parse_args(argv[1:]))
 
 
 def _offloads_off() -> None:
     """The mediator's ends of the node networks: no GSO/GRO, so it sees the packets the
     nodes see (as on the netns backend's veths)."""
-    from nemesis.netns import OFFLOADS
+    from mallory.cluster.netns import OFFLOADS
 
     for dev in sorted(os.listdir("/sys/class/net")):
         if dev != "lo":

@@ -14,9 +14,9 @@ import sys
 import orjson
 
 from mallory.errors import MalloryError
-from mallory.oracles import edn
+from mallory.history import edn
+from mallory.history.ops import FORMATS, read_history
 from mallory.oracles.check import CHECKERS, CheckOptions, check_history
-from mallory.oracles.history import FORMATS, read_history
 
 NAME = "check"
 HELP = "check a history (Jepsen EDN, elle-cli JSON, Porcupine logs): exit 0 valid, 1 invalid, 2 unknown"

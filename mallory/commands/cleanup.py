@@ -4,9 +4,16 @@ from __future__ import annotations
 
 import argparse
 
+from mallory.cluster.loopback import remove_dead_rings
+from mallory.cluster.registry import (
+    claimed,
+    cleanup_all,
+    cleanup_orphans,
+    cleanup_run,
+    list_runs,
+    state_root,
+)
 from mallory.errors import MalloryError
-from mallory.harness.loopback import remove_dead_rings
-from nemesis.runstate import claimed, cleanup_all, cleanup_orphans, cleanup_run, list_runs, state_root
 
 NAME = "cleanup"
 HELP = ("remove the namespaces, links, processes and shm segments of runs (all runs by default), "

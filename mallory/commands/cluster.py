@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from nemesis.netns import NetnsCluster
-from nemesis.runstate import list_runs
+from mallory.cluster.netns import NetnsCluster
+from mallory.cluster.registry import list_runs
 
 NAME = "cluster"
 HELP = "create or remove a network-namespace cluster (gateway + N nodes)"

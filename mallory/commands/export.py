@@ -13,14 +13,14 @@ import argparse
 import sys
 from pathlib import Path
 
+from mallory.campaign.directory import read_bundle_file
 from mallory.errors import MalloryError
-from mallory.report.sources import load_catalogues, schedule_span, sut_catalogue
 from mallory.report.campaign_data import load_bug, recordings
 from mallory.report.names import EventNamer
 from mallory.report.recording import ALL_TIME, read_recording
 from mallory.report.shiviz import shiviz_log
+from mallory.report.sources import load_catalogues, schedule_span, sut_catalogue
 from mallory.report.timeline_view import tail_by_time
-from mallory.mediator.campaign_dir import read_bundle_file
 
 NAME = "export"
 HELP = "export a recorded timeline for other tools (--shiviz: ShiViz's vector-clock log)"

@@ -23,16 +23,16 @@ from pathlib import Path
 from typing import Any
 
 from mallory import __version__
+from mallory.campaign.directory import CampaignDir
+from mallory.campaign.live import live_parts
+from mallory.campaign.loop import Campaign, LoopConfig, RealSleeper, steady_summaries
+from mallory.campaign.status import StatusScreen
 from mallory.errors import MalloryError
 from mallory.harness.workload import WORKLOADS
+from mallory.learner.calibration import calibrate_threshold
 from mallory.learner.learner import Learner
 from mallory.learner.policies import POLICIES, PRIORS
-from mallory.learner.calibration import calibrate_threshold
-from mallory.mediator.campaign import Campaign, LoopConfig, RealSleeper, steady_summaries
-from mallory.mediator.campaign_dir import CampaignDir
-from mallory.harness.suts import BUILTIN_SUTS
-from mallory.mediator.live import live_parts
-from mallory.mediator.status import StatusScreen
+from mallory.suts.registry import BUILTIN_SUTS, resolve_sut
 from mallory.timeline.abstraction import ABSTRACTIONS
 
 NAME = "fuzz"
@@ -86,9 +86,7 @@ def _config(args: argparse.Namespace) -> dict[str, Any]:
         raise MalloryError("--sut is required for a new campaign")
     if args.nodes < 1:
         raise MalloryError("--nodes must be at least 1")
-    sut = args.sut if args.sut in BUILTIN_SUTS else str(Path(args.sut).resolve())
-    if sut not in BUILTIN_SUTS and not Path(sut).exists():
-        raise MalloryError(f"--sut {args.sut}: no such spec file (built-ins: {', '.join(BUILTIN_SUTS)})")
+    sut = resolve_sut(args.sut)
     return {
         "version": __version__,
         "command": sys.argv,

@@ -1,7 +1,7 @@
 """`mallory mediator`: run the gateway (firewall, ingest, API, recording) until stopped.
 
 Run it in the gateway namespace. With `--run RUN` the node addresses and the control
-address come from the run's layout (nemesis/netns.py); otherwise give `--node n1=ADDR`
+address come from the run's layout (mallory/cluster/netns.py); otherwise give `--node n1=ADDR`
 for every node and `--api HOST:PORT`.
 """
 
@@ -15,19 +15,18 @@ import threading
 from pathlib import Path
 
 from mallory.errors import MalloryError
+from mallory.mediator import API_PORT, BATCH_PORT
 
 NAME = "mediator"
 HELP = "run the mediator (gateway firewall on NFQUEUE, batch ingest, HTTP API) in the gateway namespace"
 
-DEFAULT_API_PORT = 7100
-DEFAULT_BATCH_PORT = 7101  # what `mallory observe --run` dials
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--run", help="take nodes and control address from this netns run's layout")
     parser.add_argument("--node", action="append", default=[], metavar="NAME=ADDR", help="a node and its address (repeat)")
-    parser.add_argument("--api", metavar="HOST:PORT", help=f"API address (default: the run's control address, port {DEFAULT_API_PORT})")
-    parser.add_argument("--batch", metavar="HOST:PORT", default=f"0.0.0.0:{DEFAULT_BATCH_PORT}", help="observer batch address")
+    parser.add_argument("--api", metavar="HOST:PORT", help=f"API address (default: the run's control address, port {API_PORT})")
+    parser.add_argument("--batch", metavar="HOST:PORT", default=f"0.0.0.0:{BATCH_PORT}", help="observer batch address")
     parser.add_argument("--token", default=os.environ.get("MALLORY_TOKEN", ""), help="API token (default: $MALLORY_TOKEN)")
     parser.add_argument("--queue-num", type=int, default=0, help="NFQUEUE number on FORWARD (default 0)")
     parser.add_argument("--no-firewall", action="store_true", help="no NFQUEUE, no iptables: ingest and API only")
@@ -61,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
     nodes: dict[str, str] = {}
     api_host = None
     if args.run:
-        from nemesis.netns import ClusterLayout
+        from mallory.cluster.netns import ClusterLayout
 
         layout = ClusterLayout.load(args.run)
         nodes = {n.name: n.address for n in layout.nodes}
@@ -76,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
     if args.api:
         api = _address(args.api, "--api")
     elif api_host:
-        api = (api_host, DEFAULT_API_PORT)
+        api = (api_host, API_PORT)
     else:
         raise MalloryError("--api HOST:PORT is needed without --run")
     try:

@@ -9,6 +9,7 @@ import sys
 import threading
 
 from mallory.errors import MalloryError
+from mallory.mediator import BATCH_PORT
 from mallory.observer import iptables
 from mallory.observer.nflog import NfLog
 from mallory.observer.nfq import NfQueue
@@ -18,7 +19,6 @@ from mallory.observer.sender import BatchSender
 NAME = "observe"
 HELP = "observe one node: NFQUEUE on INPUT/OUTPUT (+ shm ring), batches to the mediator"
 
-DEFAULT_BATCH_PORT = 7101
 DEFAULT_MODE = "nfqueue"
 DEFAULT_LOG_FILE = "{log_dir}/sut.log"
 
@@ -33,7 +33,7 @@ def _address(text: str) -> tuple[str, int]:
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--node", default=os.environ.get("MALLORY_NODE"), help="node name (default $MALLORY_NODE)")
     parser.add_argument("--run", help="netns run: take the peers and the mediator address from its layout")
-    parser.add_argument("--mediator", type=_address, help=f"HOST:PORT of the mediator's batch port (default with --run: the node's gateway, port {DEFAULT_BATCH_PORT})")
+    parser.add_argument("--mediator", type=_address, help=f"HOST:PORT of the mediator's batch port (default with --run: the node's gateway, port {BATCH_PORT})")
     parser.add_argument("--peer", action="append", default=[], help="address or CIDR of another node (repeatable)")
     parser.add_argument("--mode", choices=["nfqueue", "nflog"], default=DEFAULT_MODE,
                         help=f"nfqueue: packets pass through the observer (accepted at once); nflog: the kernel sends "
@@ -90,7 +90,7 @@ def _log_watcher(args: argparse.Namespace):
     values: dict[str, object] = {"node": args.node, **{f"port_{k}": v for k, v in ports.items()}}
     cursor_path = args.log_cursor
     if args.run:
-        from nemesis.netns import NetnsCluster
+        from mallory.cluster.netns import NetnsCluster
 
         cluster = NetnsCluster.attach(args.run)
         values.update(
@@ -114,12 +114,12 @@ def run(args: argparse.Namespace) -> int:
         raise MalloryError("observe: no node name (give --node or set MALLORY_NODE)")
     peers, mediator = list(args.peer), args.mediator
     if args.run:
-        from nemesis.netns import ClusterLayout
+        from mallory.cluster.netns import ClusterLayout
 
         layout = ClusterLayout.load(args.run)
         me = layout.node(args.node)
         peers += [n.address for n in layout.nodes if n.name != args.node]
-        mediator = mediator or (me.gateway_address, DEFAULT_BATCH_PORT)
+        mediator = mediator or (me.gateway_address, BATCH_PORT)
     if mediator is None:
         raise MalloryError("observe: no mediator address (give --mediator HOST:PORT or --run)")
     if args.interval <= 0:

@@ -15,13 +15,12 @@ import argparse
 import secrets
 from pathlib import Path
 
+from mallory.campaign.directory import CampaignDir, read_bundle_file
+from mallory.campaign.live import replay_script
+from mallory.campaign.loop import script_of
 from mallory.errors import MalloryError
-from mallory.mediator.campaign import script_of
-from mallory.mediator.campaign_dir import CampaignDir, read_bundle_file
-from mallory.harness.spec import load_spec
-from mallory.harness.suts import BUILTIN_SUTS
-from mallory.mediator.live import replay_script
 from mallory.shrink.bundle import bundle_signature
+from mallory.suts.registry import resolve_sut
 
 NAME = "replay"
 HELP = "re-enact a bug bundle's fault schedule on a fresh cluster and say whether the bug came back"
@@ -42,8 +41,7 @@ def run(args: argparse.Namespace) -> int:
     script = script_of(schedule)
     if not script:
         raise MalloryError(f"{bundle}/schedule.json has no steps to replay")
-    if config.get("sut") not in BUILTIN_SUTS:
-        load_spec(config.get("sut", ""))  # a moved or broken spec fails here, before any attempt dir
+    resolve_sut(str(config.get("sut", "")))  # a moved or broken spec fails here, before any attempt dir
     print(f"replaying {len(script)} steps of schedule {schedule.get('index')}: {' -> '.join(s.action for s in script)}")
     print("(faults on real systems are not deterministic: the answer is a count over attempts)")
     reappeared = 0

@@ -17,9 +17,9 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
+from mallory.campaign.directory import read_bundle_file
+from mallory.campaign.loop import ScriptedStep, script_of
 from mallory.errors import MalloryError
-from mallory.mediator.campaign import ScriptedStep, script_of
-from mallory.mediator.campaign_dir import read_bundle_file
 from mallory.shrink.bundle import bundle_signature, steps_json, write_shrunk_bundle
 from mallory.shrink.fraction import FractionOracle, Verdict
 from mallory.shrink.journal import Journal

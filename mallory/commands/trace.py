@@ -7,7 +7,7 @@ import argparse
 import sys
 import time
 
-from mallory.observer.catalogue import Catalogue, catalogue_path
+from mallory.instrument.catalogue import Catalogue, catalogue_path
 from mallory.observer.ring import RingReader
 from mallory.timeline.codec import encode
 

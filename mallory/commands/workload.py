@@ -5,12 +5,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from mallory.cluster.loopback import LoopbackBackend
 from mallory.errors import MalloryError
-from mallory.harness.loopback import LoopbackBackend
 from mallory.harness.runner import RunConfig
 from mallory.harness.session import record_run, start_all, teardown_all
-from mallory.harness.suts import BUILTIN_SUTS, make_adapter
 from mallory.harness.workload import DISTRIBUTIONS, WORKLOADS, make_workload
+from mallory.suts.registry import BUILTIN_SUTS, make_adapter
 
 NAME = "workload"
 HELP = "run a register / list-append / rw-register workload against an SUT and write its history"
@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
         concurrency=args.concurrency, time_limit=args.time_limit, rate=args.rate, seed=args.seed
     )
     if args.run:
-        from nemesis.netns import NetnsCluster
+        from mallory.cluster.netns import NetnsCluster
 
         backend = NetnsCluster.attach(args.run)
         own_backend = None

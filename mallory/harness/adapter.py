@@ -4,7 +4,7 @@ An adapter owns one SUT on one cluster: how to set a node up and tear it down, s
 kill it (SIGKILL), stop it gracefully (its stop signal, SIGKILL after a timeout), pause and
 resume it (SIGSTOP / SIGCONT), where its logs are, which nodes lead (if it can tell), the
 optional membership changes, when a node is ready, and a client factory. It touches nodes
-only through the cluster backend (`nemesis.backend.ClusterBackend`), so one adapter runs on
+only through the cluster backend (`mallory.cluster.backend.ClusterBackend`), so one adapter runs on
 every backend.
 
 `Capabilities` says which optional operations an SUT supports, so the nemesis can refuse a
@@ -22,11 +22,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, Sequence
 
+from mallory.cluster.backend import ClusterBackend, NodeProcess
 from mallory.errors import MalloryError
 from mallory.harness.client import Client
 from mallory.harness.workload import Workload
-from mallory.observer.log_events import LogPattern, WatchedPattern, expand_template, resolve
-from nemesis.backend import ClusterBackend, NodeProcess
+from mallory.observer.log_events import (
+    LogPattern,
+    WatchedPattern,
+    expand_template,
+    resolve,
+)
 
 
 def _proc_state(pid: int) -> str | None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal, Mapping, Protocol
 
-from mallory.oracles.edn import Keyword
+from mallory.history.edn import Keyword
 
 CompletionType = Literal["ok", "fail", "info"]
 

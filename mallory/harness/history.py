@@ -26,7 +26,7 @@ from typing import IO, Any, Callable, Iterable, Iterator, Literal, Protocol
 
 import orjson
 
-from mallory.oracles.edn import Keyword, dumps
+from mallory.history.edn import Keyword, dumps
 
 OpType = Literal["invoke", "ok", "fail", "info"]
 OP_TYPES: frozenset[str] = frozenset({"invoke", "ok", "fail", "info"})

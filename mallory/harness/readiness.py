@@ -8,7 +8,7 @@ import socket
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from nemesis.backend import ClusterBackend
+from mallory.cluster.backend import ClusterBackend
 
 
 def tcp_open(address: str, port: int, timeout: float = 0.5) -> bool:

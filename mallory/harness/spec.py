@@ -30,8 +30,9 @@
     file = "{log_dir}/raft.log"          # optional: default the process's own output
 
     [client]
-    kind = "redis"                       # a client the harness knows: "redis", or "line"
-                                         # (GET/PUT/CAS text lines, mallory/harness/line_client.py)
+    kind = "redis"                       # a client kind: "line" (GET/PUT/CAS text lines,
+                                         # mallory/harness/line_client.py) or one a built-in
+                                         # SUT brings ("redis"; mallory/suts/registry.py)
     port = "client"
     timeout = 2.0
 
@@ -61,7 +62,6 @@ from mallory.errors import MalloryError
 from mallory.observer.log_events import LogPattern, parse_log_events
 
 PROBES = ("tcp", "command", "log")
-CLIENT_KINDS = ("redis", "line")
 PLACEHOLDERS = ("node", "index", "address", "port", "peers", "nodes", "data_dir", "log_dir")
 
 _SECTIONS = {
@@ -314,8 +314,8 @@ class _Validator:
         if raw is None:
             return None
         kind = raw.get("kind")
-        if kind not in CLIENT_KINDS:
-            raise self.error("client.kind", f"must be one of {', '.join(CLIENT_KINDS)}, not {kind!r}")
+        if not isinstance(kind, str) or not kind:
+            raise self.error("client.kind", f"required: the name of a client, such as \"line\" or \"redis\", not {kind!r}")
         port = raw.get("port", "client")
         if port not in ports:
             raise self.error("client.port", f"names no port in [ports]: {port!r}")

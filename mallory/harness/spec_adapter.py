@@ -1,26 +1,42 @@
-"""An adapter driven by a declarative TOML spec (see `mallory.harness.spec`)."""
+"""An adapter driven by a declarative TOML spec (see `mallory.harness.spec`).
+
+The spec's `[client] kind` names a client protocol; which kinds exist is the caller's to say
+(`clients`: kind -> factory). The harness itself knows only the line protocol; the SUT
+registry (mallory/suts/registry.py) adds the ones built-in SUTs bring, such as redis.
+"""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Mapping, Sequence
 
+from mallory.cluster.backend import ClusterBackend
+from mallory.errors import MalloryError
 from mallory.harness import readiness
 from mallory.harness.adapter import ProcessAdapter, UnsupportedOperation
 from mallory.harness.client import Client, key_options
 from mallory.harness.line_client import LineClient
-from mallory.harness.raft_client import RaftTxnClient
-from mallory.harness.redis_client import RedisClient
 from mallory.harness.spec import NodeContext, SutSpec, expand
 from mallory.harness.workload import Workload
-from nemesis.backend import ClusterBackend
+
+#: A client kind's constructor: (host, port, workload name, *, independent, key_base,
+#: timeout) -> Client; it raises ValueError for a workload it cannot run.
+ClientFactory = Callable[..., Client]
+LINE_CLIENTS: Mapping[str, ClientFactory] = {"line": LineClient}
 
 
 class SpecAdapter(ProcessAdapter):
-    def __init__(self, spec: SutSpec, backend: ClusterBackend) -> None:
+    def __init__(self, spec: SutSpec, backend: ClusterBackend, clients: Mapping[str, ClientFactory] = LINE_CLIENTS) -> None:
+        """`clients`: the client kinds this adapter can make; a spec naming another kind is
+        refused here, before any node starts."""
         super().__init__(backend)
+        if spec.client is not None and spec.client.kind not in clients:
+            raise MalloryError(
+                f"{spec.source}: client.kind {spec.client.kind!r} is not a known client (known: {', '.join(sorted(clients))})"
+            )
         self.spec = spec
+        self.clients = dict(clients)
         self.name = spec.name
         self.stop_signal = spec.stop_signal
         self.stop_timeout = spec.stop_timeout
@@ -78,24 +94,10 @@ class SpecAdapter(ProcessAdapter):
         if client is None:
             raise UnsupportedOperation(f"{self.name}: the spec ({self.spec.source}) has no [client] section")
         port = self.spec.ports[client.port]
-        # spec validation admits only known kinds
-        make = LineClient if client.kind == "line" else RedisClient
-        return make(
+        return self.clients[client.kind](
             self.backend.client_address(node),
             port,
             workload.name,
             **key_options(workload),
             timeout=client.timeout,
         )
-
-
-class TxnLineSpecAdapter(SpecAdapter):
-    """A spec adapter whose line-protocol server also takes raft-kv's TXN lines (raft-kv,
-    the pysyncobj service): the spec's line client for registers, the TXN client
-    (mallory/harness/raft_client.py) for list-append and rw-register."""
-
-    def client(self, node: str, workload: Workload) -> Client:
-        if workload.name == "register":
-            return super().client(node, workload)
-        timeout = self.spec.client.timeout if self.spec.client else 2.0
-        return RaftTxnClient(self.backend.client_address(node), self.spec.ports["client"], workload.name, timeout=timeout)

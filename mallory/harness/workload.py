@@ -21,7 +21,7 @@ import threading
 from typing import Any, Protocol
 
 from mallory.errors import MalloryError
-from mallory.oracles.edn import Keyword
+from mallory.history.edn import Keyword
 
 APPEND = Keyword("append")
 READ = Keyword("r")

@@ -20,7 +20,13 @@ from typing import Any
 
 from mallory.errors import MalloryError
 from mallory.learner import checkpoint as ckpt
-from mallory.learner.policies import Action, Policy, canonical_actions, make_policy, policy_from_state
+from mallory.learner.policies import (
+    Action,
+    Policy,
+    canonical_actions,
+    make_policy,
+    policy_from_state,
+)
 from mallory.learner.rewards import Reward, make_reward, reward_from_state
 from mallory.learner.states import StateMatch, StateStore
 
@@ -64,6 +70,17 @@ class Learner:
             self._acted = False
         self.state = match.state_id
         return match, reward
+
+    def observe_window(self, summary: Iterable[str] | None) -> tuple[StateMatch, float] | None:
+        """`observe` for a window the timeline may not have completed in time: `summary` is
+        None then (the window is late). A late window teaches nothing and is not folded into
+        the next one: the learner keeps its state, or, with none yet (a schedule's start),
+        takes the idle state of the empty summary instead of guessing. None when late."""
+        if summary is not None:
+            return self.observe(summary)
+        if self.state is None:
+            self.observe(frozenset())
+        return None
 
     def next_action(self, actions: Iterable[Action]) -> Action:
         """Learn from the last transition, then choose the action for the current state."""

@@ -18,8 +18,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from mallory.errors import MalloryError
+from mallory.files import atomic_write
 from mallory.learner.learner import Learner
-from mallory.mediator.campaign_dir import atomic_write
 from mallory.mediator.windows import WindowService
 
 MAX_ACTIONS = 256
@@ -70,14 +70,13 @@ class Advisor:
             window = self.windows.window(start, end, self.wait_s, self.abstraction)
             self._last_ns = end
             self.requests += 1
-            answer: dict = {"window_ns": [start, end], "events": window["events"], "late": not window["complete"]}
-            if window["complete"]:
-                match, reward = self.learner.observe(frozenset(window["summary"]))
+            answer: dict = {"window_ns": [start, end], "events": window.events, "late": not window.complete}
+            observed = self.learner.observe_window(window.summary if window.complete else None)
+            if observed is not None:
+                match, reward = observed
                 answer.update(state=match.state_id, new=match.is_new, reward=reward)
             else:
                 self.late += 1
-                if self.learner.state is None:
-                    self.learner.observe(frozenset())  # an unknown start is the idle state
                 answer.update(state=None, new=None, reward=None)
             answer["action"] = self.learner.next_action(self.actions)
             answer["states"] = len(self.learner.store)

@@ -35,20 +35,51 @@ import hmac
 import threading
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import orjson
 
 from mallory.errors import MalloryError
 from mallory.mediator import edn_api
-
-if TYPE_CHECKING:
-    from mallory.mediator.service import Mediator
+from mallory.mediator.advisor import Advisor
+from mallory.mediator.windows import Window
 
 TOKEN_HEADER = "X-Mallory-Token"
 MAX_BODY = 1 << 20
 CLIENT_TYPES = ("invoke", "ok", "fail", "info")
 MAX_CLIENT_BATCH = 1000
+
+
+Link = tuple[str, str]
+
+
+class Gateway(Protocol):
+    """What the API serves (the mediator, service.Mediator, implements it). Every call gets
+    arguments the API has already checked; a MalloryError it raises is the caller's
+    mistake (422 with its message), anything else a bug (500)."""
+
+    advisor: Advisor | None  # Jepsen-driven mode's learner, or None (409 on /advisor/*)
+
+    def status(self) -> dict: ...
+    def metrics(self) -> dict: ...
+    def test_start(self, name: str) -> dict: ...
+    def test_end(self) -> dict: ...
+    def client_op(self, process: int, kind: str, f: str) -> dict: ...
+    def fault_reported(self, f: str) -> dict: ...
+
+    def partition_links(self, groups: list[list[str]]) -> list[Link]:
+        """The directed links between nodes of different groups."""
+        ...
+
+    def drop(self, links: list[Link]) -> dict: ...
+    def heal(self, links: list[Link] | None) -> dict: ...
+    def delay(self, links: list[Link], delay_ns: int) -> dict: ...
+    def duplicate(self, links: list[Link], copies: int) -> dict: ...
+
+    def window(self, start_ns: int, end_ns: int, wait_s: float, abstraction: str) -> Window:
+        """The timeline's summary of [start_ns, end_ns); ValueError for a bad span or
+        abstraction."""
+        ...
 
 
 class BadRequest(Exception):
@@ -71,7 +102,7 @@ def _field(body: dict, name: str, kind: type, required: bool = True) -> Any:
     return value
 
 
-def parse_links(value: object) -> list[tuple[str, str]]:
+def parse_links(value: object) -> list[Link]:
     if type(value) is not list or not value:
         raise BadRequest("'links' must be a non-empty list of \"a->b\" strings or [a, b] pairs")
     links = []
@@ -178,7 +209,7 @@ class _Handler(BaseHTTPRequestHandler):
 class ApiServer(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, address: tuple[str, int], token: str, mediator: "Mediator") -> None:
+    def __init__(self, address: tuple[str, int], token: str, mediator: Gateway) -> None:
         if not token:
             raise MalloryError("the mediator API needs a non-empty token (--token or MALLORY_TOKEN)")
         super().__init__(address, _Handler)
@@ -251,21 +282,20 @@ class ApiServer(ThreadingHTTPServer):
                 type(g) is list and all(type(n) is str for n in g) for g in groups
             ):
                 raise BadRequest("'partition' must be a list of lists of node names")
-            links = self.mediator.firewall.table.partition_links(groups)
+            links = self.mediator.partition_links(groups)
         else:
             links = parse_links(body.get("links"))
-        return self.mediator.fault("drop", lambda fw: fw.drop(links))
+        return self.mediator.drop(links)
 
     def _heal(self, body: dict) -> dict:
-        links = parse_links(body["links"]) if "links" in body else None
-        return self.mediator.fault("heal", lambda fw: fw.heal(links))
+        return self.mediator.heal(parse_links(body["links"]) if "links" in body else None)
 
     def _delay(self, body: dict) -> dict:
         links = parse_links(body.get("links"))
         ms = body.get("ms")
         if type(ms) not in (int, float) or not 0 <= ms <= 60_000:
             raise BadRequest(f"'ms' must be a number of milliseconds in [0, 60000], got {ms!r}")
-        return self.mediator.fault("delay", lambda fw: fw.delay(links, int(ms * 1_000_000)))
+        return self.mediator.delay(links, int(ms * 1_000_000))
 
     def _window(self, body: dict) -> dict:
         start = _field(body, "start_ns", int)
@@ -277,11 +307,11 @@ class ApiServer(ThreadingHTTPServer):
         if type(abstraction) is not str:
             raise BadRequest("'abstraction' must be a string")
         try:
-            return self.mediator.windows.window(start, end, wait_ms / 1000, abstraction)
+            return self.mediator.window(start, end, wait_ms / 1000, abstraction).to_json()
         except ValueError as exc:
             raise BadRequest(str(exc)) from None
 
-    def _advisor(self):
+    def _advisor(self) -> Advisor:
         advisor = self.mediator.advisor
         if advisor is None:
             raise BadRequest("this mediator has no advisor: start it with --advisor", HTTPStatus.CONFLICT)
@@ -300,4 +330,4 @@ class ApiServer(ThreadingHTTPServer):
     def _duplicate(self, body: dict) -> dict:
         links = parse_links(body.get("links"))
         copies = _field(body, "copies", int, required=False)
-        return self.mediator.fault("duplicate", lambda fw: fw.duplicate(links, 1 if copies is None else copies))
+        return self.mediator.duplicate(links, 1 if copies is None else copies)

@@ -17,7 +17,7 @@ from typing import Any
 
 from mallory.errors import MalloryError
 from mallory.mediator.api import TOKEN_HEADER
-from mallory.mediator.campaign import Window
+from mallory.mediator.windows import Window
 
 Link = tuple[str, str]
 
@@ -114,5 +114,4 @@ class TimelineWindows:
         return time.time_ns()
 
     def window(self, start_ns: int, end_ns: int, wait_s: float) -> Window:
-        answer = self.client.window(start_ns, end_ns, wait_s, self.abstraction)
-        return Window(frozenset(answer["summary"]), int(answer["events"]), bool(answer["complete"]))
+        return Window.from_json(self.client.window(start_ns, end_ns, wait_s, self.abstraction))

@@ -17,7 +17,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from mallory.oracles.edn import EdnError, Keyword, Symbol, loads, dumps
+from mallory.history.edn import EdnError, Keyword, Symbol, dumps, loads
 
 EDN_TYPE = "application/edn"
 _KEYWORD_NAME = re.compile(r"[A-Za-z*+!?<>=_-][A-Za-z0-9*+!?<>=_./-]*\Z")

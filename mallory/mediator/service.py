@@ -14,11 +14,11 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from mallory.mediator.advisor import Advisor
-from mallory.mediator.api import ApiServer
+from mallory.mediator.api import ApiServer, Link
 from mallory.mediator.firewall import Firewall, install_queue_rules, remove_queue_rules
 from mallory.mediator.ingest import Ingest
 from mallory.mediator.receiver import BatchServer
-from mallory.mediator.windows import WindowService
+from mallory.mediator.windows import Window, WindowService
 from mallory.timeline.builder import TimelineBuilder
 from mallory.timeline.event import Batch, ClockPair, Event, Kind
 
@@ -155,10 +155,30 @@ class Mediator:
         self.emit(Kind.FAULT, 0, f)
         return {"ok": True}
 
-    def fault(self, kind: str, change: Callable[[Firewall], dict]) -> dict:
-        report = change(self.firewall)
+    # Each firewall change is a FAULT event in the mediator's own stream.
+
+    def partition_links(self, groups: list[list[str]]) -> list[Link]:
+        return self.firewall.table.partition_links(groups)
+
+    def drop(self, links: list[Link]) -> dict:
+        return self._fault("drop", lambda: self.firewall.drop(links))
+
+    def heal(self, links: list[Link] | None) -> dict:
+        return self._fault("heal", lambda: self.firewall.heal(links))
+
+    def delay(self, links: list[Link], delay_ns: int) -> dict:
+        return self._fault("delay", lambda: self.firewall.delay(links, delay_ns))
+
+    def duplicate(self, links: list[Link], copies: int) -> dict:
+        return self._fault("duplicate", lambda: self.firewall.duplicate(links, copies))
+
+    def _fault(self, kind: str, change: Callable[[], dict]) -> dict:
+        report = change()
         self.emit(Kind.FAULT, 0, kind)
         return report
+
+    def window(self, start_ns: int, end_ns: int, wait_s: float, abstraction: str = "event-history") -> Window:
+        return self.windows.window(start_ns, end_ns, wait_s, abstraction)
 
     def metrics(self) -> dict:
         return {

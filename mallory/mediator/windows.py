@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from mallory.timeline.abstraction import ABSTRACTIONS
 from mallory.timeline.builder import Committed
@@ -20,6 +21,27 @@ from mallory.timeline.window import EntryBuffer, summarize
 #: entries older than this behind the newest commit are dropped even if no window took them
 #: (a mediator nobody asks for windows must not grow without bound)
 RETAIN_NS = 120_000_000_000
+
+
+@dataclass(frozen=True)
+class Window:
+    """What the timeline says about [start, end): its summary, how many events it held,
+    and whether it was complete (the frontier passed its end in time). An incomplete
+    window's summary is of the events committed so far: nothing should learn from it."""
+
+    summary: frozenset[str]
+    events: int
+    complete: bool
+    frontier_ns: int | None = None
+
+    def to_json(self) -> dict:
+        return {"complete": self.complete, "events": self.events, "frontier_ns": self.frontier_ns,
+                "summary": sorted(self.summary)}
+
+    @classmethod
+    def from_json(cls, answer: dict) -> "Window":
+        return cls(frozenset(answer["summary"]), int(answer["events"]), bool(answer["complete"]),
+                   answer.get("frontier_ns"))
 
 
 class WindowService:
@@ -40,7 +62,10 @@ class WindowService:
                 self._buffer.release_before(entries[-1].real_ns - self.retain_ns, slack=self.retain_ns // 2)
             self._cond.notify_all()
 
-    def window(self, start_ns: int, end_ns: int, wait_s: float, abstraction: str = "event-history") -> dict:
+    def window(self, start_ns: int, end_ns: int, wait_s: float, abstraction: str = "event-history") -> Window:
+        """[start_ns, end_ns) summarised by `abstraction`, once the frontier passes end_ns or
+        `wait_s` runs out (then incomplete). ValueError for an unknown abstraction or an
+        empty span."""
         if abstraction not in ABSTRACTIONS:
             raise ValueError(f"unknown abstraction {abstraction!r}; choose one of {sorted(ABSTRACTIONS)}")
         if end_ns <= start_ns:
@@ -66,10 +91,4 @@ class WindowService:
                 self._buffer.release_before(end_ns - self.retain_ns)
         self.served += 1
         self.incomplete += not complete
-        summary = summarize(inside, abstraction)
-        return {
-            "complete": complete,
-            "events": len(inside),
-            "frontier_ns": frontier,
-            "summary": sorted(summary),
-        }
+        return Window(frozenset(summarize(inside, abstraction)), len(inside), complete, frontier)

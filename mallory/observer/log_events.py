@@ -46,7 +46,8 @@ from dataclasses import dataclass
 import orjson
 
 from mallory.errors import MalloryError
-from mallory.observer.event_ids import fnv1a64
+from mallory.files import atomic_write
+from mallory.instrument.event_ids import fnv1a64
 from mallory.timeline.event import Event, Kind
 
 #: An event name (its data) is at most this long: it travels in every event.
@@ -158,15 +159,7 @@ def write_watch_file(path: str, watched: Sequence[WatchedPattern]) -> None:
     entries = [
         {"pattern": w.pattern, "name": w.name, "file": w.path.replace("{", "{{").replace("}", "}}")} for w in watched
     ]
-    _replace_file(path, orjson.dumps({"log_events": entries}, option=orjson.OPT_INDENT_2))
-
-
-def _replace_file(path: str, data: bytes) -> None:
-    """Write `path` atomically: a reader sees the old file or the new one, never a torn one."""
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
+    atomic_write(path, orjson.dumps({"log_events": entries}, option=orjson.OPT_INDENT_2))
 
 
 # -- names ------------------------------------------------------------------------------
@@ -420,7 +413,7 @@ class LogWatcher:
         if self.cursor_path is None or cursor == self._saved:
             return
         doc = {"version": CURSOR_VERSION, "files": {p: list(pos) for p, pos in cursor.items()}}
-        _replace_file(self.cursor_path, orjson.dumps(doc))
+        atomic_write(self.cursor_path, orjson.dumps(doc))
         self._saved = cursor
 
     def close(self) -> None:

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from mallory.errors import MalloryError
+from mallory.history.ops import Op
 from mallory.oracles.elle import ElleOptions, check_elle
-from mallory.oracles.history import Op
 from mallory.oracles.linearizability import DEFAULT_MAX_STATES, check_linearizable
 from mallory.oracles.models import make_model
 from mallory.oracles.result import CheckResult

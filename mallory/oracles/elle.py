@@ -31,8 +31,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mallory.errors import MalloryError
-from mallory.oracles import edn
-from mallory.oracles.consistency import boundary, implied_anomalies, prohibited_anomalies
+from mallory.history import edn
+from mallory.history.ops import Call, Op, pair_calls
+from mallory.oracles.consistency import (
+    boundary,
+    implied_anomalies,
+    prohibited_anomalies,
+)
 from mallory.oracles.depgraph import (
     PROCESS,
     REALTIME,
@@ -49,7 +54,6 @@ from mallory.oracles.depgraph import (
     find_cycle,
     strongly_connected,
 )
-from mallory.oracles.history import Call, Op, pair_calls
 from mallory.oracles.result import CheckResult
 
 UNKNOWN_TYPES = {"empty-transaction-graph", "cycle-search-timeout"}

@@ -22,7 +22,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
-from mallory.oracles.history import Call, Op, pair_calls
+from mallory.history.ops import Call, Op, pair_calls
 from mallory.oracles.models import LinOp, Model
 from mallory.oracles.result import CheckResult
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mallory.errors import MalloryError
-from mallory.oracles.history import Call
+from mallory.history.ops import Call
 
 INF = float("inf")
 

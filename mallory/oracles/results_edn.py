@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from mallory.oracles.edn import Keyword, dumps
+from mallory.history.edn import Keyword, dumps
 from mallory.oracles.result import CheckResult, Verdict
 from mallory.oracles.triage import Finding
 

@@ -1,7 +1,7 @@
 """Python-level instrumentation: code events from Python programs into the node's ring.
 
 The same events as the LLVM pass's (llvm-pass/RING.md): FUNC/BLOCK kinds, ids from
-`mallory.observer.event_ids.event_id` (FNV-1a of "relpath:line:KIND"), written through the
+`mallory.instrument.event_ids.event_id` (FNV-1a of "relpath:line:KIND"), written through the
 C runtime itself (`libmallory_rt.so`, loaded with ctypes), so the ring protocol is not
 re-implemented and Python and C writers can share one ring.
 

@@ -17,7 +17,7 @@ import argparse
 import sys
 
 from mallory.errors import MalloryError
-from mallory.observer.catalogue import Catalogue, CodeEvent
+from mallory.instrument.catalogue import Catalogue, CodeEvent
 from mallory.pyinstrument.hooks import Instrumenter, run_program
 from mallory.pyinstrument.runtime import writer_from_env
 from mallory.pyinstrument.tracing import TraceTarget, read_trace_file

@@ -7,7 +7,7 @@
 
 `# INSTRUMENT_BB` is an alias of INSTRUMENT_BLOCK; the words after the marker are the
 label. As in C, the id's line is the first code line after the comment
-(`mallory.observer.event_ids`), and its path is the file's path relative to the
+(`mallory.instrument.event_ids`), and its path is the file's path relative to the
 annotated root. The rewrite inserts one call statement per site, located at the marked
 line, so tracebacks and line numbers of the program are unchanged. A hook call is
 `_mallory_hook_<id>()`, a name the launcher puts in builtins (`hook_name`; one leading
@@ -22,8 +22,8 @@ import re
 import tokenize
 from dataclasses import dataclass
 
-from mallory.observer.annotations import ScanWarning
-from mallory.observer.event_ids import event_id, relative_path
+from mallory.instrument.annotations import ScanWarning
+from mallory.instrument.event_ids import event_id, relative_path
 from mallory.timeline.event import Kind
 
 _MARKER = re.compile(r"^#\s*INSTRUMENT_(FUNC|BLOCK|BB)\b(.*)$")

@@ -31,7 +31,7 @@ def runtime_path() -> str:
     explicit = os.environ.get(RUNTIME_ENV)
     if explicit:
         return explicit
-    from mallory.observer import toolchain
+    from mallory.instrument import toolchain
 
     return str(toolchain.ensure_built().runtime_shared)
 

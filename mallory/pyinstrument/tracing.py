@@ -23,7 +23,7 @@ from types import ModuleType
 from typing import Any
 
 from mallory.errors import MalloryError
-from mallory.observer.event_ids import event_id
+from mallory.instrument.event_ids import event_id
 from mallory.pyinstrument.annotated import Site
 from mallory.timeline.event import Kind
 

@@ -13,8 +13,8 @@ from typing import Any
 
 import orjson
 
+from mallory.campaign.directory import PLOT_COLUMNS, CampaignDir, read_bundle_file
 from mallory.errors import MalloryError
-from mallory.mediator.campaign_dir import PLOT_COLUMNS, CampaignDir, read_bundle_file
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ bytes; client operations, faults and log lines by their data.
 
 from __future__ import annotations
 
-from mallory.observer.catalogue import Catalogue
+from mallory.instrument.catalogue import Catalogue
 from mallory.timeline.builder import Committed
 from mallory.timeline.event import Kind
 

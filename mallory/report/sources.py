@@ -11,7 +11,7 @@ from pathlib import Path
 
 from mallory.errors import MalloryError
 from mallory.harness.spec import load_spec
-from mallory.observer.catalogue import Catalogue, catalogue_path
+from mallory.instrument.catalogue import Catalogue, catalogue_path
 
 #: the most events one diagram of a bug page draws: the first ones of its step window
 DEFAULT_MAX_EVENTS = 1500

@@ -16,8 +16,8 @@ from typing import Any
 
 import orjson
 
+from mallory.campaign.loop import ScriptedStep
 from mallory.errors import MalloryError
-from mallory.mediator.campaign import ScriptedStep
 
 
 def steps_json(steps: list[ScriptedStep]) -> list[dict[str, Any]]:

@@ -13,7 +13,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from mallory.mediator.campaign import ScriptedStep
+from mallory.campaign.loop import ScriptedStep
 from mallory.shrink.journal import Journal
 
 #: replay(candidate) -> (did the bug's signature reappear, the replay's directory or None)

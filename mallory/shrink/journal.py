@@ -14,8 +14,8 @@ from typing import Any
 
 import orjson
 
+from mallory.campaign.loop import ScriptedStep
 from mallory.errors import MalloryError
-from mallory.mediator.campaign import ScriptedStep
 
 CandidateKey = tuple[tuple[str, int, float | None], ...]
 

@@ -11,9 +11,9 @@ import secrets
 from pathlib import Path
 from typing import Any
 
-from mallory.mediator.campaign import ScriptedStep
-from mallory.mediator.campaign_dir import CampaignDir
-from mallory.mediator.live import replay_script
+from mallory.campaign.directory import CampaignDir
+from mallory.campaign.live import replay_script
+from mallory.campaign.loop import ScriptedStep
 
 
 class LiveReplay:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from mallory.mediator.campaign import ScriptedStep
+from mallory.campaign.loop import ScriptedStep
 from mallory.shrink.ddmin import ddmin
 
 Schedule = list[ScriptedStep]

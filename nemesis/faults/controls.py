@@ -29,10 +29,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mallory import paths
+from mallory.cluster.registry import RunRecord
 from mallory.errors import MalloryError
-from nemesis.runstate import RunRecord
 
-PRELOAD_DIR = Path(__file__).resolve().parents[1] / "preload"
+PRELOAD_DIR = paths.PRELOAD
 SHIM_NAME = "libmallory_faults.so"
 
 # The control file (see the layout in mallory_faults.c).

@@ -24,12 +24,19 @@ import random
 import time
 from pathlib import Path
 
+from mallory.cluster.registry import proc_state
 from mallory.errors import MalloryError
 from nemesis.faults.base import FaultContext, FaultReport, check_spec
-from nemesis.faults.controls import MODE_ERROR, MODE_OFF, MODE_SLOW, OP_SYNC, OP_WRITE, NodeControls
+from nemesis.faults.controls import (
+    MODE_ERROR,
+    MODE_OFF,
+    MODE_SLOW,
+    OP_SYNC,
+    OP_WRITE,
+    NodeControls,
+)
 from nemesis.faults.preloaded import missing_library, run_with_env
 from nemesis.faults.process import sut_pid
-from nemesis.runstate import proc_state
 
 DISK_SPECS = ("eio", "enospc", "fsync", "slow", "lose-unsynced")
 PROBE_NAME = ".mallory-disk-probe"

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import random
 
+from mallory.cluster.registry import proc_state
 from mallory.errors import MalloryError
 from nemesis.faults.base import FaultContext, FaultReport, check_spec
 from nemesis.faults.targets import NODE_SPECS, pick_nodes
-from nemesis.runstate import proc_state
 
 
 def sut_pid(ctx: FaultContext, node: str) -> int | None:

@@ -17,7 +17,7 @@ forwards it to the leader). `ERR` means the command was certainly not applied (n
 queue full, not leader, discarded); `UNKNOWN` means it may still be (the op timed out or
 the leader changed while a follower waited for its answer). An APPENDed key holds a list,
 which GET answers as `OK v1,v2,...`. A TXN (raft-kv's transaction line, so the list-append
-and rw-register workloads use mallory/harness/raft_client.py) is one log entry. STATUS answers `OK role=<r> leader=<host|-> term=<n>`.
+and rw-register workloads use mallory/suts/raft_kv/client.py) is one log entry. STATUS answers `OK role=<r> leader=<host|-> term=<n>`.
 
 The Raft journal (`raft.journal`) and full dumps (`raft.dump`) are in the data directory,
 so a killed node restarts with its log. Every leader change is a line on stdout
@@ -39,7 +39,14 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from pysyncobj import _RAFT_STATE, FAIL_REASON, SyncObj, SyncObjConf, SyncObjException, replicated
+from pysyncobj import (
+    _RAFT_STATE,
+    FAIL_REASON,
+    SyncObj,
+    SyncObjConf,
+    SyncObjException,
+    replicated,
+)
 
 #: Failures after which the command was certainly not applied.
 _NOT_APPLIED = {

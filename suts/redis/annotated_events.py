@@ -11,7 +11,7 @@ from collections import Counter
 from pathlib import Path
 
 from mallory.errors import MalloryError
-from mallory.observer.catalogue import Catalogue
+from mallory.instrument.catalogue import Catalogue
 from mallory.timeline.codec import read_records
 from mallory.timeline.event import Batch, Kind
 

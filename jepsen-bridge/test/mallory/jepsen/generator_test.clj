@@ -5,7 +5,7 @@
   (op, then update with the invocation and the completion), the final generator, the
   client wrapper, and the README's Clojure blocks compiled and wired.
 
-  Run by tests/jepsen_bridge/test_generator_live.py with MALLORY_URL, MALLORY_TOKEN and the
+  Run by tests/live/jepsen_bridge/test_generator.py with MALLORY_URL, MALLORY_TOKEN and the
   README's path as the argument; it checks the mediator against the last line printed here
   (EDN {:actions [...] :catalogue [...]}). Exit status 0 iff every assertion held."
   (:require [clojure.test :refer [deftest is testing] :as t]

@@ -4,7 +4,7 @@
   fault's report, end. Also: a mediator that is down, one that never answers, a wrong
   token and a refused catalogue.
 
-  Run by tests/jepsen_bridge/test_mediator_live.py, which starts the mediator and passes
+  Run by tests/live/jepsen_bridge/test_mediator.py, which starts the mediator and passes
   MALLORY_URL and MALLORY_TOKEN; it then checks the mediator's timeline and learner against
   the last line printed here, an EDN map {:rounds [...]}. Exit status 0 iff every
   clojure.test assertion held."

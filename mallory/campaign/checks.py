@@ -1,0 +1,193 @@
+"""What runs around each schedule of a live campaign: the workload, and the checks after it.
+
+At a schedule's start, `ScheduleChecks` notes where every node's logs end and starts the
+client workload in the background, recording `runs/NNNNNN/history.edn` (+ `.jsonl`); at
+its end it writes Jepsen's `results.edn` beside it. At its
+end it stops the workload, checks the history (the checker is inferred from the workload:
+linearizability for registers, Elle-style for transactions), scans the log lines the
+schedule added for the log patterns and AddressSanitizer reports, and notices processes
+that died by an unexpected signal. Every finding becomes `BugEvidence` with its signature;
+the campaign turns those into bundles (one per signature).
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+from mallory.campaign.directory import CampaignDir
+from mallory.campaign.loop import BugEvidence
+from mallory.errors import MalloryError
+from mallory.files import atomic_write
+from mallory.harness.adapter import SutAdapter
+from mallory.harness.history import HistoryRecorder
+from mallory.harness.runner import RunConfig, WorkloadRunner
+from mallory.harness.session import client_node_for
+from mallory.harness.workload import make_workload
+from mallory.history.ops import read_history
+from mallory.oracles.asan import parse_asan
+from mallory.oracles.check import CheckOptions, check_history
+from mallory.oracles.logs import DEFAULT_PATTERNS, LogPattern, death_finding, scan_log
+from mallory.oracles.result import CheckResult
+from mallory.oracles.results_edn import results_edn
+from mallory.oracles.triage import Finding, findings_from_result
+
+#: the longest run a schedule's workload may have; the campaign stops it at the schedule end
+_FOREVER_S = 24 * 3600.0
+#: each schedule's workload uses keys from its own range: a schedule's history is checked on
+#: its own, so it must not read what an earlier schedule (on the same cluster) wrote
+KEYS_PER_SCHEDULE = 1_000_000
+
+
+class ScheduleChecks:
+    def __init__(
+        self,
+        adapter: SutAdapter,
+        directory: CampaignDir,
+        workload: str | None,
+        run_config: RunConfig,
+        *,
+        patterns: tuple[LogPattern, ...] = DEFAULT_PATTERNS,
+        check_time_limit: float = 60.0,
+    ) -> None:
+        self.adapter = adapter
+        self.dir = directory
+        self.workload = workload
+        self.run_config = run_config
+        self.patterns = patterns
+        self.check_time_limit = check_time_limit
+        self.recorder: HistoryRecorder | None = None
+        self._runner: WorkloadRunner | None = None
+        self._thread: threading.Thread | None = None
+        self._offsets: dict[Path, int] = {}
+        #: the last schedule's history verdict, for its results.edn
+        self._result: CheckResult | None = None
+        #: client ops of the running schedule that completed ok (None: no workload)
+        self._served: int | None = None
+
+    # -- around a schedule ---------------------------------------------------------------
+
+    def begin_schedule(self, index: int) -> None:
+        self._offsets = {p: p.stat().st_size if p.exists() else 0 for p in self._log_paths()}
+        self.start_workload(self.dir.fresh_run_dir(index), self.run_config.seed + index, key_slot=index + 1)
+
+    def start_workload(self, run_dir: Path, seed: int, key_slot: int) -> None:
+        """Run a fresh instance of the workload, on keys of its own slot, recording into
+        run_dir, until stopped."""
+        if self.workload is None:
+            return
+        workload = make_workload(self.workload, key_base=key_slot * KEYS_PER_SCHEDULE)
+        self.recorder = HistoryRecorder.to_dir(run_dir, keep=False)
+        self._served = 0
+        self.recorder.add_listener(self._count_served)
+        node_for = client_node_for(self.adapter)
+        config = RunConfig(
+            concurrency=self.run_config.concurrency,
+            time_limit=_FOREVER_S,
+            rate=self.run_config.rate,
+            seed=seed,
+        )
+        self._runner = WorkloadRunner(workload, lambda w: self.adapter.client(node_for(w), workload), self.recorder, config)
+        self._thread = threading.Thread(target=self._runner.run, name=f"workload-{run_dir.name}", daemon=True)
+        self._thread.start()
+
+    def _count_served(self, op: Any) -> None:
+        if op.type == "ok":  # nemesis ops are :info
+            self._served += 1
+
+    def nemesis_op(self, f: str, value: Any = None) -> None:
+        """Record a fault in the schedule's history as Jepsen does (a :nemesis :info op)."""
+        if self.recorder is not None:
+            self.recorder.nemesis(f, value)
+
+    def stop_workload(self) -> bool:
+        """Stop the background workload; whether one was running."""
+        if self._runner is None:
+            return False
+        self._runner.stop()
+        if self._thread is not None:
+            self._thread.join(30)
+        self.recorder.close()
+        self._runner = self._thread = self.recorder = None
+        return True
+
+    def check_schedule(self, index: int, record: dict[str, Any]) -> list[BugEvidence]:
+        findings: list[Finding] = []
+        run_dir = self.dir.run_dir(index)
+        self._result = None
+        if self.stop_workload():
+            findings += self._check_history(run_dir / "history.edn", record)
+        history_findings = len(findings)
+        logs_dir = run_dir / "logs"
+        for path, start in self._offsets.items():
+            text = self._read_from(path, start)
+            node = self._node_of(path)
+            if text:
+                logs_dir.mkdir(exist_ok=True)
+                (logs_dir / f"{node}-{path.name}").write_text(text)
+            findings += scan_log(text.splitlines(), node, self.patterns)
+            findings += parse_asan(text, node)
+        for node in self.adapter.backend.nodes:
+            proc = getattr(self.adapter, "process", lambda n: None)(node)
+            if proc is not None and not self.adapter.backend.is_running(proc):
+                status = self.adapter.backend.wait(proc, 0)
+                death = death_finding(status, node)
+                if death is not None:
+                    findings.append(death)
+        record["checks"] = {"findings": len(findings), "run_dir": str(run_dir), "served": self._served}
+        self._served = None
+        # Jepsen's results.edn beside history.edn, so Jepsen's own tools read the run
+        atomic_write(run_dir / "results.edn", results_edn(self._result, findings[history_findings:],
+                                                          record.get("history", {}).get("error")).encode())
+        return [self._evidence(f, index, run_dir) for f in findings]
+
+    # -- pieces ----------------------------------------------------------------------------
+
+    def _check_history(self, path: Path, record: dict[str, Any]) -> list[Finding]:
+        if not path.exists() or path.stat().st_size == 0:
+            return []
+        try:
+            fmt, ops = read_history(path)
+            result = check_history(ops, fmt, CheckOptions(time_limit=self.check_time_limit), str(path))
+        except MalloryError as exc:
+            # A history the checker cannot read is a harness problem, not a finding about the
+            # SUT; say so in the schedule's record and keep the campaign going.
+            record["history"] = {"valid": "unknown", "error": str(exc)}
+            return []
+        record["history"] = {"valid": result.valid, "checker": result.checker, "anomalies": result.anomaly_types}
+        self._result = result
+        return findings_from_result(result)
+
+    def _log_paths(self) -> list[Path]:
+        return [p for node in self.adapter.backend.nodes for p in self.adapter.log_paths(node)]
+
+    def _node_of(self, path: Path) -> str:
+        for node in self.adapter.backend.nodes:
+            if path in self.adapter.log_paths(node):
+                return node
+        return "?"
+
+    @staticmethod
+    def _read_from(path: Path, start: int) -> str:
+        if not path.exists():
+            return ""
+        with open(path, "rb") as f:
+            size = f.seek(0, 2)
+            f.seek(start if start <= size else 0)  # a truncated (rotated) log starts over
+            return f.read().decode("utf-8", errors="replace")
+
+    def _evidence(self, finding: Finding, index: int, run_dir: Path) -> BugEvidence:
+        report = {
+            "oracle": finding.oracle,
+            "kind": finding.kind,
+            "message": finding.message,
+            "node": finding.node,
+            "details": finding.details,
+            "schedule": index,
+        }
+        return BugEvidence(finding.signature, report, [run_dir])
+
+    def close(self) -> None:
+        self.stop_workload()
+

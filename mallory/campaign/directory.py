@@ -1,0 +1,196 @@
+"""The campaign directory: AFL's plain layout married to Jepsen's store (DESIGN.md).
+
+    DIR/campaign.json        full config, versions, root seed (written once; checked on resume)
+    DIR/fuzzer_stats         key: value, rewritten after every step
+    DIR/plot_data            one CSV line per step: time series for plots
+    DIR/learner              the learner checkpoint (for --resume)
+    DIR/schedules/NNNNNN.json every schedule: faults, times, states, rewards, findings
+    DIR/bugs/<signature>/    a reproducer bundle per distinct bug: report.json, schedule.json,
+                             campaign.json (config), sightings.jsonl, the schedule's run dir
+    DIR/runs/NNNNNN/         Jepsen-style: history, results, node logs of a schedule
+
+Every file that is rewritten is written to a temporary name and renamed, so a kill -9 at
+any moment leaves either the old or the new version, never half of one. (No fsync: a killed
+process's writes survive in the page cache; only a power cut could lose them, and fsync
+after every step made the loop's bookkeeping cost more than its decisions.)
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from mallory.errors import MalloryError
+from mallory.files import atomic_write
+
+PLOT_COLUMNS = (
+    "relative_time_s",
+    "schedules_done",
+    "steps_done",
+    "distinct_states",
+    "bugs",
+    "late_steps",
+    "action",
+    "state",
+    "new_state",
+    "feedback_ms",
+)
+
+
+def read_json_object(path: Path, missing: str) -> dict[str, Any]:
+    """A JSON object from a file, or MalloryError: `missing` if there is no file, else what
+    is wrong with it."""
+    try:
+        value = orjson.loads(path.read_bytes())
+    except FileNotFoundError:
+        raise MalloryError(missing) from None
+    except orjson.JSONDecodeError as exc:
+        raise MalloryError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(value, dict):
+        raise MalloryError(f"{path}: expected a JSON object")
+    return value
+
+
+def read_bundle_file(bundle: Path, name: str) -> dict[str, Any]:
+    """A bug bundle's JSON object `name` (report.json, schedule.json, campaign.json)."""
+    return read_json_object(Path(bundle) / name, f"{bundle} is not a bug bundle: it has no {name}")
+
+
+class CampaignDir:
+    """Reads and writes one campaign's directory."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+
+    # -- creation and resume -------------------------------------------------------------
+
+    def create(self, config: Mapping[str, Any]) -> None:
+        """A new campaign: refuse a directory that already holds one (use --resume)."""
+        if (self.root / "campaign.json").exists():
+            raise MalloryError(f"{self.root} already holds a campaign; use --resume to continue it")
+        for sub in ("schedules", "bugs", "runs"):
+            (self.root / sub).mkdir(parents=True, exist_ok=True)
+        atomic_write(self.root / "campaign.json", orjson.dumps(dict(config), option=orjson.OPT_INDENT_2))
+        with open(self.root / "plot_data", "w") as f:
+            f.write("# " + ", ".join(PLOT_COLUMNS) + "\n")
+
+    def config(self) -> dict[str, Any]:
+        return read_json_object(self.root / "campaign.json", f"{self.root} holds no campaign (no campaign.json)")
+
+    def update_config(self, changes: Mapping[str, Any]) -> dict[str, Any]:
+        """Record decisions taken after creation (e.g. a calibrated threshold)."""
+        config = {**self.config(), **changes}
+        atomic_write(self.root / "campaign.json", orjson.dumps(config, option=orjson.OPT_INDENT_2))
+        return config
+
+    def schedules_done(self) -> int:
+        """Schedules completely recorded: a schedule file is written only when it ends."""
+        return len(list((self.root / "schedules").glob("[0-9]*.json")))
+
+    # -- learner -----------------------------------------------------------------------
+
+    def save_learner(self, checkpoint: bytes) -> None:
+        atomic_write(self.root / "learner", checkpoint)
+
+    def load_learner(self) -> bytes | None:
+        path = self.root / "learner"
+        return path.read_bytes() if path.exists() else None
+
+    # -- records -------------------------------------------------------------------------
+
+    def write_schedule(self, index: int, record: Mapping[str, Any]) -> Path:
+        path = self.root / "schedules" / f"{index:06d}.json"
+        atomic_write(path, orjson.dumps(dict(record), option=orjson.OPT_INDENT_2))
+        return path
+
+    def read_schedules(self) -> list[dict[str, Any]]:
+        return [orjson.loads(p.read_bytes()) for p in sorted((self.root / "schedules").glob("[0-9]*.json"))]
+
+    def run_dir(self, index: int) -> Path:
+        path = self.root / "runs" / f"{index:06d}"
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def fresh_run_dir(self, index: int) -> Path:
+        """An empty run directory for schedule `index`. What an interrupted incarnation left
+        there (a resumed campaign redoes the schedule in flight) is kept beside it as
+        `NNNNNN.interrupted[.k]`, never mixed into the new run's history."""
+        path = self.root / "runs" / f"{index:06d}"
+        if path.exists() and any(path.iterdir()):
+            aside = path.with_name(path.name + ".interrupted")
+            k = 1
+            while aside.exists():
+                aside = path.with_name(f"{path.name}.interrupted.{k}")
+                k += 1
+            os.replace(path, aside)
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def append_plot(self, row: Mapping[str, Any]) -> None:
+        line = ", ".join(str(row.get(c, "")) for c in PLOT_COLUMNS)
+        with open(self.root / "plot_data", "a") as f:
+            f.write(line + "\n")
+            f.flush()
+
+    def write_stats(self, stats: Mapping[str, Any]) -> None:
+        text = "".join(f"{key:<20}: {value}\n" for key, value in stats.items())
+        atomic_write(self.root / "fuzzer_stats", text.encode())
+
+    def read_stats(self) -> dict[str, str]:
+        path = self.root / "fuzzer_stats"
+        if not path.exists():
+            return {}
+        out = {}
+        for line in path.read_text().splitlines():
+            key, _, value = line.partition(":")
+            out[key.strip()] = value.strip()
+        return out
+
+    # -- bugs ------------------------------------------------------------------------------
+
+    def known_bugs(self) -> set[str]:
+        return {p.name for p in (self.root / "bugs").iterdir() if p.is_dir() and not p.name.startswith(".")}
+
+    def record_bug(
+        self,
+        signature: str,
+        report: Mapping[str, Any],
+        schedule: Mapping[str, Any],
+        files: Iterable[Path] = (),
+        config: Mapping[str, Any] | None = None,
+    ) -> Path:
+        """Write (or update the sightings of) a bug's bundle.
+
+        The first sighting writes the whole bundle into a temporary directory and renames it,
+        so a bundle is either complete or absent. Later sightings only append to
+        `sightings.jsonl`: one bug found a hundred times is one bundle.
+        """
+        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in signature)[:120]
+        bundle = self.root / "bugs" / safe
+        sighting = {"schedule": schedule.get("index"), "time": time.time()}
+        if bundle.exists():
+            with open(bundle / "sightings.jsonl", "ab") as f:
+                f.write(orjson.dumps(sighting) + b"\n")
+            return bundle
+        tmp = self.root / "bugs" / f".{safe}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        (tmp / "report.json").write_bytes(orjson.dumps(dict(report), option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
+        (tmp / "schedule.json").write_bytes(orjson.dumps(dict(schedule), option=orjson.OPT_INDENT_2))
+        (tmp / "sightings.jsonl").write_bytes(orjson.dumps(sighting) + b"\n")
+        if config is not None:  # what `mallory replay` needs to rebuild the cluster
+            (tmp / "campaign.json").write_bytes(orjson.dumps(dict(config), option=orjson.OPT_INDENT_2))
+        for f in files:
+            f = Path(f)
+            if f.is_dir():
+                shutil.copytree(f, tmp / f.name, dirs_exist_ok=True)
+            elif f.exists():
+                shutil.copy2(f, tmp / f.name)
+        os.replace(tmp, bundle)
+        return bundle

@@ -1,0 +1,92 @@
+"""The live parts of a campaign, set up and torn down in one place (fuzz and replay share it).
+
+Order: the observed cluster (mediator, observers), then the SUT with the clock/disk fault
+controls in its environment, then the nemesis and the per-schedule checks. Teardown runs
+in reverse whatever happened, so nothing outlives the command.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from mallory.campaign.checks import ScheduleChecks
+from mallory.campaign.directory import CampaignDir
+from mallory.campaign.loop import Campaign, LoopConfig, ScriptedStep, report_json
+from mallory.campaign.netns_stack import ObservedCluster
+from mallory.harness.adapter import SutAdapter
+from mallory.harness.runner import RunConfig
+from mallory.harness.session import start_all, teardown_all
+from mallory.learner.learner import Learner
+from mallory.mediator.client import TimelineWindows
+from mallory.suts.registry import make_adapter
+
+
+@dataclass
+class LiveParts:
+    stack: ObservedCluster
+    adapter: SutAdapter
+    nemesis: Any
+    checks: ScheduleChecks
+    windows: TimelineWindows
+
+    def record_action(self, action: str, report: Any) -> None:
+        """A fault taken: a FAULT event in the timeline, a :nemesis :info op in the history."""
+        self.stack.client.fault_reported(action)
+        self.checks.nemesis_op(action, report_json(report))
+
+
+@contextmanager
+def live_parts(config: dict[str, Any], directory: CampaignDir, run_name: str) -> Iterator[LiveParts]:
+    from nemesis.faults.base import FaultContext
+    from nemesis.faults.controls import NodeControls, attach
+    from nemesis.nemesis import Nemesis
+
+    def adapter_factory(backend: Any) -> SutAdapter:
+        return make_adapter(config["sut"], backend, config.get("port", 6379))
+
+    if config.get("backend", "netns") == "docker":  # inside a compose project (deploy/compose)
+        from mallory.campaign.docker_stack import ObservedDockerCluster
+
+        stack: Any = ObservedDockerCluster.from_env(
+            run_name, config["nodes"], record_dir=directory.root / "events", adapter_factory=adapter_factory
+        )
+    else:
+        stack = ObservedCluster(
+            run_name, config["nodes"], record_dir=directory.root / "events", adapter_factory=adapter_factory
+        )
+    adapter = checks = None
+    try:
+        backend = stack.cluster
+        (directory.root / "cluster.json").write_text(backend.layout.to_json())
+        adapter = stack.adapter
+        controls = NodeControls(backend.record, list(backend.nodes)).prepare()
+        attach(adapter, controls)
+        start_all(adapter)
+        ctx = FaultContext(backend=backend, adapter=adapter, mediator=stack.client, controls=controls)
+        nemesis = Nemesis(ctx, config["faults"])
+        workload = None if config["workload"] == "none" else config["workload"]
+        run_config = RunConfig(concurrency=config["concurrency"], rate=config["rate"], seed=config["seed"])
+        checks = ScheduleChecks(adapter, directory, workload, run_config)
+        yield LiveParts(stack, adapter, nemesis, checks, TimelineWindows(stack.client, config["abstraction"]))
+    finally:
+        if checks is not None:
+            checks.close()
+        if adapter is not None:
+            teardown_all(adapter)
+        stack.close()
+
+
+def replay_script(config: dict[str, Any], directory: CampaignDir, run_name: str, script: list[ScriptedStep],
+                  seed: int | None) -> dict[str, Any]:
+    """Enact a scripted schedule once on a fresh cluster (`mallory replay`, `mallory shrink`)
+    into a new campaign directory; the schedule's record, with its findings."""
+    directory.create(config)
+    with live_parts(config, directory, run_name) as live:
+        loop = LoopConfig(steps=len(script), window_s=config["window_s"], reset_s=config["reset_s"], seed=config["seed"])
+        # The learner only observes here; it never chooses.
+        campaign = Campaign(directory, Learner.create(policy="random"), live.windows, live.nemesis, loop,
+                            checker=live.checks, on_action=live.record_action)
+        return campaign.run_schedule(0, script=script, seed=seed)

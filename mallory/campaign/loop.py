@@ -1,0 +1,427 @@
+"""The campaign's observe-orient-decide-act loop.
+
+A campaign is a sequence of schedules. A schedule starts from a healthy cluster, observes
+one window to know where it is, then takes `steps` steps: the learner picks an action, the
+nemesis enacts it, the loop waits one window while the workload keeps running, asks the
+timeline for that window's summary, and the learner turns it into a state and a reward.
+Then everything is healed and the cluster is reset, the schedule's record is written, the
+checks run, and the learner is checkpointed: a killed campaign loses at most the schedule
+in flight.
+
+Faults accumulate within a schedule (a partition, then a kill while it lasts); besides the
+nemesis's actions the learner may choose `heal` (heal every active fault, Jepsen's :stop)
+or `noop`.
+
+The loop does no I/O of its own beyond the campaign directory: the window source (the
+mediator's timeline), the nemesis, the checks and the clock are handed in, so the same loop
+runs against a live cluster and, in tests, against named fakes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, is_dataclass
+from typing import Any, Protocol
+
+from mallory.campaign.directory import CampaignDir
+from mallory.errors import MalloryError
+from mallory.learner.learner import Learner
+from mallory.mediator.windows import Window
+
+HEAL = "heal"
+NOOP = "noop"
+
+
+class WindowSource(Protocol):
+    def now_ns(self) -> int:
+        """Now, on the timeline's common axis."""
+        ...
+
+    def window(self, start_ns: int, end_ns: int, wait_s: float) -> Window:
+        """The window's summary, waiting up to `wait_s` for the timeline to complete it."""
+        ...
+
+
+class Nemesis(Protocol):
+    def actions(self) -> list[str]: ...
+
+    def enact(self, action: str, rng: random.Random) -> Any:
+        """Enact the fault; return its report (JSON-able, or with `to_json()`)."""
+        ...
+
+    def heal(self, report: Any) -> None: ...
+
+    def heal_all(self, reports: list[Any]) -> list[str]:
+        """Heal them all in a safe order; what could not be healed now, as problems."""
+        ...
+
+    def reset(self) -> Any:
+        """Heal everything, restart what is dead, check the cluster is healthy."""
+        ...
+
+    def restart_all(self) -> Any:
+        """Restart every node: when a reset did not bring the cluster back."""
+        ...
+
+
+@dataclass
+class BugEvidence:
+    """A bug found by a check: the signature deduplicates, the report explains."""
+
+    signature: str
+    report: dict[str, Any]
+    files: list = field(default_factory=list)
+
+
+class Checker(Protocol):
+    def begin_schedule(self, index: int) -> None:
+        """The schedule starts (e.g. start its workload, mark where logs end)."""
+        ...
+
+    def check_schedule(self, index: int, record: dict[str, Any]) -> list[BugEvidence]:
+        """The schedule ended and the cluster was reset: what did it find?"""
+        ...
+
+
+class Sleeper(Protocol):
+    def sleep(self, seconds: float) -> None: ...
+
+
+class RealSleeper:
+    def sleep(self, seconds: float) -> None:
+        if seconds > 0:
+            time.sleep(seconds)
+
+
+@dataclass
+class LoopConfig:
+    steps: int = 12
+    window_s: float = 2.5
+    reset_s: float = 5.0
+    #: how long after a window ends its feedback may take before the step counts as late
+    feedback_timeout_s: float = 1.0
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class ScriptedStep:
+    """One step of a scripted schedule (replay, shrink).
+
+    `draw` is the step number whose random draws the fault makes (its targets): a schedule
+    with steps left out still gives each remaining fault the targets it had. `window_s`
+    overrides the loop's window for this step (None: the loop's)."""
+
+    action: str
+    draw: int
+    window_s: float | None = None
+
+
+def script_of(record: dict[str, Any]) -> list[ScriptedStep]:
+    """The script that re-enacts a recorded schedule (records written before steps had a
+    `draw` use the step number, which is what they drew with)."""
+    return [
+        ScriptedStep(step["action"], int(step.get("draw", step.get("step", i))), step.get("window_s"))
+        for i, step in enumerate(record.get("steps", []))
+    ]
+
+
+def step_rng(seed: int, draw: int) -> random.Random:
+    """The random source of one step's fault, derived from the schedule's seed."""
+    return random.Random(schedule_seed(seed, draw))
+
+
+def steady_summaries(source: WindowSource, sleeper: Sleeper, windows: int, window_s: float) -> list[frozenset[str]]:
+    """Summaries of `windows` consecutive fault-free windows, for calibrating the state
+    similarity threshold (late windows are skipped: they would be half windows)."""
+    out = []
+    window_ns = int(window_s * 1e9)
+    for _ in range(windows):
+        t0 = source.now_ns()
+        sleeper.sleep(window_s)
+        window = source.window(t0, max(source.now_ns(), t0 + window_ns), 1.0)
+        if window.complete:
+            out.append(window.summary)
+    return out
+
+
+def schedule_seed(root_seed: int, index: int) -> int:
+    """Each schedule's seed, derived from the campaign's root seed (stable across runs)."""
+    digest = hashlib.blake2b(f"{root_seed}:{index}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") >> 1
+
+
+def report_json(report: Any) -> Any:
+    if report is None:
+        return None
+    if hasattr(report, "to_json"):
+        return report.to_json()
+    if is_dataclass(report):
+        return asdict(report)
+    return report
+
+
+@dataclass
+class Progress:
+    """Counters the status screen and fuzzer_stats show."""
+
+    started: float = field(default_factory=time.time)
+    elapsed_before_s: float = 0.0  # from earlier incarnations of a resumed campaign
+    schedules_done: int = 0
+    steps_done: int = 0
+    late_steps: int = 0
+    refused_faults: int = 0
+    states: int = 0
+    last_new_state_s: float | None = None
+    bugs: int = 0
+    last_bug_s: float | None = None
+    current_fault: str = "-"
+    feedback_ms: list[float] = field(default_factory=list)
+
+    def elapsed_s(self) -> float:
+        return self.elapsed_before_s + time.time() - self.started
+
+    def feedback_percentile(self, p: float) -> float | None:
+        if not self.feedback_ms:
+            return None
+        ordered = sorted(self.feedback_ms[-10_000:])
+        return round(ordered[min(len(ordered) - 1, int(p * len(ordered)))], 1)
+
+
+class Campaign:
+    def __init__(
+        self,
+        directory: CampaignDir,
+        learner: Learner,
+        source: WindowSource,
+        nemesis: Nemesis,
+        config: LoopConfig,
+        checker: Checker | None = None,
+        sleeper: Sleeper | None = None,
+        on_update: Callable[[Progress], None] | None = None,
+        info: dict[str, Any] | None = None,
+        on_action: Callable[[str, Any], None] | None = None,
+    ) -> None:
+        self.dir = directory
+        self.learner = learner
+        self.source = source
+        self.nemesis = nemesis
+        self.config = config
+        self.checker = checker
+        self.sleeper = sleeper or RealSleeper()
+        self.on_update = on_update or (lambda progress: None)
+        self.progress = Progress()
+        #: fixed facts shown in fuzzer_stats (e.g. the cluster run, for `mallory cleanup RUN`)
+        self.info = dict(info or {})
+        #: told of every action taken, with its report (e.g. to put it in the timeline and history)
+        self.on_action = on_action or (lambda action, report: None)
+        self._restore_progress()
+
+    def _restore_progress(self) -> None:
+        """Counters of a resumed campaign continue from what its directory holds."""
+        p = self.progress
+        for record in self.dir.read_schedules():
+            p.schedules_done += 1
+            p.steps_done += len(record.get("steps", []))
+            p.late_steps += sum(1 for s in record.get("steps", []) if s.get("late"))
+        p.states = len(self.learner.store)
+        p.bugs = len(self.dir.known_bugs())
+        stats = self.dir.read_stats()
+        try:
+            p.elapsed_before_s = float(stats.get("run_time", 0))
+        except ValueError:
+            p.elapsed_before_s = 0.0
+
+    def actions(self) -> list[str]:
+        offered = [a for a in self.nemesis.actions() if a not in (HEAL, NOOP)]
+        return [*offered, HEAL, NOOP]
+
+    def run(self, schedules: int | None = None, duration_s: float | None = None, stop: Callable[[], bool] | None = None) -> Progress:
+        """Run schedules until `schedules` more are done, `duration_s` of total campaign time
+        has passed, or `stop()` says so (checked between steps)."""
+        asked = stop or (lambda: False)
+
+        def stop_now() -> bool:  # checked between steps too: a deadline cuts the schedule short
+            return asked() or (duration_s is not None and self.progress.elapsed_s() >= duration_s)
+
+        done = 0
+        while (schedules is None or done < schedules) and not stop_now():
+            self.run_schedule(self.progress.schedules_done, stop_now)
+            done += 1
+        return self.progress
+
+    def run_schedule(
+        self,
+        index: int,
+        stop: Callable[[], bool] = lambda: False,
+        script: list[ScriptedStep] | None = None,
+        seed: int | None = None,
+    ) -> dict[str, Any]:
+        """One schedule. With `script` (a recorded schedule's steps, for replay and shrink)
+        the actions are taken in that order instead of being chosen, and `seed` replaces the
+        derived one, so the faults pick the same targets as they did."""
+        cfg = self.config
+        seed = schedule_seed(cfg.seed, index) if seed is None else seed
+        window_ns = int(cfg.window_s * 1e9)
+        record: dict[str, Any] = {"index": index, "seed": seed, "started_ns": self.source.now_ns(), "steps": []}
+        if self.checker is not None:
+            self.checker.begin_schedule(index)
+
+        # Orient: where does the schedule start from?
+        end = self.source.now_ns()
+        first = self._feedback(end - window_ns, end)
+        observed = self.learner.observe_window(first.summary if first.complete else None)
+        record["initial_state"] = None if observed is None else observed[0].state_id
+        active: list[Any] = []
+        try:
+            for step in range(cfg.steps if script is None else len(script)):
+                if stop():
+                    break
+                planned = ScriptedStep(self.learner.next_action(self.actions()), step) if script is None else script[step]
+                window_s = cfg.window_s if planned.window_s is None else planned.window_s
+                entry = self._step(step, planned.action, step_rng(seed, planned.draw), int(window_s * 1e9), active)
+                entry.update(draw=planned.draw, window_s=window_s)
+                record["steps"].append(entry)
+        finally:
+            problems = self._heal_all(active)
+            if problems:
+                record["heal_problems"] = problems
+            self.learner.end_schedule()
+            self.progress.current_fault = "reset"
+            self.on_update(self.progress)
+            record["reset"] = report_json(self.nemesis.reset())
+            self.sleeper.sleep(cfg.reset_s)
+            record["ended_ns"] = self.source.now_ns()
+            self._finish(index, record)
+        return record
+
+    def _heal_all(self, active: list[Any]) -> list[str]:
+        """Heal every active fault; empties `active`. A heal that cannot be done now (say,
+        a membership change with no quorum) must not end the campaign: its problem is
+        returned for the record, and the schedule's reset tries again."""
+        problems = self.nemesis.heal_all(active)
+        active.clear()
+        return problems
+
+    def _feedback(self, start_ns: int, end_ns: int) -> Window:
+        asked = time.monotonic()
+        window = self.source.window(start_ns, end_ns, self.config.feedback_timeout_s)
+        if window.complete:
+            self.progress.feedback_ms.append((time.monotonic() - asked) * 1e3)
+        return window
+
+    def _step(self, step: int, action: str, rng: random.Random, window_ns: int, active: list[Any]) -> dict[str, Any]:
+        self.progress.current_fault = action
+        self.on_update(self.progress)
+        t0 = self.source.now_ns()
+        report = None
+        refused = None
+        heal_problems: list[str] = []
+        if action == HEAL:
+            heal_problems = self._heal_all(active)
+        elif action != NOOP:
+            try:
+                report = self.nemesis.enact(action, rng)
+                active.append(report)
+            except MalloryError as exc:
+                # A fault the cluster cannot take right now (e.g. its target is down) must not
+                # end a day-long campaign: the step is recorded as refused, like a noop.
+                refused = str(exc)
+                self.progress.refused_faults += 1
+        if refused is None:
+            self.on_action(action, report)
+        self.sleeper.sleep(max(0.0, (t0 + window_ns - self.source.now_ns()) / 1e9))
+        t1 = max(self.source.now_ns(), t0 + window_ns)
+        window = self._feedback(t0, t1)
+        entry: dict[str, Any] = {
+            "step": step,
+            "action": action,
+            "report": report_json(report),
+            "refused": refused,
+            **({"heal_problems": heal_problems} if heal_problems else {}),
+            "window_ns": [t0, t1],
+            "events": window.events,
+            "late": not window.complete,
+        }
+        p = self.progress
+        p.steps_done += 1
+        observed = self.learner.observe_window(window.summary if window.complete else None)
+        if observed is not None:
+            match, reward = observed
+            entry.update(state=match.state_id, new=match.is_new, reward=reward, summary_size=len(window.summary))
+            if match.is_new:
+                p.last_new_state_s = p.elapsed_s()
+        else:  # late: no state, no reward (see Learner.observe_window)
+            p.late_steps += 1
+            entry.update(state=None, new=None, reward=None)
+        p.states = len(self.learner.store)
+        self.dir.append_plot(
+            {
+                "relative_time_s": round(p.elapsed_s(), 3),
+                "schedules_done": p.schedules_done,
+                "steps_done": p.steps_done,
+                "distinct_states": p.states,
+                "bugs": p.bugs,
+                "late_steps": p.late_steps,
+                "action": action,
+                "state": entry["state"] if entry["state"] is not None else "",
+                "new_state": int(bool(entry["new"])),
+                "feedback_ms": round(p.feedback_ms[-1], 1) if window.complete and p.feedback_ms else "",
+            }
+        )
+        self.dir.write_stats(self.stats())
+        self.on_update(p)
+        return entry
+
+    def _finish(self, index: int, record: dict[str, Any]) -> None:
+        p = self.progress
+        findings = self.checker.check_schedule(index, record) if self.checker else []
+        record["findings"] = [f.signature for f in findings]
+        if _needs_restart(record):
+            # The next schedule must start from a working cluster, not inherit a wedged one.
+            record["restart"] = report_json(self.nemesis.restart_all())
+        known = self.dir.known_bugs()
+        for finding in findings:
+            bundle = self.dir.record_bug(finding.signature, finding.report, record, finding.files, self.dir.config())
+            if bundle.name not in known:
+                known.add(bundle.name)
+                p.bugs += 1
+                p.last_bug_s = p.elapsed_s()
+        # Order matters for resume: the schedule file marks the schedule done, so the
+        # learner it trained is saved first.
+        self.dir.save_learner(self.learner.to_checkpoint())
+        self.dir.write_schedule(index, record)
+        p.schedules_done += 1
+        self.dir.write_stats(self.stats())
+        self.on_update(p)
+
+    def stats(self) -> dict[str, Any]:
+        p = self.progress
+        return {
+            "start_time": int(p.started),
+            "last_update": int(time.time()),
+            "run_time": round(p.elapsed_s(), 1),
+            "schedules_done": p.schedules_done,
+            "steps_done": p.steps_done,
+            "late_steps": p.late_steps,
+            "refused_faults": p.refused_faults,
+            "distinct_states": p.states,
+            "last_new_state": "-" if p.last_new_state_s is None else round(p.last_new_state_s, 1),
+            "states_per_hour": round(p.states / max(p.elapsed_s(), 1e-9) * 3600, 1),
+            "bugs_found": p.bugs,
+            "last_bug": "-" if p.last_bug_s is None else round(p.last_bug_s, 1),
+            "current_fault": p.current_fault,
+            "feedback_ms_p50": p.feedback_percentile(0.5),
+            "feedback_ms_p99": p.feedback_percentile(0.99),
+            "policy": self.learner.policy.name,
+            **self.info,
+        }
+
+
+def _needs_restart(record: dict[str, Any]) -> bool:
+    """A reset that reported problems, or a schedule whose workload got not one op through."""
+    reset = record.get("reset")
+    unhealthy = isinstance(reset, dict) and reset.get("healthy") is False
+    return unhealthy or (record.get("checks") or {}).get("served") == 0

@@ -1,0 +1,21 @@
+"""Writing a file so that a reader, or a process killed mid-write, never sees half of it."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def atomic_write(path: str | os.PathLike[str], data: bytes) -> None:
+    """Replace `path` with `data`: written to a hidden temporary name beside it (unique per
+    process, so two writers never share one), then renamed over it. A reader sees the old
+    file or the new one. No fsync: what a killed process wrote survives in the page cache;
+    only a power cut could lose it."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise

@@ -1,0 +1,1 @@
+"""The pysyncobj KV service (suts/pysyncobj), Python-level instrumentation."""

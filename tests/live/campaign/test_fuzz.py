@@ -1,0 +1,142 @@
+"""`mallory fuzz` for real: the example SUT on a netns cluster, the mediator in the gateway,
+observers on every node, real faults. Short campaigns; as root."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from mallory.campaign.directory import CampaignDir
+from tests.live.cluster.conftest import leftovers
+from tests.live.example_sut.example_cluster import SPEC, build
+
+FAULTS = "partition,kill,pause,delay,clock"
+
+
+@pytest.fixture(scope="module")
+def spec(tmp_path_factory) -> Path:
+    """The shipped example spec, pointed at a fresh build of the SUT."""
+    build_dir = tmp_path_factory.mktemp("example-build")
+    binary = build(build_dir)
+    shipped = SPEC.read_text()
+    assert '"build/example-sut"' in shipped, "the shipped spec's program path changed: update this fixture"
+    text = shipped.replace('"build/example-sut"', json.dumps(str(binary)))
+    path = build_dir / "example.toml"
+    path.write_text(text)
+    return path
+
+
+def fuzz(*args: str) -> list[str]:
+    return [sys.executable, "-m", "mallory.cli", "fuzz", "--plain", *args]
+
+
+def campaign_args(spec: Path, out: Path, schedules: int, steps: int = 3) -> list[str]:
+    return [
+        "--sut", str(spec), "--nodes", "3", "--schedules", str(schedules), "--steps", str(steps),
+        "--window", "1.5", "--reset", "1", "--workload", "register", "--rate", "20",
+        "--faults", FAULTS, "--seed", "7", "--out", str(out),
+    ]
+
+
+def assert_gone(campaign: Path) -> None:
+    """Nothing of the campaign's cluster remains (namespaces, links, iptables, shm, processes)."""
+    layout = json.loads((campaign / "cluster.json").read_text())
+    prefix = layout["supernet"].split(".0.0/")[0] + "."
+    pids = [int(line.split()[0]) for line in subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout.splitlines()[1:]
+            if f"--run {layout['run']}" in line]
+    left = leftovers(layout["run"], layout["host_interface"], prefix, pids)
+    # other runs (concurrent tests) may have observer chains of their own: only ours count
+    left.iptables = {ns: lines for ns, lines in left.iptables.items()
+                     if ns in ("", *left.netns) or any(prefix in line for line in lines)}
+    assert left.empty() and not pids, (left, pids)
+
+
+def test_short_campaign_writes_a_complete_directory_and_leaves_nothing(spec, tmp_path):
+    out = tmp_path / "campaign"
+    proc = subprocess.run(fuzz(*campaign_args(spec, out, schedules=2)), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "2 schedules, 6 steps" in proc.stdout
+    d = CampaignDir(out)
+    stats = d.read_stats()
+    assert stats["schedules_done"] == "2" and stats["steps_done"] == "6"
+    assert int(stats["distinct_states"]) >= 2, "faults on a live cluster lead to more than one state"
+    schedules = d.read_schedules()
+    for record in schedules:
+        assert record["reset"]["healthy"], record["reset"]
+        # every schedule's history is checked; an invalid one is a recorded bug
+        assert record["history"]["valid"] in (True, False, "unknown")
+        if record["history"]["valid"] is False:
+            assert record["findings"] and set(record["findings"]) <= d.known_bugs(), record
+        for step in record["steps"]:
+            if step["report"] is not None:
+                assert step["report"]["verified"], step["report"]
+            if not step["late"]:
+                assert step["events"] > 0 and step["state"] is not None
+        assert (out / "runs" / f"{record['index']:06d}" / "history.edn").stat().st_size > 0
+    enacted = {s["action"].split(":")[0] for r in schedules for s in r["steps"]}
+    assert enacted - {"heal", "noop"}, "at least one real fault was enacted"
+    assert (out / "events" / "events.jsonl").stat().st_size > 0
+    plot = (out / "plot_data").read_text().splitlines()
+    assert len(plot) == 1 + 6
+    assert_gone(out)
+
+
+def test_kill9_then_cleanup_then_resume(spec, tmp_path):
+    out = tmp_path / "campaign"
+    proc = subprocess.Popen(fuzz(*campaign_args(spec, out, schedules=4)), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    d = CampaignDir(out)
+    deadline = time.monotonic() + 180
+    # kill it mid-schedule: after the first schedule is recorded and a step of the next is done
+    while time.monotonic() < deadline:
+        if d.schedules_done() >= 1 and len((out / "plot_data").read_text().splitlines()) >= 1 + 4:
+            break
+        assert proc.poll() is None, "the campaign ended before it could be killed"
+        time.sleep(0.2)
+    stats = d.read_stats()
+    run = stats["cluster_run"]
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    done_before = d.schedules_done()
+    states_before = int(stats["distinct_states"])
+    assert done_before >= 1
+
+    cleanup = subprocess.run([sys.executable, "-m", "mallory.cli", "cleanup", run], capture_output=True, text=True, timeout=120)
+    assert cleanup.returncode == 0, cleanup.stderr
+    assert_gone(out)
+
+    resumed = subprocess.run(
+        fuzz("--resume", str(out), "--schedules", "1"), capture_output=True, text=True, timeout=300
+    )
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    indices = [r["index"] for r in d.read_schedules()]
+    assert indices == list(range(done_before + 1)), "the resumed campaign continues at the schedule in flight"
+    assert int(d.read_stats()["distinct_states"]) >= states_before, "states survive the kill"
+    assert_gone(out)
+
+
+def test_fault_free_schedules_check_valid_after_calibration(spec, tmp_path):
+    """Without faults the SUT is linearizable, so every schedule's history must check valid:
+    each schedule (and the calibration phase before them, which writes too) uses keys of its
+    own, since a history is checked from a register nobody has written."""
+    out = tmp_path / "campaign"
+    args = campaign_args(spec, out, schedules=2)
+    args[args.index("--faults") + 1] = "noop"
+    proc = subprocess.run(fuzz(*args, "--calibrate", "4"), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    d = CampaignDir(out)
+    config = d.config()
+    assert config["calibration"]["windows"] >= 3 and 0 < config["threshold"] <= 1
+    assert (out / "runs" / "calibration" / "history.edn").stat().st_size > 0
+    schedules = d.read_schedules()
+    assert len(schedules) == 2
+    for record in schedules:
+        assert record["history"]["valid"] is True, record["history"]
+    assert not d.known_bugs()
+    assert_gone(out)

@@ -1,0 +1,281 @@
+"""The campaign loop against named fakes: learning, lateness, findings, resume.
+
+The fakes stand in for the mediator's timeline (FakeTimeline), the nemesis (FakeNemesis)
+and the wall clock (FakeClock), so the loop's own logic is tested in milliseconds; the
+live-cluster campaign test exercises the real ones.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+import orjson
+import pytest
+
+from mallory.campaign.directory import PLOT_COLUMNS, CampaignDir
+from mallory.campaign.loop import (
+    HEAL,
+    NOOP,
+    BugEvidence,
+    Campaign,
+    LoopConfig,
+    schedule_seed,
+)
+from mallory.errors import MalloryError
+from mallory.learner.learner import Learner
+from mallory.mediator.windows import Window
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.ns = 1_700_000_000_000_000_000
+
+    def sleep(self, seconds: float) -> None:
+        self.ns += int(seconds * 1e9)
+
+
+class FakeNemesis:
+    """Four faults; only `novel` leads the fake cluster somewhere new each time."""
+
+    def __init__(self) -> None:
+        self.enacted: list[str] = []
+        self.healed = 0
+        self.resets = 0
+        self.active: list[str] = []
+        self.refuse: str | None = None
+        self.unhealable: str | None = None
+        self.unhealthy_resets: set[int] = set()  # which resets (1-based) report a problem
+        self.restarts = 0
+
+    def actions(self) -> list[str]:
+        return ["novel", "dull-1", "dull-2", "dull-3"]
+
+    def enact(self, action: str, rng: random.Random) -> dict:
+        if action == self.refuse:
+            raise MalloryError(f"{action} refused: its target is down")
+        self.enacted.append(action)
+        self.active.append(action)
+        return {"action": action, "verified": True}
+
+    def heal(self, report: dict) -> None:
+        self.healed += 1
+        self.active.remove(report["action"])
+        if report["action"] == self.unhealable:
+            raise MalloryError(f"healing {report['action']}: no quorum to add the member back")
+
+    def heal_all(self, reports: list[dict]) -> list[str]:
+        problems = []
+        for report in reversed(reports):
+            try:
+                self.heal(report)
+            except MalloryError as exc:
+                problems.append(str(exc))
+        return problems
+
+    def reset(self) -> dict:
+        self.resets += 1
+        assert not self.active, "the loop heals every active fault before reset"
+        return {"healthy": self.resets not in self.unhealthy_resets}
+
+    def restart_all(self) -> dict:
+        self.restarts += 1
+        return {"healthy": True, "restarted": ["n1", "n2", "n3"]}
+
+
+class FakeTimeline:
+    def __init__(self, clock: FakeClock, nemesis: FakeNemesis, late_every: int = 0) -> None:
+        self.clock = clock
+        self.nemesis = nemesis
+        self.calls = 0
+        self.late_every = late_every
+        self.novel = 0
+
+    def now_ns(self) -> int:
+        return self.clock.ns
+
+    def window(self, start_ns: int, end_ns: int, wait_s: float) -> Window:
+        self.calls += 1
+        if self.late_every and self.calls % self.late_every == 0:
+            return Window(frozenset({"partial"}), 1, complete=False)
+        last = self.nemesis.enacted[-1] if self.nemesis.enacted else None
+        if last == "novel" and self.nemesis.active:
+            self.novel += 1
+            return Window(frozenset(f"novel-{self.novel}-{i}" for i in range(30)), 30, True)
+        return Window(frozenset(f"steady-{i}" for i in range(30)), 30, True)
+
+
+def make_campaign(tmp_path, policy: str, seed: int = 3, late_every: int = 0, checker=None, create=True):
+    clock = FakeClock()
+    nemesis = FakeNemesis()
+    directory = CampaignDir(tmp_path / "campaign")
+    if create:
+        directory.create({"policy": policy, "seed": seed})
+    saved = directory.load_learner()
+    learner = Learner.from_checkpoint(saved) if saved else Learner.create(policy=policy, seed=seed)
+    campaign = Campaign(
+        directory,
+        learner,
+        FakeTimeline(clock, nemesis, late_every),
+        nemesis,
+        LoopConfig(steps=12, window_s=2.5, reset_s=5.0, seed=seed),
+        checker=checker,
+        sleeper=clock,
+    )
+    return campaign, nemesis
+
+
+def novel_share(tmp_path, policy: str, seed: int) -> float:
+    campaign, nemesis = make_campaign(tmp_path / f"{policy}-{seed}", policy, seed)
+    campaign.run(schedules=25)
+    chosen = [s["action"] for r in campaign.dir.read_schedules() for s in r["steps"]]
+    return Counter(chosen)["novel"] / len(chosen)
+
+
+def test_qlearning_prefers_the_action_that_finds_new_states(tmp_path):
+    """One action reliably produces new states, the others never do: within 300 steps
+    Q-learning chooses it clearly more often than the uniform (Jepsen) baseline does."""
+    q = [novel_share(tmp_path, "qlearning", seed) for seed in (1, 2, 3)]
+    r = [novel_share(tmp_path, "random", seed) for seed in (1, 2, 3)]
+    mean_q, mean_r = sum(q) / 3, sum(r) / 3
+    assert 0.1 < mean_r < 0.25, f"random picks 1 of 6 actions: {r}"
+    assert mean_q > 1.5 * mean_r, f"qlearning {q} vs random {r}"
+
+
+def test_campaign_directory_is_complete_and_well_formed(tmp_path):
+    campaign, nemesis = make_campaign(tmp_path, "qlearning")
+    campaign.run(schedules=2)
+    root = campaign.dir.root
+    schedules = campaign.dir.read_schedules()
+    assert [s["index"] for s in schedules] == [0, 1]
+    assert [s["seed"] for s in schedules] == [schedule_seed(3, 0), schedule_seed(3, 1)]
+    for s in schedules:
+        assert len(s["steps"]) == 12 and s["reset"] == {"healthy": True}
+        assert all(step["action"] in {"novel", "dull-1", "dull-2", "dull-3", HEAL, NOOP} for step in s["steps"])
+        t = [step["window_ns"] for step in s["steps"]]
+        assert all(t1 - t0 >= 2_500_000_000 for t0, t1 in t) and all(a[1] <= b[0] for a, b in zip(t, t[1:]))
+    assert nemesis.resets == 2
+    plot = (root / "plot_data").read_text().splitlines()
+    assert plot[0] == "# " + ", ".join(PLOT_COLUMNS) and len(plot) == 1 + 24
+    stats = campaign.dir.read_stats()
+    assert stats["schedules_done"] == "2" and stats["steps_done"] == "24"
+    assert int(stats["distinct_states"]) == len(campaign.learner.store) >= 2
+    assert orjson.loads((root / "campaign.json").read_bytes())["seed"] == 3
+    assert Learner.from_checkpoint((root / "learner").read_bytes()).store.visit_counts == campaign.learner.store.visit_counts
+
+
+def test_late_feedback_is_recorded_late_and_teaches_nothing(tmp_path):
+    campaign, _ = make_campaign(tmp_path, "qlearning", late_every=3)
+    campaign.run(schedules=1)
+    steps = campaign.dir.read_schedules()[0]["steps"]
+    late = [s for s in steps if s["late"]]
+    assert late and all(s["state"] is None and s["reward"] is None for s in late)
+    assert all(s["state"] is not None for s in steps if not s["late"])
+    assert campaign.dir.read_stats()["late_steps"] == str(len(late))
+    # every state the learner knows came from a complete window: the partial ones added none
+    record = campaign.dir.read_schedules()[0]
+    known = {record["initial_state"]} | {s["state"] for s in steps if not s["late"]}
+    assert len(campaign.learner.store) == len(known)
+
+
+class FakeChecker:
+    """Flags the same bug whenever a schedule enacted `novel` at least twice."""
+
+    def begin_schedule(self, index):
+        pass
+
+    def check_schedule(self, index, record):
+        if sum(s["action"] == "novel" for s in record["steps"]) >= 2:
+            return [BugEvidence("log:two-leaders", {"explanation": "two leaders in term 3", "time": index})]
+        return []
+
+
+def test_a_bug_found_many_times_is_one_bundle(tmp_path):
+    campaign, _ = make_campaign(tmp_path, "qlearning", checker=FakeChecker())
+    campaign.run(schedules=4)
+    flagged = [s for s in campaign.dir.read_schedules() if s["findings"]]
+    assert len(flagged) >= 2
+    bundle = campaign.dir.root / "bugs" / "log_two-leaders"
+    assert campaign.dir.known_bugs() == {"log_two-leaders"}
+    assert len((bundle / "sightings.jsonl").read_text().splitlines()) == len(flagged)
+    assert orjson.loads((bundle / "report.json").read_bytes())["explanation"] == "two leaders in term 3"
+    assert campaign.dir.read_stats()["bugs_found"] == "1"
+
+
+def test_resume_continues_where_the_campaign_stopped(tmp_path):
+    first, _ = make_campaign(tmp_path, "qlearning", checker=FakeChecker())
+    first.run(schedules=3)
+    states = len(first.learner.store)
+    # A later incarnation, as after a kill: everything comes from the directory.
+    again, _ = make_campaign(tmp_path, "qlearning", checker=FakeChecker(), create=False)
+    assert again.progress.schedules_done == 3 and len(again.learner.store) == states
+    again.run(schedules=2)
+    assert [s["index"] for s in again.dir.read_schedules()] == [0, 1, 2, 3, 4]
+    assert again.progress.steps_done == 60
+
+
+def test_a_directory_holding_a_campaign_is_not_overwritten(tmp_path):
+    directory = CampaignDir(tmp_path / "c")
+    directory.create({"seed": 1})
+    with pytest.raises(Exception, match="--resume"):
+        directory.create({"seed": 2})
+
+
+def test_a_deadline_cuts_the_schedule_between_steps(tmp_path):
+    campaign, nemesis = make_campaign(tmp_path, "random")
+    clock = campaign.sleeper
+    start = clock.ns
+    campaign.progress.elapsed_s = lambda: (clock.ns - start) / 1e9  # campaign time on the fake clock
+    campaign.run(duration_s=10.0)
+    (record,) = campaign.dir.read_schedules()
+    assert len(record["steps"]) == 4, "2.5 s steps: the fourth ends at the 10 s deadline"
+    assert nemesis.resets == 1 and not nemesis.active
+
+
+def test_a_refused_fault_is_recorded_and_the_campaign_goes_on(tmp_path):
+    campaign, nemesis = make_campaign(tmp_path, "random")
+    nemesis.refuse = "dull-1"
+    campaign.run(schedules=3)
+    steps = [s for r in campaign.dir.read_schedules() for s in r["steps"]]
+    refused = [s for s in steps if s["action"] == "dull-1"]
+    assert refused and all("its target is down" in s["refused"] and s["report"] is None for s in refused)
+    assert all(s["refused"] is None for s in steps if s["action"] != "dull-1")
+    assert campaign.dir.read_stats()["refused_faults"] == str(len(refused))
+
+
+class StarvedChecker:
+    """Says the workload of the given schedules got no op through."""
+
+    def __init__(self, starved: set[int]) -> None:
+        self.starved = starved
+
+    def begin_schedule(self, index):
+        pass
+
+    def check_schedule(self, index, record):
+        record["checks"] = {"findings": 0, "served": 0 if index in self.starved else 25}
+        return []
+
+
+def test_a_wedged_cluster_is_restarted_before_the_next_schedule(tmp_path):
+    """An unhealthy reset, or a schedule that served no client, restarts every node; a
+    healthy schedule that served clients does not."""
+    campaign, nemesis = make_campaign(tmp_path, "random", checker=StarvedChecker({2}))
+    nemesis.unhealthy_resets = {1}
+    campaign.run(schedules=4)
+    records = campaign.dir.read_schedules()
+    assert [("restart" in r) for r in records] == [True, False, True, False]
+    assert nemesis.restarts == 2
+    assert records[0]["restart"]["restarted"] == ["n1", "n2", "n3"]
+
+
+def test_a_heal_that_fails_is_recorded_and_the_campaign_goes_on(tmp_path):
+    campaign, nemesis = make_campaign(tmp_path, "random")
+    nemesis.unhealable = "dull-1"
+    campaign.run(schedules=3)
+    records = campaign.dir.read_schedules()
+    assert len(records) == 3 and nemesis.resets == 3
+    problems = [p for r in records for p in r.get("heal_problems", [])]
+    problems += [p for r in records for s in r["steps"] for p in s.get("heal_problems", [])]
+    assert any("no quorum" in p for p in problems) == ("dull-1" in nemesis.enacted)
+    assert "dull-1" in nemesis.enacted  # the random policy over 36 steps takes it

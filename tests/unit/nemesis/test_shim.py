@@ -1,0 +1,295 @@
+"""The clock/disk preload shim on its own (no root): a real process under LD_PRELOAD with a
+control file the test switches, as the nemesis does on a node."""
+
+from __future__ import annotations
+
+import errno
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from mallory.cluster.registry import RunRecord
+from nemesis.faults.controls import (
+    MODE_ERROR,
+    MODE_OFF,
+    MODE_SLOW,
+    OP_SYNC,
+    OP_WRITE,
+    NodeControls,
+    loaded_in,
+)
+
+# A child that reports its clocks and tries writes, one JSON line per request on stdin.
+CHILD = r"""
+import json, os, sys, time
+for line in sys.stdin:
+    req = json.loads(line)
+    out = {}
+    if req["op"] == "clock":
+        out = {"real": time.time(), "mono": time.monotonic()}
+    elif req["op"] == "write":
+        t0 = time.monotonic()
+        try:
+            fd = os.open(req["path"], os.O_WRONLY | os.O_CREAT, 0o644)
+            try:
+                os.write(fd, b"x")
+                if req.get("sync"):
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+            out = {"ok": True}
+        except OSError as exc:
+            out = {"ok": False, "errno": exc.errno}
+        out["seconds"] = time.monotonic() - t0
+    elif req["op"] == "pipe":
+        r, w = os.pipe()
+        out = {"ok": os.write(w, b"abc") == 3}
+    print(json.dumps(out), flush=True)
+"""
+
+
+class Child:
+    def __init__(self, env: dict[str, str]) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-c", CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     text=True, env={**os.environ, **env})
+
+    def ask(self, **req: object) -> dict:
+        import json
+
+        self.proc.stdin.write(json.dumps(req) + "\n")
+        self.proc.stdin.flush()
+        return json.loads(self.proc.stdout.readline())
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait(5)
+
+
+@pytest.fixture
+def node(tmp_path: Path):
+    record = RunRecord("shim", 0, tmp_path / "state", tmp_path / "data")
+    record.state_dir.mkdir()
+    controls = NodeControls(record, ["n1"]).prepare()
+    data = tmp_path / "n1-data"
+    data.mkdir()
+    child = Child(controls.env("n1"))
+    yield controls, child, data, tmp_path
+    child.close()
+
+
+def test_the_shim_is_loaded_and_journaled(node):
+    controls, child, _, _ = node
+    assert child.ask(op="pipe")["ok"]
+    assert controls.shim.name in loaded_in(child.proc.pid)
+    assert {"dir": str(controls.dir)} in controls.record.entries()
+
+
+def test_clock_offset_moves_the_wall_clock_only_and_at_once(node):
+    controls, child, _, _ = node
+    base = child.ask(op="clock")
+    assert abs(base["real"] - time.time()) < 0.5
+    controls.set_clock("n1", -3600.25)
+    shifted = child.ask(op="clock")
+    assert abs(shifted["real"] - time.time() + 3600.25) < 0.5
+    assert 0 <= shifted["mono"] - base["mono"] < 5  # monotonic untouched
+    assert controls.clock_faked("n1") >= 1
+    controls.set_clock("n1", 0.0)
+    assert abs(child.ask(op="clock")["real"] - time.time()) < 0.5
+
+
+@pytest.mark.parametrize("err", [errno.EIO, errno.ENOSPC])
+def test_write_errors_hit_regular_files_under_the_prefix_only(node, err):
+    controls, child, data, tmp = node
+    controls.set_disk("n1", MODE_ERROR, err=err, ops=OP_WRITE | OP_SYNC, prefix=os.path.realpath(data) + "/")
+    assert child.ask(op="write", path=str(data / "f")) == {"ok": False, "errno": err, "seconds": pytest.approx(0, abs=1)}
+    assert child.ask(op="write", path=str(tmp / "outside"))["ok"]  # not under the prefix
+    assert child.ask(op="pipe")["ok"]  # pipes and sockets are never touched
+    assert controls.disk_state("n1").injected == 1
+    controls.set_disk("n1", MODE_OFF)
+    assert child.ask(op="write", path=str(data / "f"))["ok"]
+
+
+def test_fsync_only_and_slow_io(node):
+    controls, child, data, _ = node
+    controls.set_disk("n1", MODE_ERROR, err=errno.EIO, ops=OP_SYNC, prefix="")
+    assert child.ask(op="write", path=str(data / "g"))["ok"]  # the write alone passes
+    assert child.ask(op="write", path=str(data / "g"), sync=True)["errno"] == errno.EIO
+    controls.set_disk("n1", MODE_SLOW, ops=OP_WRITE | OP_SYNC, delay_us=60_000)
+    slow = child.ask(op="write", path=str(data / "g"), sync=True)
+    assert slow["ok"] and slow["seconds"] >= 0.12  # write + fsync, 60 ms each
+    controls.set_disk("n1", MODE_OFF)
+    assert child.ask(op="write", path=str(data / "g"), sync=True)["seconds"] < 0.1
+
+
+def test_without_the_control_file_the_shim_passes_everything_through(tmp_path):
+    from nemesis.faults.controls import fault_shim
+
+    child = Child({"LD_PRELOAD": str(fault_shim()), "MALLORY_FAULT_CONTROL": str(tmp_path / "missing")})
+    try:
+        assert abs(child.ask(op="clock")["real"] - time.time()) < 0.5
+        assert child.ask(op="write", path=str(tmp_path / "h"), sync=True)["ok"]
+    finally:
+        child.close()
+
+
+def test_cleanup_removes_the_control_files_from_the_journal(node):
+    from mallory.cluster.registry import cleanup_run
+
+    controls, child, _, _ = node
+    assert controls.control_file("n1").exists()
+    removed = cleanup_run(controls.record)
+    assert f"dir {controls.dir}" in removed
+    assert not controls.dir.exists()
+
+
+ASAN_PROGRAM = r"""
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    int fd = open(argv[1], O_WRONLY | O_CREAT, 0644);
+    int r = (int)write(fd, "x", 1);
+    printf("%ld %d %d\n", (long)t.tv_sec, r, r < 0 ? errno : 0);
+    return 0;
+}
+"""
+
+
+def test_an_asan_built_sut_takes_the_shim(node):
+    controls, _, data, tmp = node
+    src = tmp / "asan.c"
+    src.write_text(ASAN_PROGRAM)
+    binary = tmp / "asan"
+    if subprocess.run(["gcc", "-fsanitize=address", "-o", str(binary), str(src)], capture_output=True).returncode:
+        pytest.skip("no AddressSanitizer runtime")
+    controls.set_clock("n1", 1000.0)
+    controls.set_disk("n1", MODE_ERROR, err=errno.EIO, prefix=os.path.realpath(data) + "/")
+    env = {**os.environ, **controls.env("n1")}
+    result = subprocess.run([str(binary), str(data / "f")], env=env, capture_output=True, text=True, timeout=30)
+    assert result.returncode == 0, result.stderr
+    sec, rc, err = map(int, result.stdout.split())
+    assert abs(sec - time.time() - 1000) < 3 and rc == -1 and err == errno.EIO
+
+
+STDIO_PROGRAM = r"""
+#include <errno.h>
+#include <stdio.h>
+int main(int argc, char **argv) {
+    FILE *f = fopen(argv[1], "a");
+    fprintf(f, "entry\n");
+    int flushed = fflush(f);
+    int flush_errno = flushed ? errno : 0;
+    fprintf(f, "more\n");
+    int closed = fclose(f);
+    printf("%d %d %d %d\n", flushed, flush_errno, closed, closed ? errno : 0);
+    return 0;
+}
+"""
+
+
+def test_stdio_streams_fail_at_flush_and_close_and_lose_their_buffer(node):
+    controls, _, data, tmp = node
+    src = tmp / "stdio.c"
+    src.write_text(STDIO_PROGRAM)
+    binary = tmp / "stdio"
+    subprocess.run(["gcc", "-O1", "-o", str(binary), str(src)], check=True)
+    env = {**os.environ, **controls.env("n1")}
+    target = data / "raft.log"
+    controls.set_disk("n1", MODE_ERROR, err=errno.ENOSPC, prefix=os.path.realpath(data) + "/")
+    out = subprocess.run([str(binary), str(target)], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["-1", str(errno.ENOSPC), "-1", str(errno.ENOSPC)]
+    assert target.read_text() == ""  # nothing reached the file
+    controls.set_disk("n1", MODE_OFF)
+    out = subprocess.run([str(binary), str(target)], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["0", "0", "0", "0"] and target.read_text() == "entry\nmore\n"
+
+
+def test_attach_merges_the_env_once(node):
+    from nemesis.faults.controls import attach
+
+    controls, _, _, _ = node
+
+    class FakeAdapter:
+        """Only the env hook of a ProcessAdapter."""
+
+        def env(self, node: str) -> dict[str, str]:
+            return {"LD_PRELOAD": "/opt/own.so", "ASAN_OPTIONS": "detect_leaks=0", "X": "1"}
+
+    adapter = FakeAdapter()
+    attach(adapter, controls)
+    attach(adapter, controls)
+    env = adapter.env("n1")
+    assert env["LD_PRELOAD"] == f"{controls.shim} /opt/own.so"
+    assert env["ASAN_OPTIONS"] == "detect_leaks=0:verify_asan_link_order=0"
+    assert env["X"] == "1" and env["MALLORY_FAULT_CONTROL"] == str(controls.control_file("n1"))
+
+
+UNSYNCED_PROGRAM = r"""
+#include <fcntl.h>
+#include <stdio.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+    char path[600];
+    snprintf(path, sizeof path, "%s/wal", argv[1]);
+    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND, 0644);
+    write(fd, "synced\n", 7);
+    fsync(fd);
+    write(fd, "unsynced\n", 9);
+    snprintf(path, sizeof path, "%s/log", argv[1]);
+    FILE *f = fopen(path, "a");
+    fprintf(f, "stdio line\n");
+    fclose(f);
+    char tmp[600];
+    snprintf(tmp, sizeof tmp, "%s/state.tmp", argv[1]);
+    snprintf(path, sizeof path, "%s/state", argv[1]);
+    f = fopen(tmp, "w");
+    fprintf(f, "term 3\n");
+    fclose(f);
+    rename(tmp, path);  /* no fsync before the rename: a classic */
+    snprintf(path, sizeof path, "%s/outside", argv[2]);
+    fd = open(path, O_WRONLY | O_CREAT, 0644);
+    write(fd, "not tracked\n", 12);
+    puts("done");
+    fflush(stdout);
+    pause();
+    return 0;
+}
+"""
+
+
+def test_unsynced_writes_are_cut_back_after_the_crash(node):
+    from nemesis.faults.disk import lose_unsynced_writes
+
+    controls, _, data, tmp = node
+    src = tmp / "unsynced.c"
+    src.write_text(UNSYNCED_PROGRAM)
+    binary = tmp / "unsynced"
+    subprocess.run(["gcc", "-O1", "-o", str(binary), str(src)], check=True)
+    controls.set_tracking("n1", os.path.realpath(data) + "/")
+    proc = subprocess.Popen([str(binary), str(data), str(tmp)], env={**os.environ, **controls.env("n1")},
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "done"
+        entries, untracked = controls.unsynced("n1")
+        assert len(entries) == 3 and untracked == 0  # wal (after its fsync), log, state
+    finally:
+        proc.kill()
+        proc.wait(5)
+    cut = lose_unsynced_writes(controls, "n1", data)
+    assert cut == {
+        "wal": {"size_before": 16, "kept": 7, "size_after": 7},
+        "log": {"size_before": 11, "kept": 0, "size_after": 0},
+        "state": {"size_before": 7, "kept": 0, "size_after": 0},
+    }
+    assert (data / "wal").read_text() == "synced\n"
+    assert (tmp / "outside").read_text() == "not tracked\n"
+    assert controls.unsynced("n1") == ([], 0)

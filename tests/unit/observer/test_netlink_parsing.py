@@ -1,0 +1,51 @@
+"""The observer's netlink parsers on messages laid out as the kernel writes them (no root)."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from mallory.observer import nflog, nfq
+from mallory.observer.packet import id_and_data
+
+from .netlink_messages import logged_packet, queued_packet, tcp_packet
+
+
+def _parse(module, data: bytes, ts: int = 5) -> list:
+    buf = bytearray(data)
+    out: list = []
+    module.parse_datagram(buf, memoryview(buf), len(buf), ts, out)
+    return out
+
+
+@given(payload=st.binary(max_size=3000), packet_id=st.integers(1, 2**32 - 1), out_hook=st.booleans())
+def test_nfqueue_message_gives_id_hook_and_the_copied_bytes(payload, packet_id, out_hook):
+    hook = nfq.NF_INET_LOCAL_OUT if out_hook else nfq.NF_INET_LOCAL_IN
+    ip = tcp_packet(payload)
+    [(got_id, got_hook, ts, copied)] = _parse(nfq, queued_packet(packet_id, hook, ip))
+    assert (got_id, got_hook, ts) == (packet_id, hook, 5)
+    assert copied == ip[: nfq.COPY_RANGE]
+    assert id_and_data(copied) == id_and_data(ip)  # the copy range loses nothing the id needs
+
+
+def test_several_messages_in_one_datagram_and_foreign_messages_are_skipped():
+    ip = tcp_packet(b"hello")
+    error = b"\x14\x00\x00\x00\x02\x00\x00\x00" + b"\x00" * 12  # an NLMSG_ERROR (ack)
+    data = queued_packet(1, 3, ip) + error + queued_packet(2, 1, tcp_packet(b"x" * 500))
+    got = _parse(nfq, data)
+    assert [(i, h) for i, h, _, _ in got] == [(1, 3), (2, 1)]
+    assert got[0][3] == ip
+
+
+def test_truncated_datagrams_do_not_raise():
+    data = queued_packet(9, 3, tcp_packet(b"abc" * 100))
+    for cut in range(len(data)):
+        _parse(nfq, data[:cut])  # whatever it returns, it must not read past the end
+
+
+@given(payload=st.binary(max_size=3000), seq=st.integers(0, 2**32 - 1))
+def test_nflog_message_gives_seq_hook_and_the_copied_bytes(payload, seq):
+    ip = tcp_packet(payload)
+    [(got_seq, hook, _, copied)] = _parse(nflog, logged_packet(seq, nfq.NF_INET_LOCAL_IN, ip))
+    assert (got_seq, hook) == (seq, nfq.NF_INET_LOCAL_IN)
+    assert copied == ip[: nflog.COPY_RANGE]

@@ -1,0 +1,204 @@
+"""RingReader against hand-written slots (a fake writer following RING.md), creation and errors."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+import pytest
+
+from mallory.errors import MalloryError
+from mallory.observer.ring import (
+    HEADER_SIZE,
+    SLOT_DTYPE,
+    RingReader,
+    create_ring,
+    ring,
+    shm_path,
+    slot_check,
+    unlink_ring,
+)
+from mallory.timeline.event import Event, Kind
+
+
+class FakeWriter:
+    """Writes slots the way the C runtime does, one step at a time, so tests can stop midway."""
+
+    def __init__(self, name: str) -> None:
+        fd = os.open(shm_path(name), os.O_RDWR)
+        self.fd = fd
+        self.capacity = int(np.frombuffer(os.pread(fd, 8, 16), "<u8")[0])
+
+    def claim(self) -> int:
+        counter = int(np.frombuffer(os.pread(self.fd, 8, 64), "<u8")[0])
+        os.pwrite(self.fd, np.uint64(counter + 1).tobytes(), 64)
+        return counter
+
+    def write_slot(self, pos: int, ts: int, ident: int, kind: int, *, stamp: int | None = None,
+                   check: int | None = None) -> None:
+        slot = np.zeros(1, SLOT_DTYPE)
+        slot["ts"], slot["id"], slot["kind"] = ts, ident, kind
+        p = np.array([pos], np.uint64)
+        slot["check"] = slot_check(slot["ts"], slot["id"], slot["kind"], p)[0] if check is None else check
+        slot["stamp"] = ((pos + 1) << 1) if stamp is None else stamp
+        os.pwrite(self.fd, slot.tobytes(), HEADER_SIZE + (pos % self.capacity) * 32)
+
+    def event(self, ts: int, ident: int, kind: int = 1) -> int:
+        pos = self.claim()
+        self.write_slot(pos, ts, ident, kind)
+        return pos
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+@pytest.fixture
+def small_ring(shm_name):
+    create_ring(shm_name, 8)
+    writer = FakeWriter(shm_name)
+    reader = RingReader(shm_name, node="n2", stall_timeout=0.05)
+    yield writer, reader
+    reader.close()
+    writer.close()
+
+
+def test_returns_events_in_order_and_as_event_objects(small_ring):
+    writer, reader = small_ring
+    for i in range(5):
+        writer.event(100 + i, 2**64 - 1 - i, 1 + i % 2)
+    events, lost = reader.poll()
+    assert lost == 0
+    assert events["pos"].tolist() == list(range(5))
+    assert events["id"].tolist() == [2**64 - 1 - i for i in range(5)]
+    assert reader.poll().events.size == 0
+    writer.event(200, 7, 2)
+    assert reader.poll_events() == [Event("n2", Kind.BLOCK, 200, 7)]
+
+
+def test_laps_are_counted_exactly(small_ring):
+    writer, reader = small_ring
+    for i in range(20):  # capacity 8: positions 0..11 are overwritten
+        writer.event(i, i)
+    events, lost = reader.poll()
+    assert lost == 12 and events["id"].tolist() == list(range(12, 20))
+    assert reader.published == (20, 12)
+
+
+def test_torn_slot_is_never_returned(small_ring):
+    writer, reader = small_ring
+    writer.event(1, 1)
+    pos = writer.claim()
+    writer.write_slot(pos, 2, 2, 1, check=12345)  # fields that do not belong together
+    writer.event(3, 3)
+    events, lost = reader.poll()
+    assert events["id"].tolist() == [1, 3]
+    assert lost == 1 and reader.torn_total == 1
+
+
+def test_unfinished_slot_waits_then_is_given_up_after_the_stall_timeout(small_ring):
+    writer, reader = small_ring
+    writer.event(1, 1)
+    pos = writer.claim()
+    writer.write_slot(pos, 2, 2, 1, stamp=((pos + 1) << 1) | 1)  # busy: writer still at it
+    writer.event(3, 3)
+    events, lost = reader.poll()
+    assert events["id"].tolist() == [1] and lost == 0 and reader.cursor == 1
+    writer.write_slot(pos, 2, 2, 1)  # the writer finishes
+    assert reader.poll().events["id"].tolist() == [2, 3]
+    pos = writer.claim()  # claimed, then the writer dies before touching the slot
+    writer.event(5, 5)
+    assert reader.poll().events.size == 0
+    time.sleep(0.06)
+    events, lost = reader.poll()
+    assert events["id"].tolist() == [5] and lost == 1
+
+
+def test_overwritten_while_reading_counts_as_lost(small_ring):
+    writer, reader = small_ring
+    writer.event(1, 1)
+    writer.write_slot(0 + 8, 9, 9, 1)  # a later lap already took slot 0 (counter not yet past)
+    events, lost = reader.poll()
+    assert events.size == 0 and lost == 1
+
+
+def test_create_ring_validates_and_refuses_to_clobber(shm_name):
+    with pytest.raises(MalloryError, match="power of two"):
+        create_ring(shm_name, 1000)
+    path = create_ring(shm_name, 16)
+    assert os.path.getsize(path) == HEADER_SIZE + 16 * 32
+    with pytest.raises(MalloryError, match="already exists"):
+        create_ring(shm_name, 16)
+    create_ring(shm_name, 32, exist_ok=True)
+    with RingReader(shm_name) as reader:
+        assert reader.capacity == 32
+    unlink_ring(shm_name)
+    assert not os.path.exists(path)
+    assert not [f for f in os.listdir("/dev/shm") if f.startswith(shm_name)]
+
+
+def test_reader_rejects_missing_and_foreign_segments(shm_name):
+    with pytest.raises(MalloryError, match="no shared-memory ring"):
+        RingReader(shm_name)
+    with open(shm_path(shm_name), "wb") as f:
+        f.write(b"\0" * 4096)
+    with pytest.raises(MalloryError, match="bad magic"):
+        RingReader(shm_name)
+    with pytest.raises(MalloryError, match="invalid shared-memory name"):
+        shm_path("a/b")
+
+
+def test_ring_context_manager_unlinks(shm_name):
+    with ring(shm_name, 4) as path:
+        assert os.path.exists(path)
+    assert not os.path.exists(path)
+
+
+def test_start_now_skips_earlier_events(small_ring, shm_name):
+    writer, _ = small_ring
+    writer.event(1, 1)
+    with RingReader(shm_name, start="now") as late:
+        writer.event(2, 2)
+        assert late.poll().events["id"].tolist() == [2]
+
+
+def test_completeness_bound_waits_for_unfinished_positions(small_ring):
+    writer, reader = small_ring
+    assert reader.complete_until_ns == 0
+    writer.event(1, 1)
+    before = time.monotonic_ns()
+    reader.poll()
+    first_bound = reader.complete_until_ns
+    assert first_bound >= before
+    pos = writer.claim()  # claimed after that poll: its ts will be >= first_bound
+    writer.event(3, 3)
+    reader.poll()
+    assert reader.cursor == pos and reader.complete_until_ns == first_bound
+    writer.write_slot(pos, first_bound, 2, 1)
+    before = time.monotonic_ns()
+    assert reader.poll().events["id"].tolist() == [2, 3]
+    assert reader.complete_until_ns >= before
+
+
+def test_python_writer_through_the_shared_runtime(tc, shm_name):
+    """Python-level instrumentation can write through libmallory_rt.so with event_ids' ids."""
+    import subprocess
+    import sys
+
+    from mallory.instrument.event_ids import event_id
+
+    create_ring(shm_name, 64)
+    code = (
+        "import ctypes, sys\n"
+        "from mallory.instrument.event_ids import event_id\n"
+        "lib = ctypes.CDLL(sys.argv[1])\n"
+        "lib.__mallory_event.argtypes = (ctypes.c_uint64, ctypes.c_uint32)\n"
+        "for line in (12, 30):\n"
+        "    lib.__mallory_event(event_id('app/raft.py', line, 'FUNC'), 1)\n"
+    )
+    env = {**os.environ, "MALLORY_SHM": shm_name}
+    with RingReader(shm_name, node="py") as reader:
+        subprocess.run([sys.executable, "-c", code, str(tc.runtime_shared)], env=env, check=True)
+        events = reader.poll_events()
+    assert [(e.kind, e.id) for e in events] == [
+        (Kind.FUNC, event_id("app/raft.py", 12, "FUNC")), (Kind.FUNC, event_id("app/raft.py", 30, "FUNC"))]
