@@ -227,6 +227,80 @@ class EventHistory(Abstraction):
         return frozenset(tokens)
 
 
+class CodeHistory(EventHistory):
+    """Event-history over the system's behaviour only: the pairs (a, b), a happens-before b
+    and b on that node, where a and b are code or log events; plus, for every message sent
+    and received inside the window, a token `link|sender>receiver`.
+
+    Packets still carry causality (a RECV takes in the sender's history) but are not types
+    themselves: the first payload bytes of a stream protocol's segment are whatever a
+    segment happens to start with (lengths, values, halves of messages), so as types they
+    made nearly every fault-free window a state of its own. Client operations are not
+    behaviour of the cluster either. What remains is what the code did and who talked to
+    whom: a leader change, a truncation, a partitioned link still show, steady windows
+    look alike.
+    """
+
+    name = "code-history"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._links: set[tuple[str, str]] = set()
+
+    def run(self, entries: list[Committed]) -> None:
+        history = self._history
+        all_pairs = self._pairs
+        types = self._types
+        links = self._links
+        by_id = _BY_ID
+        ignored = IGNORED_KINDS
+        send_kind = Kind.SEND
+        snapshots: dict[int, int] = {}
+        for entry in entries:
+            event = entry.event
+            kind = event.kind
+            if kind in ignored:
+                continue
+            node = event.node
+            h = history.get(node, 0)
+            send = entry.send
+            if send is not None:
+                sent = snapshots.get(id(send))
+                if sent is not None:  # sent inside this window
+                    h |= sent
+                    links.add((send.event.node, node))
+            if kind in by_id:
+                key = (kind, event.id)
+                t = types.get(key)
+                if t is None:
+                    t = self._new_type(key)
+                pairs = all_pairs.get(node)
+                if pairs is None:
+                    pairs = all_pairs[node] = {}
+                pairs[t] = pairs.get(t, 0) | h
+                h |= 1 << t
+            history[node] = h
+            if kind is send_kind:
+                snapshots[id(entry)] = h
+
+    def links(self) -> set[tuple[str, str]]:
+        """(sender, receiver) of every message sent and received in the window."""
+        return set(self._links)
+
+    def summary(self) -> Summary:
+        return super().summary() | {f"link|{a}>{b}" for a, b in self._links}
+
+
+def coverage_pairs(entries: list[Committed]) -> frozenset[str]:
+    """The window's happens-before pairs of code and log events, whatever node they ran
+    on: "a>b" for every a that happens before b (a may be b: a type that repeats). The
+    campaign's cumulative union of these is its event-pair coverage, AFL's edge coverage
+    for a distributed system: it does not depend on the state abstraction in use."""
+    history = CodeHistory()
+    history.run(entries)
+    return frozenset(f"{a}>{b}" for _, a, b in history.pairs())
+
+
 class VectorClock(Abstraction):
     """Per node, its vector clock at the end of the window: for every node m, how many of m's
     window events happen before (or are) the node's last event."""
@@ -299,7 +373,7 @@ class EventCount(Abstraction):
 
 
 ABSTRACTIONS: dict[str, type[Abstraction]] = {
-    cls.name: cls for cls in (EventHistory, VectorClock, EventCount)
+    cls.name: cls for cls in (CodeHistory, EventHistory, VectorClock, EventCount)
 }
 
 

@@ -12,11 +12,13 @@ from hypothesis import strategies as st
 from mallory.errors import MalloryError
 from mallory.timeline.abstraction import (
     Abstraction,
+    CodeHistory,
     EventCount,
     EventHistory,
     VectorClock,
     abstract,
     count_bucket,
+    coverage_pairs,
     event_type,
     make_abstraction,
 )
@@ -88,6 +90,64 @@ def test_event_history_equals_pairs_by_definition(seed, n_nodes, n_steps):
     generic = EventHistory()
     Abstraction.run(generic, entries)
     assert generic.pairs() == expected
+
+
+BEHAVIOUR = (Kind.FUNC, Kind.BLOCK, Kind.LOG)
+
+
+def with_code_events(entries: list[Committed], seed: int) -> list[Committed]:
+    """The window with a random half of its local events turned into code and log events
+    (the generator makes local events of other kinds only), so code-history has types."""
+    rng = random.Random(seed)
+    out = []
+    for e in entries:
+        if e.event.kind not in (Kind.SEND, Kind.RECV) and rng.random() < 0.5:
+            kind = rng.choice(BEHAVIOUR)
+            event = e.event._replace(kind=kind, id=rng.randint(1, 5))
+            e = Committed(event, e.real_ns, e.lamport, e.index, e.send)
+        out.append(e)
+    return out
+
+
+@settings(max_examples=80, deadline=None)
+@given(seed=st.integers(0, 2**32), n_nodes=st.integers(1, 4), n_steps=st.integers(1, 60))
+def test_code_history_equals_behaviour_pairs_and_links_by_definition(seed, n_nodes, n_steps):
+    """Pairs of code/log events related by happens-before (packets carry causality but are
+    no types), and a link token per message sent and received inside the window."""
+    entries = with_code_events(committed_window(seed, n_nodes, n_steps), seed)
+    hb = happens_before(entries)
+    expected = {
+        (b.event.node, event_type(a.event), event_type(b.event))
+        for i, a in enumerate(entries)
+        for j in hb[i]
+        for b in [entries[j]]
+        if a.event.kind in BEHAVIOUR and b.event.kind in BEHAVIOUR
+    }
+    pos = {id(e) for e in entries}
+    links = {(e.send.event.node, e.event.node) for e in entries if e.send is not None and id(e.send) in pos}
+    got = abstract(entries, CodeHistory())
+    assert got.pairs() == expected
+    assert got.links() == links
+    assert got.summary() == frozenset(f"{n}|{a}|{b}" for n, a, b in expected) | {f"link|{a}>{b}" for a, b in links}
+    assert coverage_pairs(entries) == frozenset(f"{a}>{b}" for _, a, b in expected)
+
+
+def test_code_history_ignores_payload_bytes_and_client_ops():
+    """Two windows that differ only in what their packets carried and which client ops ran
+    are the same behaviour."""
+
+    def window(payload: str, op: str) -> list[Committed]:
+        send = Committed(Event("n1", Kind.SEND, 1, 7, payload), 1, 1, 0, None)
+        recv = Committed(Event("n2", Kind.RECV, 2, 7, payload), 2, 2, 0, send)
+        code = Committed(Event("n2", Kind.FUNC, 3, 9, ""), 3, 3, 1, None)
+        client = Committed(Event("mediator", Kind.CLIENT_COMPLETE, 4, 1, op), 4, 4, 0, None)
+        before = Committed(Event("n1", Kind.BLOCK, 0, 4, ""), 0, 0, 0, None)
+        return [before, send, recv, code, client]
+
+    a, b = window("41203120", "write:ok"), window("24352c30", "read:fail")
+    assert summarize(a, "code-history") == summarize(b, "code-history")
+    assert summarize(a, "code-history") == {"n2|BLOCK:4|FUNC:9", "link|n1>n2"}
+    assert summarize(a, "event-history") != summarize(b, "event-history")
 
 
 @settings(max_examples=80, deadline=None)
