@@ -1,16 +1,24 @@
-"""The learner the campaign loop talks to: states + reward + policy, and checkpoints.
+"""The learner the campaign loop talks to: states + coverage + reward + policy, and checkpoints.
 
 The loop alternates, per step of a schedule:
 
-    match, reward = learner.observe(window_summary)   # the window that just ended
-    fault = learner.next_action(available_faults)      # what to do during the next one
+    match, reward = learner.observe(summary, pairs, waypoint)   # the window that just ended
+    fault = learner.next_action(available_faults)               # what to do during the next one
 
-and calls `end_schedule()` when a schedule ends (before the cluster is reset). The
-transition (state, action) -> next state is learnt from the first window observed after
-the action; its update is applied when the next action is chosen, because Q-learning's
-target needs the actions available in the next state, or at `end_schedule`, where the
-next state is terminal (no bootstrap). Further windows observed before the next action
-only move the current state.
+and calls `end_schedule()` when a schedule ends (before the cluster is reset). `summary` is
+the window's abstraction (it becomes a state), `pairs` its happens-before pairs of code and
+log events (they accumulate into `coverage`, the campaign's event-pair coverage) and
+`waypoint` the highest waypoint predicate the window satisfied (0: none). The transition
+(state, action) -> next state is learnt from the first window observed after the action;
+its update is applied when the next action is chosen, because Q-learning's target needs
+the actions available in the next state, or at `end_schedule`, where the next state is
+terminal (no bootstrap). Further windows observed before the next action only move the
+current state.
+
+Waypoints (WaypointRL): the schedule's level is the highest waypoint any of its windows
+reached so far. The policy sees the pair (level, state), packed into one integer, so it
+keeps a Q-table per level; a window that raises the level earns `WAYPOINT_REWARD` on top
+of the reward. Without waypoints the level stays 0 and the policy sees plain state ids.
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ from typing import Any
 
 from mallory.errors import MalloryError
 from mallory.learner import checkpoint as ckpt
+from mallory.learner.coverage import PairCoverage
 from mallory.learner.policies import (
     Action,
     Policy,
@@ -30,13 +39,27 @@ from mallory.learner.policies import (
 from mallory.learner.rewards import Reward, make_reward, reward_from_state
 from mallory.learner.states import StateMatch, StateStore
 
+#: added to the reward of the window that raises a schedule's waypoint level
+WAYPOINT_REWARD = 2.0
+#: a waypoint level shifted this far packs (level, state) into the policy's integer state
+LEVEL_STRIDE = 1 << 40
+MAX_LEVEL = 1000
+
+
+def policy_state(level: int, state: int) -> int:
+    """The integer the policy knows (level, state) by; level 0 is the plain state id."""
+    return level * LEVEL_STRIDE + state
+
 
 class Learner:
-    def __init__(self, store: StateStore, reward: Reward, policy: Policy) -> None:
+    def __init__(self, store: StateStore, reward: Reward, policy: Policy, coverage: PairCoverage | None = None) -> None:
         self.store = store
         self.reward = reward
         self.policy = policy
+        self.coverage = coverage if coverage is not None else PairCoverage()
         self.state: int | None = None
+        #: the current schedule's waypoint level (0: no waypoint reached)
+        self.level = 0
         self._action: Action | None = None
         self._acted = False
         self._pending: tuple[int, Action, float, int] | None = None
@@ -61,23 +84,33 @@ class Learner:
             make_policy(policy, seed=seed, **(policy_params or {})),
         )
 
-    def observe(self, summary: Iterable[str]) -> tuple[StateMatch, float]:
-        """The state of the window that just ended, and the reward it earns."""
+    def observe(self, summary: Iterable[str], pairs: Iterable[str] = (), waypoint: int = 0) -> tuple[StateMatch, float]:
+        """The state of the window that just ended, and the reward it earns. `pairs` go into
+        the coverage; `waypoint` (0..MAX_LEVEL) may raise the schedule's level."""
+        if isinstance(waypoint, bool) or not isinstance(waypoint, int) or not 0 <= waypoint <= MAX_LEVEL:
+            raise MalloryError(f"a waypoint level is an integer in [0, {MAX_LEVEL}], got {waypoint!r}")
         match = self.store.lookup(summary)
-        reward = self.reward(match)
+        reward = self.reward(match, self.coverage.add(pairs))
+        if waypoint > self.level:
+            reward += WAYPOINT_REWARD
+            self.level = waypoint
+        state = policy_state(self.level, match.state_id)
         if self._acted and self.state is not None:
-            self._pending = (self.state, self._action, reward, match.state_id)
+            self._pending = (self.state, self._action, reward, state)
             self._acted = False
-        self.state = match.state_id
+        self.state = state
         return match, reward
 
-    def observe_window(self, summary: Iterable[str] | None) -> tuple[StateMatch, float] | None:
+    def observe_window(
+        self, summary: Iterable[str] | None, pairs: Iterable[str] = (), waypoint: int = 0
+    ) -> tuple[StateMatch, float] | None:
         """`observe` for a window the timeline may not have completed in time: `summary` is
         None then (the window is late). A late window teaches nothing and is not folded into
-        the next one: the learner keeps its state, or, with none yet (a schedule's start),
-        takes the idle state of the empty summary instead of guessing. None when late."""
+        the next one (its pairs are not counted either): the learner keeps its state, or,
+        with none yet (a schedule's start), takes the idle state of the empty summary
+        instead of guessing. None when late."""
         if summary is not None:
-            return self.observe(summary)
+            return self.observe(summary, pairs, waypoint)
         if self.state is None:
             self.observe(frozenset())
         return None
@@ -96,6 +129,7 @@ class Learner:
         """The schedule is over: learn its last transition as terminal, forget the state."""
         self._flush([])
         self.state = None
+        self.level = 0
         self._action = None
         self._acted = False
 
@@ -116,9 +150,11 @@ class Learner:
         return ckpt.dumps(
             {
                 "store": self.store.to_state(),
+                "coverage": self.coverage.to_state(),
                 "reward": self.reward.to_state(),
                 "policy": self.policy.to_state(),
                 "state": self.state,
+                "level": self.level,
                 "action": [ckpt.encode_action(self._action)] if self._acted else None,
                 "pending": pending,
             }
@@ -129,14 +165,24 @@ class Learner:
         """The learner `to_checkpoint` saved; a corrupt or foreign checkpoint raises
         `MalloryError`."""
         document = ckpt.loads(data)
+        coverage = document.get("coverage")  # absent in checkpoints saved before coverage existed
         learner = cls(
             StateStore.from_state(ckpt.field(document, "store", dict, "checkpoint"), "store"),
             reward_from_state(ckpt.field(document, "reward", dict, "checkpoint"), "reward"),
             policy_from_state(ckpt.field(document, "policy", dict, "checkpoint"), "policy"),
+            None if coverage is None else PairCoverage.from_state(coverage, "coverage"),
         )
         known = len(learner.store)
+        level = document.get("level", 0)
+        if isinstance(level, bool) or not isinstance(level, int) or not 0 <= level <= MAX_LEVEL:
+            raise ckpt.CheckpointError(f"checkpoint.level {level!r} is not a waypoint level")
+        learner.level = level
+
+        def known_state(value: int) -> bool:
+            return value // LEVEL_STRIDE <= MAX_LEVEL and 0 <= value % LEVEL_STRIDE < known
+
         state = ckpt.field(document, "state", (int, type(None)), "checkpoint")
-        if state is not None and not 0 <= state < known:
+        if state is not None and not known_state(state):
             raise ckpt.CheckpointError(f"checkpoint.state {state} is not one of the {known} stored states")
         learner.state = state
         action = ckpt.field(document, "action", (list, type(None)), "checkpoint")
@@ -149,7 +195,7 @@ class Learner:
         if pending is not None:
             if (
                 len(pending) != 4
-                or not all(isinstance(pending[i], int) and 0 <= pending[i] < known for i in (0, 3))
+                or not all(isinstance(pending[i], int) and known_state(pending[i]) for i in (0, 3))
                 or isinstance(pending[2], bool)
                 or not isinstance(pending[2], (int, float))
             ):

@@ -289,7 +289,86 @@ class EpsilonGreedyPolicy(_QPolicy):
         return {**super().params(), "epsilon": self.epsilon}
 
 
-POLICIES: dict[str, type[Policy]] = {cls.name: cls for cls in (QLearningPolicy, EpsilonGreedyPolicy, RandomPolicy)}
+class BonusMaxPolicy(Policy):
+    """BonusMaxRL (Borgarelli, Enea, Majumdar, Nagendra: "Reward augmentation in
+    reinforcement learning for testing distributed systems", OOPSLA'24): Q-learning whose
+    reward is a decaying exploration bonus, backed up with a max instead of a sum.
+
+        N(s, a) += 1
+        Q(s, a) <- (1 - alpha) Q(s, a) + alpha * max(1 / N(s, a) + r, gamma * max_a' Q(s', a'))
+
+    Untried pairs start at Q = 1, the first visit's bonus; from the second visit on the
+    bonus decays, so the actions visited least in a state are preferred there. Choices are
+    greedy (ties broken at random) with probability 1 - epsilon, uniform otherwise. The max keeps a path to a rarely tried
+    corner valuable from far away without letting long paths add up bonuses. `r` is the
+    learner's reward: with the "none" reward only waypoint level-ups (+2) add to the bonus;
+    another reward in [-1, 0] takes from it what the window was not worth. Its authors'
+    code (zeu5/dist-rl-testing, policies/bonusmax.go) counts visits of (s, a), as here.
+    """
+
+    name = "bonus-max"
+
+    def __init__(self, seed: int = 0, alpha: float = 0.1, gamma: float = 0.95, epsilon: float = 0.05) -> None:
+        super().__init__(seed)
+        self.alpha = _number(alpha, "bonus-max: alpha", 0.0, 1.0, low_open=True)
+        self.gamma = _number(gamma, "bonus-max: gamma", 0.0, 1.0)
+        self.epsilon = _number(epsilon, "bonus-max: epsilon", 0.0, 1.0)
+        self.q: dict[int, dict[Action, float]] = {}
+        self.visits: dict[int, dict[Action, int]] = {}
+
+    def q_value(self, state: int, action: Action) -> float:
+        return self.q.get(state, {}).get(action, 1.0)
+
+    def choose(self, state: int, actions: Iterable[Action]) -> Action:
+        listed = canonical_actions(actions)
+        if self.rng.random() < self.epsilon:
+            return listed[self.rng.randrange(len(listed))]
+        values = [self.q_value(state, a) for a in listed]
+        top = max(values)
+        best = [a for a, v in zip(listed, values) if v == top]
+        return best[self.rng.randrange(len(best))]
+
+    def update(
+        self, state: int, action: Action, reward: float, next_state: int, next_actions: Iterable[Action]
+    ) -> None:
+        visits = self.visits.setdefault(state, {})
+        n = visits[action] = visits.get(action, 0) + 1
+        future = max((self.q_value(next_state, a) for a in next_actions), default=0.0)
+        old = self.q_value(state, action)
+        self.q.setdefault(state, {})[action] = (1 - self.alpha) * old + self.alpha * max(1.0 / n + reward, self.gamma * future)
+
+    def params(self) -> dict[str, Any]:
+        return {"alpha": self.alpha, "gamma": self.gamma, "epsilon": self.epsilon}
+
+    def to_state(self) -> dict[str, Any]:
+        rows = [
+            [state, ckpt.encode_action(action), value, self.visits.get(state, {}).get(action, 0)]
+            for state, row in self.q.items()
+            for action, value in row.items()
+        ]
+        rows.sort(key=lambda r: (r[0], repr(r[1])))
+        return {**super().to_state(), "q": rows}
+
+    def _restore(self, state: dict[str, Any], where: str) -> None:
+        super()._restore(state, where)
+        for i, row in enumerate(ckpt.field(state, "q", list, where)):
+            if (
+                not isinstance(row, list)
+                or len(row) != 4
+                or not all(isinstance(row[k], int) and not isinstance(row[k], bool) for k in (0, 3))
+                or isinstance(row[2], bool)
+                or not isinstance(row[2], (int, float))
+                or row[3] < 1
+            ):
+                raise ckpt.CheckpointError(f"{where}.q[{i}] is not [state, action, value, visits]")
+            action = ckpt.decode_action(row[1], f"{where}.q[{i}]")
+            self.q.setdefault(row[0], {})[action] = float(row[2])
+            self.visits.setdefault(row[0], {})[action] = row[3]
+
+
+POLICIES: dict[str, type[Policy]] = {
+    cls.name: cls for cls in (QLearningPolicy, EpsilonGreedyPolicy, BonusMaxPolicy, RandomPolicy)
+}
 
 
 def make_policy(name: str, seed: int = 0, **params: Any) -> Policy:

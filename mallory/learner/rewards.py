@@ -1,8 +1,17 @@
-"""Rewards: how much a visit to a state is worth, selectable by name.
+"""Rewards: how much the window that just ended is worth, selectable by name.
 
-A reward sees the `StateMatch` of the window that just ended (is it new, how often has it
-been visited, counting this visit) and returns a float. Both rewards here stay on the
-paper's scale [-1, 0], so the softmax temperature chosen for one suits the other.
+A reward sees the window's `StateMatch` (is its state new, how often has it been visited,
+counting this visit) and what it added to the campaign's event-pair coverage (`PairsSeen`:
+new pairs, the count of its rarest pair), and returns a float. Every reward here stays on
+the paper's scale [-1, 0], so the softmax temperature chosen for one suits the others:
+
+    none          always 0: for policies that reward themselves (bonus-max)
+    paper         0 for a new state, -1 for a seen one (the paper's)
+    novelty       -1 + visits(state) ** -power: rarely visited states still pay
+    pairs         0 when the window showed a pair no window showed before, else -1
+                  (AFL's "new edge")
+    pair-novelty  -1 + count(rarest pair) ** -power: windows showing rarely seen pairs
+                  still pay
 """
 
 from __future__ import annotations
@@ -13,14 +22,18 @@ from typing import Any, ClassVar
 
 from mallory.errors import MalloryError
 from mallory.learner import checkpoint as ckpt
+from mallory.learner.coverage import PairsSeen
 from mallory.learner.states import StateMatch
+
+#: what a window that showed no pairs added (rewards that ignore pairs get it too)
+NO_PAIRS = PairsSeen(0, 0, 0)
 
 
 class Reward(ABC):
     name: ClassVar[str]
 
     @abstractmethod
-    def __call__(self, match: StateMatch) -> float: ...
+    def __call__(self, match: StateMatch, pairs: PairsSeen = NO_PAIRS) -> float: ...
 
     def params(self) -> dict[str, Any]:
         return {}
@@ -29,13 +42,28 @@ class Reward(ABC):
         return {"name": self.name, "params": self.params()}
 
 
+class NoReward(Reward):
+    """Nothing from outside: the policy's own exploration bonus is its reward (bonus-max)."""
+
+    name = "none"
+
+    def __call__(self, match: StateMatch, pairs: PairsSeen = NO_PAIRS) -> float:
+        return 0.0
+
+
 class PaperReward(Reward):
     """The paper's reward: 0 for a state never seen before, -1 for an already-seen one."""
 
     name = "paper"
 
-    def __call__(self, match: StateMatch) -> float:
+    def __call__(self, match: StateMatch, pairs: PairsSeen = NO_PAIRS) -> float:
         return 0.0 if match.is_new else -1.0
+
+
+def _power(name: str, power: float) -> float:
+    if not isinstance(power, (int, float)) or isinstance(power, bool) or power <= 0:
+        raise MalloryError(f"{name} reward: power must be a positive number, got {power!r}")
+    return float(power)
 
 
 class NoveltyReward(Reward):
@@ -50,18 +78,47 @@ class NoveltyReward(Reward):
     name = "novelty"
 
     def __init__(self, power: float = 0.5) -> None:
-        if not isinstance(power, (int, float)) or isinstance(power, bool) or power <= 0:
-            raise MalloryError(f"novelty reward: power must be a positive number, got {power!r}")
-        self.power = float(power)
+        self.power = _power("novelty", power)
 
-    def __call__(self, match: StateMatch) -> float:
+    def __call__(self, match: StateMatch, pairs: PairsSeen = NO_PAIRS) -> float:
         return -1.0 + math.pow(max(match.visits, 1), -self.power)
 
     def params(self) -> dict[str, Any]:
         return {"power": self.power}
 
 
-REWARDS: dict[str, type[Reward]] = {cls.name: cls for cls in (PaperReward, NoveltyReward)}
+class PairsReward(Reward):
+    """AFL's criterion: 0 for a window that showed a happens-before pair of code/log events
+    never seen before in the campaign, -1 otherwise. Blind to the state abstraction."""
+
+    name = "pairs"
+
+    def __call__(self, match: StateMatch, pairs: PairsSeen = NO_PAIRS) -> float:
+        return 0.0 if pairs.new else -1.0
+
+
+class PairNoveltyReward(Reward):
+    """A count-based bonus on coverage: `-1 + rarest ** -power`, where `rarest` is how many
+    windows (this one included) showed the window's rarest pair. A new pair is worth 0,
+    a pair seen a second time -0.29 (power 0.5); a window without pairs -1."""
+
+    name = "pair-novelty"
+
+    def __init__(self, power: float = 0.5) -> None:
+        self.power = _power("pair-novelty", power)
+
+    def __call__(self, match: StateMatch, pairs: PairsSeen = NO_PAIRS) -> float:
+        if pairs.rarest == 0:
+            return -1.0
+        return -1.0 + math.pow(pairs.rarest, -self.power)
+
+    def params(self) -> dict[str, Any]:
+        return {"power": self.power}
+
+
+REWARDS: dict[str, type[Reward]] = {
+    cls.name: cls for cls in (NoReward, PaperReward, NoveltyReward, PairsReward, PairNoveltyReward)
+}
 
 
 def make_reward(name: str, **params: Any) -> Reward:

@@ -5,7 +5,7 @@ import orjson
 import pytest
 
 from mallory.errors import MalloryError
-from mallory.learner.learner import Learner
+from mallory.learner.learner import LEVEL_STRIDE, WAYPOINT_REWARD, Learner
 from mallory.learner.policies import POLICIES
 from tests.unit.learner.summaries import random_summary, steady_windows
 
@@ -182,7 +182,7 @@ def test_truncated_checkpoint_is_a_user_error():
 
 DRIVER = """
 import hashlib, random, sys
-from mallory.learner.learner import Learner
+from mallory.learner.learner import LEVEL_STRIDE, WAYPOINT_REWARD, Learner
 from tests.unit.learner.test_learner import ACTIONS, windows
 learner = Learner.create(policy=sys.argv[1], reward="novelty", seed=4)
 trace = []
@@ -212,3 +212,45 @@ def test_runs_are_identical_across_processes_with_different_hash_seeds(policy):
         assert done.returncode == 0, done.stderr
         digests.add(done.stdout.strip())
     assert len(digests) == 1
+
+
+def test_pairs_accumulate_into_coverage_and_survive_a_checkpoint():
+    learner = Learner.create(policy="random", reward="pairs", seed=1)
+    assert learner.observe(frozenset({"x"}), {"a>b", "b>c"})[1] == 0.0  # new pairs
+    assert learner.observe(frozenset({"y"}), {"a>b"})[1] == -1.0  # a new state, but no new pair
+    assert learner.observe_window(None, {"c>d"}) is None  # late: nothing counted
+    assert learner.coverage.counts == {"a>b": 2, "b>c": 1}
+    restored = Learner.from_checkpoint(learner.to_checkpoint())
+    assert restored.coverage.counts == learner.coverage.counts
+
+
+def test_a_checkpoint_from_before_coverage_and_waypoints_still_resumes():
+    learner = Learner.create(seed=3)
+    drive(learner, windows(5, 20))
+    document = orjson.loads(learner.to_checkpoint())
+    del document["coverage"], document["level"]
+    restored = Learner.from_checkpoint(orjson.dumps(document))
+    assert len(restored.coverage) == 0 and restored.level == 0
+    assert restored.next_action(ACTIONS) == learner.next_action(ACTIONS)
+
+
+def test_waypoints_raise_the_level_once_and_give_the_policy_a_table_per_level():
+    rng = random.Random(7)
+    a, b = random_summary(rng, 40), random_summary(rng, 40)
+    learner = Learner.create(policy="qlearning", reward="paper", seed=2)
+    match, reward = learner.observe(a)
+    assert (learner.level, learner.state, reward) == (0, match.state_id, 0.0)
+    first = learner.next_action(ACTIONS)
+    match, reward = learner.observe(b, waypoint=2)  # a new state that reaches waypoint 2
+    assert reward == 0.0 + WAYPOINT_REWARD and learner.level == 2
+    assert learner.state == 2 * LEVEL_STRIDE + match.state_id
+    learner.next_action(ACTIONS)  # learns (level 0, a) --first--> (level 2, b)
+    assert learner.policy.q_value(0, first) == 0.1 * (WAYPOINT_REWARD + 0.6 * 0.0)
+    match, reward = learner.observe(a, waypoint=1)  # lower waypoints neither lower nor pay
+    assert reward == -1.0 and learner.level == 2 and learner.state == 2 * LEVEL_STRIDE + match.state_id
+    restored = Learner.from_checkpoint(learner.to_checkpoint())
+    assert (restored.level, restored.state) == (learner.level, learner.state)
+    learner.end_schedule()
+    assert learner.level == 0
+    with pytest.raises(MalloryError, match="waypoint level"):
+        learner.observe(a, waypoint=-1)

@@ -52,6 +52,40 @@ def test_q_update_equals_the_formula(history, name):
 
 
 @settings(max_examples=80, deadline=None)
+@given(history=transitions)
+def test_bonus_max_update_equals_the_reference_model(history):
+    """BonusMaxRL by its definition: visits of (s, a), Q starting at 1, a max backup of the
+    bonus 1/N plus the reward against the discounted future (0 at a schedule's end)."""
+    policy = make_policy("bonus-max", seed=1)
+    q: dict[tuple[int, str], float] = {}
+    n: dict[tuple[int, str], int] = {}
+    for state, action, reward, next_state, terminal in history:
+        n[(state, action)] = n.get((state, action), 0) + 1
+        future = 0.0 if terminal else max(q.get((next_state, a), 1.0) for a in ACTIONS)
+        old = q.get((state, action), 1.0)
+        q[(state, action)] = 0.9 * old + 0.1 * max(1 / n[(state, action)] + reward, 0.95 * future)
+        policy.update(state, action, reward, next_state, [] if terminal else ACTIONS)
+    for (state, action), value in q.items():
+        assert policy.q_value(state, action) == pytest.approx(value, abs=1e-12)
+        assert policy.visits[state][action] == n[(state, action)]
+    assert policy.q_value(99, "never") == 1.0
+    restored = policy_from_state(policy.to_state())
+    assert restored.q == policy.q and restored.visits == policy.visits
+
+
+def test_bonus_max_prefers_the_actions_visited_least():
+    """A first visit's bonus (1) keeps Q at its start value; from the second on, the decayed
+    bonus lowers it below every untried or once-tried action's."""
+    policy = make_policy("bonus-max", seed=3, epsilon=0.0)
+    policy.update(0, "kill:one", 0.0, 1, [])
+    assert policy.q_value(0, "kill:one") == 1.0
+    policy.update(0, "kill:one", 0.0, 1, [])
+    assert policy.q_value(0, "kill:one") < 1.0
+    assert "kill:one" not in {policy.choose(0, ACTIONS) for _ in range(200)}
+    assert len({policy.choose(0, ACTIONS) for _ in range(200)}) == len(ACTIONS) - 1  # ties at random
+
+
+@settings(max_examples=80, deadline=None)
 @given(history=transitions, name=st.sampled_from(["qlearning", "epsilon-greedy"]))
 def test_shared_prior_starts_an_untried_pair_at_the_actions_mean_elsewhere(history, name):
     """The same Q-learning, except that a pair not updated yet is worth the mean Q of its
@@ -228,7 +262,7 @@ def test_a_set_of_actions_is_ordered_canonically():
 
 
 def test_bad_names_and_parameters_are_user_errors():
-    with pytest.raises(MalloryError, match="unknown policy 'ucb'.*epsilon-greedy, qlearning, random"):
+    with pytest.raises(MalloryError, match="unknown policy 'ucb'.*bonus-max, epsilon-greedy, qlearning, random"):
         make_policy("ucb")
     for name, params in [
         ("qlearning", {"temperature": 0}),
@@ -238,6 +272,8 @@ def test_bad_names_and_parameters_are_user_errors():
         ("random", {"temperature": 1}),
         ("qlearning", {"prior": "pessimistic"}),
         ("random", {"prior": "shared"}),
+        ("bonus-max", {"epsilon": 2}),
+        ("bonus-max", {"temperature": 1}),
     ]:
         with pytest.raises(MalloryError):
             make_policy(name, **params)
