@@ -2,9 +2,10 @@
 
 Public entry points (what the harness, the campaign and `mallory check` use):
 
-- histories: `history.Op`, `history.Call`, `history.read_history(path, fmt="auto")`,
-  `history.read_history_text(text, fmt)`, `history.pair_calls(ops)`,
-  `history.write_edn(ops, stream)` (Jepsen history.edn), `history.write_jsonl(ops, stream)`;
+- histories (`mallory.history`): `ops.Op` (also what the harness records), `ops.Call`,
+  `ops.read_history(path, fmt="auto")`, `ops.read_history_text(text, fmt)`,
+  `ops.pair_calls(ops)`, `ops.write_edn(ops, stream)` (Jepsen history.edn),
+  `ops.write_jsonl(ops, stream)`, one op's line: `ops.edn_line(op)`, `ops.json_line(op)`;
   EDN values: `edn.Keyword`, `edn.Symbol`, `edn.loads`, `edn.read_all`, `edn.dumps`.
 - one call for any checker: `check.check_history(ops, fmt, check.CheckOptions(...))` ->
   `result.CheckResult` (valid True/False/"unknown", anomaly_types, anomalies, explanation,
