@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Protocol, Sequence
 
 from mallory.cluster.backend import ClusterBackend, NodeProcess
+from mallory.cluster.registry import proc_state
 from mallory.errors import MalloryError
 from mallory.harness.client import Client
 from mallory.harness.workload import Workload
@@ -34,20 +35,12 @@ from mallory.observer.log_events import (
 )
 
 
-def _proc_state(pid: int) -> str | None:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[0].decode()
-    except (OSError, IndexError):
-        return None
-
-
 def _await_state(pid: int, stopped: bool, timeout: float = 2.0) -> None:
     """Signals are delivered asynchronously: wait (briefly) until /proc/<pid>/stat agrees,
     so a pause is in force when pause() returns. Best effort where /proc cannot see the pid."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        state = _proc_state(pid)
+        state = proc_state(pid)
         if state is None or (state in ("T", "t")) == stopped:
             return
         time.sleep(0.002)
