@@ -27,12 +27,8 @@ from mallory.cluster.registry import proc_state
 from mallory.errors import MalloryError
 from mallory.harness.client import Client
 from mallory.harness.workload import Workload
-from mallory.observer.log_events import (
-    LogPattern,
-    WatchedPattern,
-    expand_template,
-    resolve,
-)
+from mallory.log_lines import LogPattern
+from mallory.observer.log_events import WatchedPattern, expand_template, resolve
 
 
 def _await_state(pid: int, stopped: bool, timeout: float = 2.0) -> None:

@@ -15,7 +15,8 @@ Public entry points (what the harness, the campaign and `mallory check` use):
 - linearizability: `linearizability.check_linearizable(ops, models.make_model(name, initial))`
   for register, cas-register, mutex, kv, multi-register.
 - findings: `asan.parse_asan(text, node)`, `logs.scan_log(lines, node, patterns)`,
-  `logs.parse_pattern("NAME=REGEX")`, `logs.death_finding(returncode, node)`,
+  `logs.parse_pattern("NAME=REGEX")` (a `mallory.log_lines.LogPattern`, the class the
+  observer's log events use too), `logs.death_finding(returncode, node)`,
   `triage.findings_from_result(result)`, `triage.deduplicate(findings)`; every
   `triage.Finding` has a filesystem-safe `.signature` for `bugs/<signature>/`.
 """
