@@ -11,7 +11,9 @@ Public entry points (what the harness, the campaign and `mallory check` use):
   `result.CheckResult` (valid True/False/"unknown", anomaly_types, anomalies, explanation,
   not_models/also_not, notes, stats; `.exit_code`, `.render()`, `.to_json()`).
 - Elle-style: `elle.check_elle(ops, "list-append" | "rw-register", elle.ElleOptions(...))`;
-  the anomaly/model tables in `consistency`.
+  the workloads' analysers in `list_append` and `rw_register`, what they share (the
+  dependency graph, the cycle search and its explanations, the verdict) in `txn`, the
+  graph and cycle shapes in `depgraph`, the anomaly/model tables in `consistency`.
 - linearizability: `linearizability.check_linearizable(ops, models.make_model(name, initial))`
   for register, cas-register, mutex, kv, multi-register.
 - findings: `asan.parse_asan(text, node)`, `logs.scan_log(lines, node, patterns)`,
