@@ -26,9 +26,10 @@ from mallory.harness.runner import RunConfig, WorkloadRunner
 from mallory.harness.session import client_node_for
 from mallory.harness.workload import make_workload
 from mallory.history.ops import read_history
+from mallory.log_lines import LogPattern
 from mallory.oracles.asan import parse_asan
 from mallory.oracles.check import CheckOptions, check_history
-from mallory.oracles.logs import DEFAULT_PATTERNS, LogPattern, death_finding, scan_log
+from mallory.oracles.logs import DEFAULT_PATTERNS, death_finding, scan_log
 from mallory.oracles.result import CheckResult
 from mallory.oracles.results_edn import results_edn
 from mallory.oracles.triage import Finding, findings_from_result

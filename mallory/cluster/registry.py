@@ -87,12 +87,13 @@ def proc_start_ticks(pid: int) -> int | None:
 
 
 def proc_state(pid: int) -> str | None:
-    """The one-letter state of a process (R, S, T, Z, ...), None if it is gone."""
+    """The one-letter state of a process in /proc/<pid>/stat (R, S, T, t, Z, ...), None if
+    it is gone or this /proc cannot see it."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        stat = Path(f"/proc/{pid}/stat").read_bytes()  # bytes: comm need not be UTF-8
+    except OSError:
         return None
-    return stat[stat.rindex(")") + 2]
+    return chr(stat[stat.rindex(b")") + 2])  # comm may hold ") ": the state follows the last
 
 
 @dataclass

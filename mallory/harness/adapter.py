@@ -23,23 +23,12 @@ from pathlib import Path
 from typing import Protocol, Sequence
 
 from mallory.cluster.backend import ClusterBackend, NodeProcess
+from mallory.cluster.registry import proc_state
 from mallory.errors import MalloryError
 from mallory.harness.client import Client
 from mallory.harness.workload import Workload
-from mallory.observer.log_events import (
-    LogPattern,
-    WatchedPattern,
-    expand_template,
-    resolve,
-)
-
-
-def _proc_state(pid: int) -> str | None:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[0].decode()
-    except (OSError, IndexError):
-        return None
+from mallory.log_lines import LogPattern
+from mallory.observer.log_events import WatchedPattern, expand_template, resolve
 
 
 def _await_state(pid: int, stopped: bool, timeout: float = 2.0) -> None:
@@ -47,7 +36,7 @@ def _await_state(pid: int, stopped: bool, timeout: float = 2.0) -> None:
     so a pause is in force when pause() returns. Best effort where /proc cannot see the pid."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        state = _proc_state(pid)
+        state = proc_state(pid)
         if state is None or (state in ("T", "t")) == stopped:
             return
         time.sleep(0.002)

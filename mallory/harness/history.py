@@ -5,8 +5,9 @@ completion (`ok`, `fail` or `info`) when it returns. Nemesis actions are recorde
 ops of the process `:nemesis`, as Jepsen does. `index` is dense from 0 in file order and
 `time` is monotonic nanoseconds since the recorder started.
 
-Two formats are written side by side, one op per line, flushed after every op so a killed
-run loses at most the op in flight:
+The ops are `mallory.history.ops.Op`s, the ones every checker reads, and two formats are
+written side by side with its line encoders (`edn_line`, `json_line`), one op per line,
+flushed after every op so a killed run loses at most the op in flight:
 
 * `history.edn`: Jepsen's newline-delimited EDN op maps
   (`{:index 0, :time 12, :type :invoke, :process 0, :f :txn, :value [[:append 3 1]]}`);
@@ -20,59 +21,16 @@ from __future__ import annotations
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Callable, Iterable, Iterator, Literal, Protocol
+from typing import IO, Any, Callable, Iterable, Iterator, Protocol
 
-import orjson
-
-from mallory.history.edn import Keyword, dumps
-
-OpType = Literal["invoke", "ok", "fail", "info"]
-OP_TYPES: frozenset[str] = frozenset({"invoke", "ok", "fail", "info"})
-NEMESIS = "nemesis"
-
-
-@dataclass(frozen=True)
-class Op:
-    """One history entry. `process` is an int for clients and "nemesis" for faults."""
-
-    index: int
-    time: int
-    type: OpType
-    process: int | str
-    f: str
-    value: Any = None
-    error: Any = None
-
-    def to_edn(self) -> str:
-        fields: dict[Any, Any] = {
-            Keyword("index"): self.index,
-            Keyword("time"): self.time,
-            Keyword("type"): Keyword(self.type),
-            Keyword("process"): Keyword(self.process) if isinstance(self.process, str) else self.process,
-            Keyword("f"): Keyword(self.f),
-            Keyword("value"): self.value,
-        }
-        if self.error is not None:
-            fields[Keyword("error")] = self.error
-        return dumps(fields)
-
-    def to_json(self) -> dict[str, Any]:
-        obj: dict[str, Any] = {
-            "index": self.index,
-            "time": self.time,
-            "type": self.type,
-            "process": self.process,
-            "f": self.f,
-            "value": self.value,
-        }
-        if self.error is not None:
-            obj["error"] = self.error
-        return obj
+from mallory.history.edn import Keyword
+from mallory.history.ops import NEMESIS, Op, OpType, edn_line, json_line
 
 
 class HistorySink(Protocol):
+    """Where recorded ops go, one `write` per op in index order, then `close` once."""
+
     def write(self, op: Op) -> None: ...
     def close(self) -> None: ...
 
@@ -92,16 +50,6 @@ class LineFileSink:
 
     def close(self) -> None:
         self._file.close()
-
-
-def edn_line(op: Op) -> bytes:
-    """Jepsen's history.edn line: one EDN op map."""
-    return op.to_edn().encode("utf-8") + b"\n"
-
-
-def json_line(op: Op) -> bytes:
-    """A JSON line with elle-cli's field names."""
-    return orjson.dumps(op.to_json(), option=orjson.OPT_APPEND_NEWLINE)
 
 
 def edn_writer(path: Path) -> LineFileSink:
@@ -136,7 +84,7 @@ class HistoryRecorder:
         self._lock = threading.Lock()
         self._ops: list[Op] | None = [] if keep else None
         self._next_index = 0
-        self._open: dict[int | str, Op] = {}
+        self._open: dict[Any, Op] = {}
 
     @classmethod
     def to_dir(cls, directory: Path, *, keep: bool = True) -> "HistoryRecorder":
@@ -208,10 +156,10 @@ class HistoryRecorder:
                 sink.close()
             self._sinks = []
 
-    def _append(self, type: OpType, process: int | str, f: str, value: Any, error: Any) -> Op:
+    def _append(self, type: OpType, process: Any, f: str, value: Any, error: Any) -> Op:
         now = max(self._clock() - self._t0, self._last_time)
         self._last_time = now
-        op = Op(self._next_index, now, type, process, f, value, error)
+        op = Op(self._next_index, process, Keyword(type), Keyword(f), value, now, error)
         self._next_index += 1
         for sink in self._sinks:
             sink.write(op)

@@ -59,7 +59,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from mallory.errors import MalloryError
-from mallory.observer.log_events import LogPattern, parse_log_events
+from mallory.log_lines import LogPattern
+from mallory.observer.log_events import parse_log_events
 
 PROBES = ("tcp", "command", "log")
 PLACEHOLDERS = ("node", "index", "address", "port", "peers", "nodes", "data_dir", "log_dir")

@@ -1,4 +1,5 @@
-"""The history model every checker reads, and the readers/writers of its on-disk formats.
+"""The history model: the one `Op` the harness records and every checker reads, and the
+readers and writers of its on-disk formats.
 
 A history is a list of `Op` events in real-time order (file order): Jepsen's invoke, then
 ok / fail / info. `pair_calls` turns the events into `Call`s (an invocation and its
@@ -13,6 +14,10 @@ completion, or none). Formats (shared/conformance/FORMATS.md):
 
 Keyword-valued fields (`type`, `f`, a mop's first element) are normalised to `Keyword` so
 EDN and JSON histories of the same ops are equal.
+
+Writing: `Op.to_edn` and `Op.to_json` are the only encodings of an op. `edn_line` and
+`json_line` frame one op as a line of history.edn / history.jsonl (the harness's recorder
+appends them as ops happen); `write_edn` and `write_jsonl` write a whole history.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Literal
 
 import orjson
 
@@ -29,8 +34,10 @@ from mallory.errors import MalloryError
 from mallory.history import edn
 from mallory.history.edn import Keyword
 
-TYPES = ("invoke", "ok", "fail", "info")
+OpType = Literal["invoke", "ok", "fail", "info"]
+TYPES: tuple[OpType, ...] = ("invoke", "ok", "fail", "info")
 FORMATS = ("edn", "json", "porcupine-etcd", "porcupine-kv")
+#: the process of fault events, as Jepsen writes them
 NEMESIS = Keyword("nemesis")
 
 
@@ -43,12 +50,18 @@ class Op:
     """One history event.
 
     index:   position in the history (dense, assigned in file order when absent).
-    process: an int for client processes; `:nemesis` or any non-int for fault events.
+    process: an int for client processes; `NEMESIS` or any non-int for fault events.
     type:    "invoke" | "ok" | "fail" | "info" (a `Keyword`).
     f:       the operation ("txn", "read", "write", "cas", ...), None when absent.
     value:   workload-specific (a txn is a list of [f k v] micro-ops).
-    time:    relative ns, informational only: real-time order is list order.
-    line:    the source line, for error messages and explanations.
+    time:    ns since the history started, informational only: real-time order is list order.
+    error:   why the op failed or may have (Jepsen's :error), None when it says nothing.
+    line:    the source line it was read from, for error messages and explanations; not
+             part of the op, so it takes no part in equality.
+    extra:   the op map's other fields, written back after the ones above.
+
+    An op is written as the `Keyword`s it is read back as: a plain `str` type, f or process
+    is written as a keyword, so a recorded op equals its reading back from either format.
     """
 
     index: int
@@ -58,28 +71,42 @@ class Op:
     value: Any = None
     time: int | None = None
     error: Any = None
-    line: int | None = None
+    line: int | None = field(default=None, compare=False)
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def is_client(self) -> bool:
+        """A client's op (an int process), not a fault event."""
         return self.process is None or type(self.process) is int
 
-    def to_map(self) -> dict[str, Any]:
-        """Jepsen's op map (keyword keys), fields in Jepsen's usual order."""
-        out: dict[str, Any] = {Keyword("index"): self.index}
+    def fields(self) -> dict[str, Any]:
+        """The op map's fields by name, in Jepsen's usual order: absent time, f and error
+        left out; type, and f and process when they are plain strings, as `Keyword`s."""
+        out: dict[str, Any] = {"index": self.index}
         if self.time is not None:
-            out[Keyword("time")] = self.time
-        out[Keyword("type")] = Keyword(self.type)
-        out[Keyword("process")] = self.process
+            out["time"] = self.time
+        out["type"] = Keyword(self.type)
+        out["process"] = _kw(self.process)
         if self.f is not None:
-            out[Keyword("f")] = Keyword(self.f) if isinstance(self.f, str) else self.f
-        out[Keyword("value")] = self.value
+            out["f"] = Keyword(self.f) if isinstance(self.f, str) else self.f
+        out["value"] = self.value
         if self.error is not None:
-            out[Keyword("error")] = self.error
-        for k, v in self.extra.items():
-            out[Keyword(k)] = v
+            out["error"] = self.error
+        out.update(self.extra)
         return out
+
+    def to_map(self) -> dict[str, Any]:
+        """Jepsen's op map: `fields` with keyword keys."""
+        return {Keyword(k): v for k, v in self.fields().items()}
+
+    def to_edn(self) -> str:
+        """The op map as one line of EDN (no newline): a line of Jepsen's history.edn."""
+        return edn.dumps(self.to_map())
+
+    def to_json(self) -> dict[str, Any]:
+        """The op as a JSON object with elle-cli's field names ("index", "type", ...):
+        keywords become plain strings, map keys strings, sets lists sorted by repr."""
+        return _jsonable(self.fields())
 
 
 @dataclass(slots=True)
@@ -320,13 +347,6 @@ def pair_calls(ops: Iterable[Op], clients_only: bool = True, source: str = "<his
     return [c for c in calls if c is not None]
 
 
-def write_edn(ops: Iterable[Op], stream: IO[str]) -> None:
-    """Jepsen's history.edn: one op map per line."""
-    for op in ops:
-        stream.write(edn.dumps(op.to_map()))
-        stream.write("\n")
-
-
 def _jsonable(value: Any) -> Any:
     if isinstance(value, dict):
         return {str(k) if not isinstance(k, str) else str.__str__(k): _jsonable(v) for k, v in value.items()}
@@ -339,9 +359,27 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
+def edn_line(op: Op) -> bytes:
+    """One line of Jepsen's history.edn: the op's EDN map and a newline, UTF-8."""
+    return op.to_edn().encode("utf-8") + b"\n"
+
+
+def json_line(op: Op) -> bytes:
+    """One line of history.jsonl: `op.to_json()` and a newline."""
+    try:  # orjson alone writes what JSON holds as it is (keywords as strings), 10x faster
+        return orjson.dumps(op.fields(), option=orjson.OPT_APPEND_NEWLINE)
+    except TypeError:  # a set, or a map key that is not a plain string: the slow, general way
+        return orjson.dumps(op.to_json(), option=orjson.OPT_APPEND_NEWLINE)
+
+
+def write_edn(ops: Iterable[Op], stream: IO[str]) -> None:
+    """Jepsen's history.edn: one op map per line (each line as `edn_line` encodes it)."""
+    for op in ops:
+        stream.write(op.to_edn())
+        stream.write("\n")
+
+
 def write_jsonl(ops: Iterable[Op], stream: IO[bytes]) -> None:
     """JSON lines: one op object per line, keyword values as plain strings."""
     for op in ops:
-        m = {str.__str__(k): v for k, v in op.to_map().items()}
-        stream.write(orjson.dumps(_jsonable(m)))
-        stream.write(b"\n")
+        stream.write(json_line(op))

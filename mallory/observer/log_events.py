@@ -12,10 +12,10 @@ Python adapter's `log_events` attribute) as a list of entries:
 
 A line gives at most one event: the first entry (in configuration order, among those that
 watch the line's file) whose pattern it matches. The event's name is the entry's `name`,
-else the line's message NORMALISED (`normalise`): numbers, hex ids, addresses, times and
-quoted values replaced by placeholders, so "became leader at term 5" and "... term 6" are
-one kind. A zap/JSON line's message is its "msg" field; a text line's is the line without
-its leading timestamp.
+else the line's message NORMALISED (`mallory.log_lines.normalise`): numbers, hex ids,
+addresses, times and quoted values replaced by placeholders, so "became leader at term 5"
+and "... term 6" are one kind. A zap/JSON line's message is its "msg" field; a text
+line's is the line without its leading timestamp.
 
 Event: kind LOG, id = FNV-1a 64 of "LOG:<name>" (stable across runs and machines, like
 code-event ids), data = the name (cut to `MAX_NAME` characters), ts = the observer's
@@ -48,6 +48,7 @@ import orjson
 from mallory.errors import MalloryError
 from mallory.files import atomic_write
 from mallory.instrument.event_ids import fnv1a64
+from mallory.log_lines import TIME, LogPattern, normalise
 from mallory.timeline.event import Event, Kind
 
 #: An event name (its data) is at most this long: it travels in every event.
@@ -62,16 +63,6 @@ FIELDS = ("pattern", "name", "file")
 
 
 # -- configuration ----------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class LogPattern:
-    """One `[[log_events]]` entry as configured; `file` may hold placeholders, "" means the
-    node's default log (its process's stdout/stderr)."""
-
-    pattern: str
-    name: str = ""
-    file: str = ""
 
 
 @dataclass(frozen=True)
@@ -164,29 +155,7 @@ def write_watch_file(path: str, watched: Sequence[WatchedPattern]) -> None:
 
 # -- names ------------------------------------------------------------------------------
 
-_TIME = r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?|\d{2}:\d{2}:\d{2}(?:[.,]\d+)?"
-_NORMALISE = re.compile(
-    "|".join(
-        [
-            r'(?P<q>"(?:[^"\\\n]|\\.)*"|(?<!\w)\'(?:[^\'\\\n]|\\.)*\'(?!\w))',
-            rf"(?P<time>{_TIME})",
-            r"(?P<addr>\b\d{1,3}(?:\.\d{1,3}){3}(?::\d+)?\b|\[[0-9A-Fa-f:.]*:[0-9A-Fa-f:.]*\](?::\d+)?)",
-            r"(?P<uuid>\b[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}\b)",
-            r"(?P<hex>\b0[xX][0-9A-Fa-f]+\b|\b(?=[0-9A-Fa-f]*[A-Fa-f])(?=[0-9A-Fa-f]*\d)[0-9A-Fa-f]{6,}\b)",
-            r"(?P<n>\d+(?:\.\d+)?)",
-        ]
-    )
-)
-_PLACEHOLDER = {"q": "<q>", "time": "<time>", "addr": "<addr>", "uuid": "<hex>", "hex": "<hex>", "n": "<n>"}
-_SPACE = re.compile(r"\s+")
-_LEADING_TIME = re.compile(rf"^\s*\[?(?:{_TIME})\]?\s*")
-
-
-def normalise(message: str) -> str:
-    """A message with its variable parts replaced by placeholders (<n>, <hex>, <addr>,
-    <time>, <q>) and its whitespace collapsed, cut to `MAX_NAME` characters. Idempotent."""
-    out = _NORMALISE.sub(lambda m: _PLACEHOLDER[m.lastgroup], message)  # type: ignore[index]
-    return _SPACE.sub(" ", out).strip()[:MAX_NAME].rstrip()
+_LEADING_TIME = re.compile(rf"^\s*\[?(?:{TIME})\]?\s*")
 
 
 def message_of(line: str) -> str:
@@ -207,7 +176,7 @@ def message_of(line: str) -> str:
 
 def event_name(line: str) -> str:
     """The name an unnamed pattern gives the line: its normalised message."""
-    return normalise(message_of(line)) or "<empty>"
+    return normalise(message_of(line), MAX_NAME) or "<empty>"
 
 
 def log_event_id(name: str) -> int:

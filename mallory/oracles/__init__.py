@@ -2,19 +2,23 @@
 
 Public entry points (what the harness, the campaign and `mallory check` use):
 
-- histories: `history.Op`, `history.Call`, `history.read_history(path, fmt="auto")`,
-  `history.read_history_text(text, fmt)`, `history.pair_calls(ops)`,
-  `history.write_edn(ops, stream)` (Jepsen history.edn), `history.write_jsonl(ops, stream)`;
+- histories (`mallory.history`): `ops.Op` (also what the harness records), `ops.Call`,
+  `ops.read_history(path, fmt="auto")`, `ops.read_history_text(text, fmt)`,
+  `ops.pair_calls(ops)`, `ops.write_edn(ops, stream)` (Jepsen history.edn),
+  `ops.write_jsonl(ops, stream)`, one op's line: `ops.edn_line(op)`, `ops.json_line(op)`;
   EDN values: `edn.Keyword`, `edn.Symbol`, `edn.loads`, `edn.read_all`, `edn.dumps`.
 - one call for any checker: `check.check_history(ops, fmt, check.CheckOptions(...))` ->
   `result.CheckResult` (valid True/False/"unknown", anomaly_types, anomalies, explanation,
   not_models/also_not, notes, stats; `.exit_code`, `.render()`, `.to_json()`).
 - Elle-style: `elle.check_elle(ops, "list-append" | "rw-register", elle.ElleOptions(...))`;
-  the anomaly/model tables in `consistency`.
+  the workloads' analysers in `list_append` and `rw_register`, what they share (the
+  dependency graph, the cycle search and its explanations, the verdict) in `txn`, the
+  graph and cycle shapes in `depgraph`, the anomaly/model tables in `consistency`.
 - linearizability: `linearizability.check_linearizable(ops, models.make_model(name, initial))`
   for register, cas-register, mutex, kv, multi-register.
 - findings: `asan.parse_asan(text, node)`, `logs.scan_log(lines, node, patterns)`,
-  `logs.parse_pattern("NAME=REGEX")`, `logs.death_finding(returncode, node)`,
+  `logs.parse_pattern("NAME=REGEX")` (a `mallory.log_lines.LogPattern`, the class the
+  observer's log events use too), `logs.death_finding(returncode, node)`,
   `triage.findings_from_result(result)`, `triage.deduplicate(findings)`; every
   `triage.Finding` has a filesystem-safe `.signature` for `bugs/<signature>/`.
 """

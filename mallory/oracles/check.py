@@ -2,7 +2,7 @@
 
 Used by `mallory check`, the harness and the tests. Checkers:
 
-- `list-append`, `rw-register`: the Elle-style transactional checker (`elle.py`);
+- `list-append`, `rw-register`: the Elle-style transactional checker (`elle.check_elle`);
 - `register`, `cas-register`, `mutex`, `kv`, `multi-register`: linearizability
   (`linearizability.py`) against the model of that name.
 """

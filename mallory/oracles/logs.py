@@ -16,25 +16,22 @@ from __future__ import annotations
 import re
 import signal
 from collections.abc import Iterable
-from dataclasses import dataclass
 
 from mallory.errors import MalloryError
-from mallory.oracles.triage import Finding, normalise_message
+from mallory.log_lines import LogPattern, normalise
+from mallory.oracles.triage import Finding
+
+#: a finding's key keeps this much of the line's normalised message
+KEY_CHARS = 200
 
 
-@dataclass(frozen=True)
-class LogPattern:
-    name: str
-    regex: re.Pattern[str]
-
-
-def _p(name: str, regex: str, flags: int = re.IGNORECASE) -> LogPattern:
-    return LogPattern(name, re.compile(regex, flags))
+def _p(name: str, regex: str) -> LogPattern:
+    return LogPattern("(?i)" + regex, name)  # levels and messages come in any case: FATAL, Fatal
 
 
 DEFAULT_PATTERNS: tuple[LogPattern, ...] = (
     _p("panic", r"\bpanic(?:ked)?\b[:(]|\bthread '.*' panicked at\b|\bkernel panic\b"),
-    _p("fatal", r"\bfatal\b(?: error)?[:\] ]|\[fatal\]|\bFATAL\b", re.IGNORECASE),
+    _p("fatal", r"\bfatal\b(?: error)?[:\] ]|\[fatal\]|\bFATAL\b"),
     _p("assertion", r"assertion (?:`.*' )?failed|\bAssertion\b.*\bfailed\b|\bAssertionError\b|\bassert(?:ion)? failure\b"),
     _p("segfault", r"segmentation fault|\bSIGSEGV\b|\bsegfault\b"),
     _p("abort", r"\bSIGABRT\b|\baborted \(core dumped\)"),
@@ -44,14 +41,15 @@ DEFAULT_PATTERNS: tuple[LogPattern, ...] = (
 
 
 def parse_pattern(spec: str) -> LogPattern:
-    """A user pattern written NAME=REGEX."""
+    """A user pattern written NAME=REGEX (case-sensitive unless the regex says `(?i)`)."""
     name, sep, regex = spec.partition("=")
     if not sep or not name.strip() or not regex:
         raise MalloryError(f"log pattern {spec!r} must be NAME=REGEX")
     try:
-        return LogPattern(name.strip(), re.compile(regex))
+        re.compile(regex)
     except re.error as exc:
         raise MalloryError(f"log pattern {name.strip()!r}: bad regular expression: {exc}") from None
+    return LogPattern(regex, name.strip())
 
 
 def scan_log(lines: Iterable[str], node: str | None = None,
@@ -65,7 +63,7 @@ def scan_log(lines: Iterable[str], node: str | None = None,
             if m is None:
                 continue
             text = line.rstrip("\n")
-            message = normalise_message(text[m.start():])
+            message = normalise(text[m.start():], KEY_CHARS)
             out.append(Finding("log", pat.name, (message,), text.strip()[:300], node, {"line": lineno}))
             break
     return out

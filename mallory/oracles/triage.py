@@ -69,25 +69,6 @@ def deduplicate(findings: Iterable[Finding]) -> dict[str, Bug]:
     return bugs
 
 
-_NORMALISERS = [
-    (re.compile(r"\b\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?"), "<time>"),
-    (re.compile(r"\b\d{2}:\d{2}:\d{2}(?:[.,]\d+)?\b"), "<time>"),
-    (re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b", re.I), "<uuid>"),
-    (re.compile(r"0x[0-9a-fA-F]+"), "<addr>"),
-    (re.compile(r"\b\d{1,3}(?:\.\d{1,3}){3}(?::\d+)?\b"), "<ip>"),
-    (re.compile(r"\b[0-9a-f]{16,}\b", re.I), "<hex>"),
-    (re.compile(r"\d+"), "<n>"),
-    (re.compile(r"\s+"), " "),
-]
-
-
-def normalise_message(text: str, limit: int = 200) -> str:
-    """Blank what varies between occurrences of the same message: times, ids, numbers."""
-    for pattern, repl in _NORMALISERS:
-        text = pattern.sub(repl, text)
-    return text.strip()[:limit]
-
-
 _REL_ORDER = ("ww", "wr", "rw", "process", "realtime")
 
 

@@ -23,6 +23,7 @@ RANKS = {
     "mallory.paths": 0,
     "mallory.files": 0,
     "mallory.polling": 0,
+    "mallory.log_lines": 0,
     "mallory.timeline": 1,
     "mallory.learner": 1,
     "mallory.history": 1,

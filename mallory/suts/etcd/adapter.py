@@ -27,7 +27,7 @@ from mallory.errors import MalloryError
 from mallory.harness.adapter import Capabilities, ProcessAdapter
 from mallory.harness.client import Client, key_options
 from mallory.harness.workload import Workload
-from mallory.observer.log_events import LogPattern
+from mallory.log_lines import LogPattern
 from mallory.suts.etcd.client import EtcdClient, EtcdError, EtcdHttp
 
 CLIENT_PORT = 2379

@@ -56,15 +56,6 @@ def free_port(addresses: Iterable[str] = ("127.0.0.1",)) -> int:
     raise RuntimeError("no free port")
 
 
-def proc_state(pid: int) -> str | None:
-    """The state letter of /proc/<pid>/stat (R, S, T, Z...), None when the pid is gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return None
-
-
 def check_process_semantics(ops: list[Any]) -> dict[str, int]:
     """Assert Jepsen's process rules on recorded ops; count completions by type."""
     open_: dict[Any, Any] = {}

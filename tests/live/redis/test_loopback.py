@@ -11,6 +11,7 @@ from typing import Iterator
 import pytest
 
 from mallory.cluster.loopback import LoopbackBackend
+from mallory.cluster.registry import proc_state
 from mallory.harness.adapter import UnsupportedOperation
 from mallory.harness.history import HistoryRecorder
 from mallory.harness.runner import RunConfig, WorkloadRunner
@@ -23,7 +24,6 @@ from mallory.suts.redis.replication import RedisReplicationAdapter
 from tests.live.redis.redis_cluster import (
     check_process_semantics,
     free_port,
-    proc_state,
     redis_spec_text,
 )
 

@@ -10,13 +10,14 @@ from pathlib import Path
 
 import pytest
 
+from mallory.cluster.registry import proc_state
 from mallory.harness.history import HistoryRecorder
 from mallory.harness.runner import RunConfig, WorkloadRunner
 from mallory.harness.workload import KeySpace, ListAppendWorkload
 from mallory.history.ops import read_history
 from mallory.oracles.elle import check_elle
 from mallory.suts.redis.replication import RedisReplicationAdapter
-from tests.live.redis.redis_cluster import check_process_semantics, proc_state
+from tests.live.redis.redis_cluster import check_process_semantics
 from tests.live.stack import netns_cluster
 
 pytestmark = pytest.mark.timeout(180)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import threading
 from pathlib import Path
 
@@ -10,9 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mallory.harness.history import HistoryRecorder, Op, edn_writer, jsonl_writer
+from mallory.harness.history import HistoryRecorder, edn_writer, jsonl_writer
 from mallory.history import edn as oracle_edn
 from mallory.history.edn import Keyword, dumps
+from mallory.history.ops import Op, read_history, write_edn, write_jsonl
 
 
 def test_edn_scalars_and_collections() -> None:
@@ -32,11 +34,11 @@ def test_edn_scalars_and_collections() -> None:
 
 
 def test_op_line_is_jepsen_history_edn() -> None:
-    op = Op(3, 1200, "ok", 4, "txn", [[Keyword("append"), 9, 2], [Keyword("r"), 9, [1, 2]]])
+    op = Op(3, 4, "ok", "txn", [[Keyword("append"), 9, 2], [Keyword("r"), 9, [1, 2]]], time=1200)
     assert op.to_edn() == (
         "{:index 3, :time 1200, :type :ok, :process 4, :f :txn, :value [[:append 9 2] [:r 9 [1 2]]]}"
     )
-    nem = Op(4, 1300, "info", "nemesis", "kill", ["n1"], Keyword("timeout"))
+    nem = Op(4, "nemesis", "info", "kill", ["n1"], time=1300, error=Keyword("timeout"))
     assert nem.to_edn() == '{:index 4, :time 1300, :type :info, :process :nemesis, :f :kill, :value ["n1"], :error :timeout}'
     assert nem.to_json() == {
         "index": 4, "time": 1300, "type": "info", "process": "nemesis", "f": "kill", "value": ["n1"], "error": "timeout",
@@ -129,6 +131,27 @@ def test_recorder_is_consistent_under_threads(tmp_path: Path) -> None:
     assert not open_
 
 
+def test_the_recorders_files_read_back_as_its_ops(tmp_path: Path) -> None:
+    """One op model, one writer per format: what the recorder writes is what the checkers read."""
+    rec = HistoryRecorder.to_dir(tmp_path)
+    rec.invoke(0, "txn", [[Keyword("append"), 3, 1], [Keyword("r"), 3, None]])
+    with rec.nemesis_action("kill", ["n1"]) as outcome:
+        outcome["value"] = {"n1": "killed"}
+    rec.complete(0, "ok", [[Keyword("append"), 3, 1], [Keyword("r"), 3, [1]]])
+    rec.invoke(1, "read", None)
+    rec.complete(1, "info", None, Keyword("timeout"))
+    rec.close()
+    ops = rec.ops
+    for name in ("history.edn", "history.jsonl"):
+        _, back = read_history(tmp_path / name)
+        assert back == ops, name
+    edn_text, jsonl_bytes = io.StringIO(), io.BytesIO()
+    write_edn(ops, edn_text)
+    write_jsonl(ops, jsonl_bytes)
+    assert (tmp_path / "history.edn").read_text() == edn_text.getvalue()
+    assert (tmp_path / "history.jsonl").read_bytes() == jsonl_bytes.getvalue()
+
+
 def test_listeners_see_ops_in_order(tmp_path: Path) -> None:
     rec = HistoryRecorder([], keep=False)
     seen: list[int] = []
@@ -161,8 +184,6 @@ def test_a_killed_recorder_loses_at_most_the_op_in_flight(tmp_path: Path) -> Non
     import subprocess
     import sys
     import time
-
-    from mallory.history.ops import read_history
 
     proc = subprocess.Popen([sys.executable, "-c", RECORD_FOREVER, str(tmp_path)], stdout=subprocess.PIPE)
     try:

@@ -1,6 +1,6 @@
 """Log-derived events (mallory/observer/log_events.py) on real etcd 3.4 log lines (captured
 from a 3-member etcd cluster: elections, a paused leader, a killed and restarted member,
-snapshots), the normaliser, the tail's rotation/truncation/partial-line/restart handling,
+snapshots), event names, the tail's rotation/truncation/partial-line/restart handling,
 and the spec and observer wiring."""
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ from mallory.observer.log_events import (
     load_log_events,
     log_event_id,
     message_of,
-    normalise,
     parse_log_events,
     write_watch_file,
 )
@@ -131,52 +130,6 @@ def test_chunk_scan_agrees_with_line_by_line(lines):
     m = LineMatcher(entries)
     joined = "\n".join(line.replace("\n", " ") for line in lines)
     assert m.names(joined) == [n for n in map(m.name, joined.split("\n")) if n is not None]
-
-
-# -- the normaliser -------------------------------------------------------------------------
-
-WORDS = st.text(alphabet="ghijklmnopqrstuvwxyz:;()[]=,/-", min_size=1, max_size=8)
-NUMBERS = st.integers(min_value=0, max_value=10**19).map(str) | st.floats(0, 1e6, allow_nan=False).map(lambda f: f"{f:.3f}")
-HEX_IDS = st.integers(min_value=0, max_value=2**64 - 1).map(lambda i: f"{i:016x}").filter(
-    lambda h: re.search(r"[a-f]", h) is not None and re.search(r"\d", h) is not None
-)
-ADDRESSES = st.tuples(*[st.integers(0, 255)] * 4, st.integers(1, 65535)).map(lambda t: "%d.%d.%d.%d:%d" % t)
-QUOTED = st.text(alphabet=st.characters(blacklist_characters='"\\\n'), max_size=10).map(lambda s: f'"{s}"')
-SLOTS = {"<n>": NUMBERS, "<hex>": HEX_IDS, "<addr>": ADDRESSES, "<q>": QUOTED}
-TEMPLATES = st.lists(WORDS | st.sampled_from(sorted(SLOTS)), min_size=1, max_size=10)
-
-
-@st.composite
-def two_fillings(draw):
-    template = draw(TEMPLATES)
-    fill = lambda: " ".join(draw(SLOTS[t]) if t in SLOTS else t for t in template)  # noqa: E731
-    return template, fill(), fill()
-
-
-@settings(max_examples=300, deadline=None)
-@given(two_fillings())
-def test_normaliser_gives_one_kind_whatever_the_variable_parts(case):
-    template, first, second = case
-    assert normalise(first) == normalise(second)
-    assert normalise(first) == normalise(" ".join(template))
-
-
-@settings(max_examples=300, deadline=None)
-@given(st.text(max_size=200))
-def test_normaliser_is_idempotent_and_leaves_no_digits(text):
-    once = normalise(text)
-    assert normalise(once) == once
-    assert not re.search(r"\d", once)
-    assert len(once) <= 96
-
-
-def test_normaliser_examples():
-    assert normalise("a023d910eeb241cb became leader at term 5") == normalise("77fbfd6041c9f8ba became leader at term 6")
-    assert normalise("x became leader at term 5") != normalise("x became follower at term 5")
-    assert normalise("took 794.839µs to dial http://10.1.2.3:2380 at 2026-11-21T21:51:37.703Z") == (
-        "took <n>µs to dial http://<addr> at <time>"
-    )
-    assert normalise('member "n1" id 0xdeadbeef') == "member <q> id <hex>"
 
 
 def test_message_of_zap_json_and_text_lines():
