@@ -19,10 +19,6 @@ from typing import Any, Protocol
 from mallory.errors import MalloryError
 
 
-class UnsupportedFault(MalloryError):
-    """The SUT or the cluster cannot receive this fault."""
-
-
 @dataclass
 class FaultContext:
     """Everything a fault acts through. `backend` is a cluster backend (NetnsCluster:
