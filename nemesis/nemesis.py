@@ -21,6 +21,7 @@ from typing import Any
 
 from mallory.cluster.registry import proc_state
 from mallory.errors import MalloryError
+from mallory.harness.adapter import Pausable, Stoppable
 from nemesis.faults.base import FaultContext, FaultFamily, FaultReport
 from nemesis.faults.clock import ClockFaults
 from nemesis.faults.disk import DiskFaults
@@ -154,7 +155,7 @@ class Nemesis:
         for node in ctx.nodes:
             pid = sut_pid(ctx, node)
             if ctx.adapter.is_running(node):
-                if pid is not None and proc_state(pid) in ("T", "t"):
+                if pid is not None and isinstance(ctx.adapter, Pausable) and proc_state(pid) in ("T", "t"):
                     ctx.adapter.resume(node)
                     out.resumed.append(node)
             else:
@@ -198,11 +199,15 @@ class Nemesis:
         for a cluster that the reset left unhealthy, or that served no client at all (a SUT
         can be wedged with every process running, e.g. after losing its unsynced state).
         The faults are healed first, but no node is waited for before the stop: a wedged
-        cluster would spend the whole ready timeout there for nothing."""
+        cluster would spend the whole ready timeout there for nothing. An adapter that is
+        not `Stoppable` is left as it is, with that as the report's problem."""
         ctx = self.ctx
         out = ResetReport()
         self._heal_faults(out)
         out.problems = []  # what the restart leaves is checked below
+        if not isinstance(ctx.adapter, Stoppable):
+            out.problems.append(f"{ctx.adapter.name} cannot stop a node, so it cannot restart one")
+            return out
         for node in ctx.nodes:
             if ctx.adapter.is_running(node):
                 ctx.adapter.stop(node)

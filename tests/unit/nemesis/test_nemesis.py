@@ -8,7 +8,6 @@ import random
 import pytest
 
 from mallory.errors import MalloryError
-from mallory.harness.adapter import Capabilities
 from nemesis.faults.base import FaultContext, FaultReport
 from nemesis.nemesis import Nemesis
 
@@ -18,10 +17,9 @@ class FakeBackend:
 
 
 class FakeMembershipAdapter:
-    """Records membership calls; every node runs; n1 is the primary."""
+    """Records membership and process calls; every node runs; n1 is the primary."""
 
     name = "fake-members"
-    capabilities = Capabilities(primaries=True, add_member=True, remove_member=True, promote=True)
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, str]] = []
@@ -35,6 +33,15 @@ class FakeMembershipAdapter:
 
     def wait_ready(self, node: str, timeout: float | None = None) -> None:
         pass
+
+    def kill(self, node: str) -> None:
+        self.calls.append(("kill", node))
+
+    def pause(self, node: str) -> None:
+        self.calls.append(("pause", node))
+
+    def resume(self, node: str) -> None:
+        self.calls.append(("resume", node))
 
     def primaries(self) -> list[str]:
         return [self.primary]
