@@ -1,14 +1,19 @@
 """The Nemesis's catalogue logic and the membership family, around a named fake adapter
-(the live behaviour of every fault is in test_live_catalogue.py)."""
+(the live behaviour of every fault is in tests/live/nemesis/test_catalogue.py), and the
+real backends and mediator client against the protocols the faults use of them."""
 
 from __future__ import annotations
 
+import inspect
 import random
 
 import pytest
 
+from mallory.cluster.docker import DockerCluster
+from mallory.cluster.netns import NetnsCluster
 from mallory.errors import MalloryError
-from nemesis.faults.base import FaultContext, FaultReport
+from mallory.mediator.client import MediatorClient
+from nemesis.faults.base import FaultBackend, FaultContext, FaultReport, Firewall
 from nemesis.nemesis import Nemesis
 
 
@@ -130,3 +135,21 @@ def test_heal_all_heals_the_latest_first_and_restarts_last():
     assert [r.action for r in nemesis.active] == ["membership:y"]  # the reset tries it again
     reset = nemesis.reset()
     assert "healing membership:y: no quorum" in reset.problems and nemesis.active == []
+
+
+def _parameters(function) -> list[str]:
+    return list(inspect.signature(function).parameters)
+
+
+@pytest.mark.parametrize("backend", [NetnsCluster, DockerCluster])
+def test_the_netns_and_docker_backends_offer_what_the_faults_use(backend):
+    for name in ("data_dir", "exec"):
+        assert _parameters(getattr(backend, name)) == _parameters(getattr(FaultBackend, name)), name
+    assert isinstance(backend.nodes, property)
+
+
+def test_the_mediator_client_makes_every_firewall_call_of_the_faults():
+    calls = [name for name, _ in inspect.getmembers(Firewall, inspect.isfunction) if not name.startswith("_")]
+    assert set(calls) == {"drop", "delay", "duplicate", "heal", "rules", "metrics"}
+    for name in calls:
+        assert _parameters(getattr(MediatorClient, name)) == _parameters(getattr(Firewall, name)), name
