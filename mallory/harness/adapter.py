@@ -7,8 +7,8 @@ touches nodes only through the cluster backend (`mallory.cluster.backend.Cluster
 so one adapter runs on every backend.
 
 What only some SUTs can do is a small protocol of its own, each with its contract below:
-`Killable`, `Stoppable`, `Pausable`, `HasProcess`, `LogWatching`, `HasPrimaries`,
-`Promotable`, `Membership`. An adapter that can do it defines the methods;
+`Killable`, `Stoppable`, `Pausable`, `HasProcess`, `LogWatching`, `TakesEnvOverlay`,
+`HasPrimaries`, `Promotable`, `Membership`. An adapter that can do it defines the methods;
 one that cannot does not define them at all (no stub that raises). Whoever needs an ability
 asks `isinstance(adapter, Ability)` first, so the nemesis refuses a fault up front instead
 of failing mid-schedule.
@@ -24,7 +24,7 @@ import shutil
 import signal as signals
 import time
 from pathlib import Path
-from typing import Protocol, Sequence, runtime_checkable
+from typing import Mapping, Protocol, Sequence, runtime_checkable
 
 from mallory.cluster.backend import ClusterBackend, NodeProcess
 from mallory.errors import MalloryError
@@ -159,6 +159,27 @@ class LogWatching(Protocol):
         ...
 
 
+class EnvOverlay(Protocol):
+    """Environment a node's SUT must start with on top of its own, such as the fault shim's
+    preload (nemesis/faults/controls.py `NodeControls`)."""
+
+    def merged_env(self, node: str, env: Mapping[str, str]) -> dict[str, str]:
+        """`env` (the SUT's environment for `node`) with the overlay on top; a variable both
+        set is combined where it is a list (LD_PRELOAD), not lost."""
+        ...
+
+
+@runtime_checkable
+class TakesEnvOverlay(Protocol):
+    """The SUT's main process can be started with an environment overlay."""
+
+    def add_env_overlay(self, overlay: EnvOverlay) -> None:
+        """From the next start on, the node's SUT gets `overlay` on its environment, after
+        the overlays added before (adding one again changes nothing). Helper processes the
+        adapter keeps outside the in-process faults (redis-sentinel's sentinels) do not."""
+        ...
+
+
 @runtime_checkable
 class HasPrimaries(Protocol):
     """The SUT can say which nodes lead (Jepsen's Primary)."""
@@ -197,10 +218,10 @@ class Membership(Protocol):
         ...
 
 
-class ProcessAdapter(SutAdapter, Killable, Stoppable, Pausable, HasProcess, LogWatching):
+class ProcessAdapter(SutAdapter, Killable, Stoppable, Pausable, HasProcess, LogWatching, TakesEnvOverlay):
     """Process control shared by SUTs that run one main process ("sut") per node: a
-    `SutAdapter` that is `Killable`, `Stoppable`, `Pausable`, `HasProcess` and
-    `LogWatching`.
+    `SutAdapter` that is `Killable`, `Stoppable`, `Pausable`, `HasProcess`, `LogWatching`
+    and `TakesEnvOverlay`.
 
     Subclasses provide `command(node)` and `probe(node)`, and may override `env(node)`,
     `extra_log_paths(node)`, `client`, and add the abilities their SUT has (`HasPrimaries`,
@@ -220,6 +241,7 @@ class ProcessAdapter(SutAdapter, Killable, Stoppable, Pausable, HasProcess, LogW
     def __init__(self, backend: ClusterBackend) -> None:
         self.backend = backend
         self._procs: dict[str, NodeProcess] = {}
+        self._env_overlays: list[EnvOverlay] = []
 
     # -- what a subclass says ------------------------------------------------------------
 
@@ -227,6 +249,7 @@ class ProcessAdapter(SutAdapter, Killable, Stoppable, Pausable, HasProcess, LogW
         raise NotImplementedError
 
     def env(self, node: str) -> dict[str, str]:
+        """The SUT's own environment for `node` (the overlays go on top at start)."""
         return {}
 
     def probe(self, node: str) -> bool:
@@ -269,9 +292,21 @@ class ProcessAdapter(SutAdapter, Killable, Stoppable, Pausable, HasProcess, LogW
             return proc
         self.setup(node)
         self._starting(node)
-        proc = self.backend.spawn(node, list(self.command(node)), name=self.process_name, env=self.env(node))
+        proc = self.backend.spawn(node, list(self.command(node)), name=self.process_name, env=self.start_env(node))
         self._procs[node] = proc
         return proc
+
+    def add_env_overlay(self, overlay: EnvOverlay) -> None:
+        if not any(added is overlay for added in self._env_overlays):
+            self._env_overlays.append(overlay)
+
+    def start_env(self, node: str) -> dict[str, str]:
+        """The environment the node's SUT starts with: `env(node)`, then every overlay on
+        top in the order they were added."""
+        env = dict(self.env(node))
+        for overlay in self._env_overlays:
+            env = overlay.merged_env(node, env)
+        return env
 
     def _starting(self, node: str) -> None:
         """Hook run right before a spawn (e.g. to mark where this run's log output begins)."""
