@@ -22,7 +22,13 @@ from typing import Any
 from mallory.cluster.registry import proc_state
 from mallory.errors import MalloryError
 from mallory.harness.adapter import Pausable, Stoppable
-from nemesis.faults.base import FaultContext, FaultFamily, FaultReport
+from nemesis.faults.base import (
+    Armed,
+    FaultContext,
+    FaultFamily,
+    FaultReport,
+    HasBackgroundWork,
+)
 from nemesis.faults.clock import ClockFaults
 from nemesis.faults.disk import DiskFaults
 from nemesis.faults.membership import MembershipFaults
@@ -82,11 +88,10 @@ class Nemesis:
             else:
                 self.refused[label] = reason
         for name, family in self.families.items():
-            arm = getattr(family, "arm", None)  # families that must start watching early
-            if arm is not None:
+            if isinstance(family, Armed):
                 specs = [label.partition(":")[2] for label in self._labels if label.partition(":")[0] == name]
                 if specs:
-                    arm(ctx, specs)
+                    family.arm(ctx, specs)
 
     def _unsupported(self, family: str, spec: str) -> str | None:
         try:
@@ -176,16 +181,17 @@ class Nemesis:
         return out
 
     def _heal_faults(self, out: ResetReport) -> None:
-        """Heal every active fault, stop clock strobes, clear the fault controls and the
-        mediator's rules; what could not be healed goes to `out.problems`."""
+        """Heal every active fault, stop the families' background work (clock strobes), clear
+        the fault controls and the mediator's rules; what could not be healed goes to
+        `out.problems`."""
         ctx = self.ctx
         pending = list(self.active)
         out.problems += self.heal_all(pending)
         out.healed += [r.action for r in pending if r not in self.active]
         self.active.clear()  # what could not be healed is given up: the reset is final
-        clock = self.families.get("clock")
-        if isinstance(clock, ClockFaults):
-            clock.stop_strobes()
+        for family in self.families.values():
+            if isinstance(family, HasBackgroundWork):
+                family.stop_background_work()
         if ctx.controls is not None:
             ctx.controls.clear_all()
         if ctx.mediator is not None:

@@ -6,7 +6,8 @@ names: `partition:majority`, `kill:one`, ...). `enact` does the fault and checks
 effect, returning a `FaultReport` (which nodes, which links, the parameters, when, and the
 evidence); `heal` undoes exactly what the report says was done. `unsupported` says why a
 spec cannot be offered on this SUT/cluster (None if it can), so the nemesis refuses it up
-front instead of pretending to enact it.
+front instead of pretending to enact it. A family that must start watching early is also
+`Armed`; one whose faults keep acting in the background `HasBackgroundWork`.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from mallory.errors import MalloryError
 from mallory.harness.adapter import SutAdapter
@@ -124,9 +125,37 @@ class FaultFamily(Protocol):
         """Why `spec` cannot be enacted here, or None when it can."""
         ...
 
-    def enact(self, ctx: FaultContext, spec: str, rng: random.Random) -> FaultReport: ...
+    def enact(self, ctx: FaultContext, spec: str, rng: random.Random) -> FaultReport:
+        """Do the fault and check it took effect. Called only for specs `unsupported`
+        allowed, so it may use the abilities and parts of `ctx` that checked."""
+        ...
 
-    def heal(self, ctx: FaultContext, report: FaultReport) -> None: ...
+    def heal(self, ctx: FaultContext, report: FaultReport) -> None:
+        """Undo exactly what `report` says was done (and mark it healed); MalloryError when
+        that cannot be done now."""
+        ...
+
+
+@runtime_checkable
+class Armed(Protocol):
+    """A family that must start watching before its first fault (disk: recording unsynced
+    writes, so that `lose-unsynced` knows what a crash would lose)."""
+
+    def arm(self, ctx: FaultContext, specs: list[str]) -> None:
+        """Prepare for the family's enabled `specs` (at least one); the Nemesis calls it
+        once, when it is built."""
+        ...
+
+
+@runtime_checkable
+class HasBackgroundWork(Protocol):
+    """A family whose faults keep acting after `enact` returned (clock: the strobe thread
+    flipping offsets)."""
+
+    def stop_background_work(self) -> None:
+        """Stop all of it now, healed or not. Every reset calls it after the heals and
+        before the fault controls are cleared, so nothing sets a fault again afterwards."""
+        ...
 
 
 def check_spec(family: FaultFamily, spec: str) -> None:

@@ -57,7 +57,7 @@ class DiskFaults:
         return missing_library(ctx, "disk")
 
     def arm(self, ctx: FaultContext, specs: list[str]) -> None:
-        """Start recording unsynced writes when the campaign may lose them."""
+        """Start recording unsynced writes when the campaign may lose them (Armed)."""
         if "lose-unsynced" in specs:
             for node in ctx.nodes:
                 ctx.controls.set_tracking(node, data_prefix(ctx, node))

@@ -137,6 +137,25 @@ def test_heal_all_heals_the_latest_first_and_restarts_last():
     assert "healing membership:y: no quorum" in reset.problems and nemesis.active == []
 
 
+class WatchingFamily(RecordingFamily):
+    """A family that is Armed and HasBackgroundWork: records when the Nemesis calls them."""
+
+    def arm(self, ctx, specs):
+        self.healed.append(f"armed {specs}")
+
+    def stop_background_work(self):
+        self.healed.append("background stopped")
+
+
+def test_the_nemesis_arms_a_family_with_its_enabled_specs_and_stops_its_background_work_on_reset():
+    calls: list[str] = []
+    families = [WatchingFamily("clock", calls), WatchingFamily("disk", calls)]
+    nemesis = Nemesis(FaultContext(FakeBackend(), FakeMembershipAdapter()), enabled=["clock:y"], families=families)
+    assert calls == ["armed ['y']"]  # disk has nothing enabled: not armed
+    nemesis.reset()
+    assert calls == ["armed ['y']", "background stopped", "background stopped"]
+
+
 def _parameters(function) -> list[str]:
     return list(inspect.signature(function).parameters)
 
