@@ -28,7 +28,7 @@ from mallory.cluster.netns import NetnsCluster  # noqa: E402
 from mallory.mediator.client import MediatorClient  # noqa: E402
 from mallory.suts.redis.replication import RedisReplicationAdapter  # noqa: E402
 from nemesis.faults.base import FaultContext  # noqa: E402
-from nemesis.faults.controls import NodeControls, attach  # noqa: E402
+from nemesis.faults.controls import NodeControls  # noqa: E402
 from nemesis.nemesis import Nemesis  # noqa: E402
 
 TOKEN = "bench-token"
@@ -58,7 +58,7 @@ def main() -> None:
             wait(ready.exists, 20, "the mediator")
             adapter = RedisReplicationAdapter(cluster, port=6379)
             controls = NodeControls(cluster.record, cluster.nodes).prepare()
-            attach(adapter, controls)
+            adapter.add_env_overlay(controls)
             for node in cluster.nodes:
                 adapter.start(node)
             for node in cluster.nodes:

@@ -21,7 +21,14 @@ from typing import Any
 
 from mallory.cluster.registry import proc_state
 from mallory.errors import MalloryError
-from nemesis.faults.base import FaultContext, FaultFamily, FaultReport
+from mallory.harness.adapter import Pausable, Stoppable
+from nemesis.faults.base import (
+    Armed,
+    FaultContext,
+    FaultFamily,
+    FaultReport,
+    HasBackgroundWork,
+)
 from nemesis.faults.clock import ClockFaults
 from nemesis.faults.disk import DiskFaults
 from nemesis.faults.membership import MembershipFaults
@@ -81,11 +88,10 @@ class Nemesis:
             else:
                 self.refused[label] = reason
         for name, family in self.families.items():
-            arm = getattr(family, "arm", None)  # families that must start watching early
-            if arm is not None:
+            if isinstance(family, Armed):
                 specs = [label.partition(":")[2] for label in self._labels if label.partition(":")[0] == name]
                 if specs:
-                    arm(ctx, specs)
+                    family.arm(ctx, specs)
 
     def _unsupported(self, family: str, spec: str) -> str | None:
         try:
@@ -154,7 +160,7 @@ class Nemesis:
         for node in ctx.nodes:
             pid = sut_pid(ctx, node)
             if ctx.adapter.is_running(node):
-                if pid is not None and proc_state(pid) in ("T", "t"):
+                if pid is not None and isinstance(ctx.adapter, Pausable) and proc_state(pid) in ("T", "t"):
                     ctx.adapter.resume(node)
                     out.resumed.append(node)
             else:
@@ -175,16 +181,17 @@ class Nemesis:
         return out
 
     def _heal_faults(self, out: ResetReport) -> None:
-        """Heal every active fault, stop clock strobes, clear the fault controls and the
-        mediator's rules; what could not be healed goes to `out.problems`."""
+        """Heal every active fault, stop the families' background work (clock strobes), clear
+        the fault controls and the mediator's rules; what could not be healed goes to
+        `out.problems`."""
         ctx = self.ctx
         pending = list(self.active)
         out.problems += self.heal_all(pending)
         out.healed += [r.action for r in pending if r not in self.active]
         self.active.clear()  # what could not be healed is given up: the reset is final
-        clock = self.families.get("clock")
-        if isinstance(clock, ClockFaults):
-            clock.stop_strobes()
+        for family in self.families.values():
+            if isinstance(family, HasBackgroundWork):
+                family.stop_background_work()
         if ctx.controls is not None:
             ctx.controls.clear_all()
         if ctx.mediator is not None:
@@ -198,11 +205,15 @@ class Nemesis:
         for a cluster that the reset left unhealthy, or that served no client at all (a SUT
         can be wedged with every process running, e.g. after losing its unsynced state).
         The faults are healed first, but no node is waited for before the stop: a wedged
-        cluster would spend the whole ready timeout there for nothing."""
+        cluster would spend the whole ready timeout there for nothing. An adapter that is
+        not `Stoppable` is left as it is, with that as the report's problem."""
         ctx = self.ctx
         out = ResetReport()
         self._heal_faults(out)
         out.problems = []  # what the restart leaves is checked below
+        if not isinstance(ctx.adapter, Stoppable):
+            out.problems.append(f"{ctx.adapter.name} cannot stop a node, so it cannot restart one")
+            return out
         for node in ctx.nodes:
             if ctx.adapter.is_running(node):
                 ctx.adapter.stop(node)

@@ -20,7 +20,7 @@ from mallory.campaign.directory import CampaignDir
 from mallory.campaign.loop import BugEvidence
 from mallory.errors import MalloryError
 from mallory.files import atomic_write
-from mallory.harness.adapter import SutAdapter
+from mallory.harness.adapter import HasProcess, SutAdapter
 from mallory.harness.history import HistoryRecorder
 from mallory.harness.runner import RunConfig, WorkloadRunner
 from mallory.harness.session import client_node_for
@@ -130,7 +130,7 @@ class ScheduleChecks:
             findings += scan_log(text.splitlines(), node, self.patterns)
             findings += parse_asan(text, node)
         for node in self.adapter.backend.nodes:
-            proc = getattr(self.adapter, "process", lambda n: None)(node)
+            proc = self.adapter.process(node) if isinstance(self.adapter, HasProcess) else None
             if proc is not None and not self.adapter.backend.is_running(proc):
                 status = self.adapter.backend.wait(proc, 0)
                 death = death_finding(status, node)

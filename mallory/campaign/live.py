@@ -16,7 +16,7 @@ from mallory.campaign.checks import ScheduleChecks
 from mallory.campaign.directory import CampaignDir
 from mallory.campaign.loop import Campaign, LoopConfig, ScriptedStep, report_json
 from mallory.campaign.netns_stack import ObservedCluster
-from mallory.harness.adapter import SutAdapter
+from mallory.harness.adapter import SutAdapter, TakesEnvOverlay
 from mallory.harness.runner import RunConfig
 from mallory.harness.session import start_all, teardown_all
 from mallory.learner.learner import Learner
@@ -41,7 +41,7 @@ class LiveParts:
 @contextmanager
 def live_parts(config: dict[str, Any], directory: CampaignDir, run_name: str) -> Iterator[LiveParts]:
     from nemesis.faults.base import FaultContext
-    from nemesis.faults.controls import NodeControls, attach
+    from nemesis.faults.controls import NodeControls
     from nemesis.nemesis import Nemesis
 
     def adapter_factory(backend: Any) -> SutAdapter:
@@ -63,7 +63,10 @@ def live_parts(config: dict[str, Any], directory: CampaignDir, run_name: str) ->
         (directory.root / "cluster.json").write_text(backend.layout.to_json())
         adapter = stack.adapter
         controls = NodeControls(backend.record, list(backend.nodes)).prepare()
-        attach(adapter, controls)
+        # An adapter that cannot take the shim's env goes without: the nemesis refuses
+        # clock and disk faults on an SUT process it sees without the shim.
+        if isinstance(adapter, TakesEnvOverlay):
+            adapter.add_env_overlay(controls)
         start_all(adapter)
         ctx = FaultContext(backend=backend, adapter=adapter, mediator=stack.client, controls=controls)
         nemesis = Nemesis(ctx, config["faults"])

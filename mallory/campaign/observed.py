@@ -13,6 +13,7 @@ from typing import Any, Callable, Self
 from mallory.cluster.backend import NodeProcess
 from mallory.cluster.journaled import GATEWAY
 from mallory.errors import MalloryError
+from mallory.harness.adapter import LogWatching
 from mallory.mediator.client import MediatorClient
 from mallory.observer.log_events import write_watch_file
 from mallory.polling import wait_until
@@ -67,7 +68,7 @@ class ObservedStack:
     def _start_observers(self) -> None:
         for node in self.cluster.nodes:
             argv = self._observer_command(node)
-            watched = self.adapter.log_watch(node) if hasattr(self.adapter, "log_watch") else []
+            watched = self.adapter.log_watch(node) if isinstance(self.adapter, LogWatching) else []
             if watched:  # the adapter's log lines become LOG events
                 path = self.cluster.data_dir(GATEWAY) / f"log-events-{node}.json"
                 write_watch_file(str(path), watched)

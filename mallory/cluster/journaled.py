@@ -37,7 +37,7 @@ def run_layout(record: RunRecord, layout_type: Any) -> Any:
 
 class JournaledCluster:
     """Subclasses set `record` (the registered run) and `layout` (`names`, `node(name)`
-    with `address` and `gateway_address`), and start `_starts` empty."""
+    with `address`), and start `_starts` empty."""
 
     record: RunRecord
     layout: Any
@@ -69,10 +69,6 @@ class JournaledCluster:
         # The controller reaches the node's own address through the gateway (the route
         # for the node's subnet points at it), never around it.
         return self.layout.node(node).address
-
-    def mediator_address(self, node: str) -> str:
-        """Where the node's observer reaches the mediator: the gateway on the node's LAN."""
-        return self.layout.node(node).gateway_address
 
     def data_dir(self, node: str) -> Path:
         self._check_node(node)

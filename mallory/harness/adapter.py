@@ -1,16 +1,21 @@
-"""The contract a system under test implements, after Jepsen's DB protocol.
+"""The contract a system under test implements, after Jepsen's DB protocol and its small
+optional protocols (jepsen.db: Kill, Pause, Primary, LogFiles).
 
-An adapter owns one SUT on one cluster: how to set a node up and tear it down, start it,
-kill it (SIGKILL), stop it gracefully (its stop signal, SIGKILL after a timeout), pause and
-resume it (SIGSTOP / SIGCONT), where its logs are, which nodes lead (if it can tell), the
-optional membership changes, when a node is ready, and a client factory. It touches nodes
-only through the cluster backend (`mallory.cluster.backend.ClusterBackend`), so one adapter runs on
-every backend.
+`SutAdapter` is what every adapter does: own one SUT on one cluster, set a node up and tear
+it down, start it, say whether it runs and is ready, name its logs, and make clients. It
+touches nodes only through the cluster backend (`mallory.cluster.backend.ClusterBackend`),
+so one adapter runs on every backend.
 
-`Capabilities` says which optional operations an SUT supports, so the nemesis can refuse a
-fault (say, a membership change) up front instead of failing mid-schedule.
-`ProcessAdapter` implements the process control every SUT shares; a declarative TOML spec
-(`SpecAdapter`) or a Python class (e.g. `RedisReplicationAdapter`) fills in the rest.
+What only some SUTs can do is a small protocol of its own, each with its contract below:
+`Killable`, `Stoppable`, `Pausable`, `HasProcess`, `LogWatching`, `TakesEnvOverlay`,
+`HasPrimaries`, `Promotable`, `Membership`. An adapter that can do it defines the methods;
+one that cannot does not define them at all (no stub that raises). Whoever needs an ability
+asks `isinstance(adapter, Ability)` first, so the nemesis refuses a fault up front instead
+of failing mid-schedule.
+
+`ProcessAdapter` implements the process control every SUT with one main process per node
+shares; a declarative TOML spec (`SpecAdapter`) or a Python class (e.g.
+`RedisReplicationAdapter`) fills in the rest.
 """
 
 from __future__ import annotations
@@ -18,9 +23,8 @@ from __future__ import annotations
 import shutil
 import signal as signals
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, Sequence
+from typing import Mapping, Protocol, Sequence, runtime_checkable
 
 from mallory.cluster.backend import ClusterBackend, NodeProcess
 from mallory.cluster.registry import proc_state
@@ -43,49 +47,177 @@ def _await_state(pid: int, stopped: bool, timeout: float = 2.0) -> None:
 
 
 class UnsupportedOperation(MalloryError):
-    """The SUT cannot do this (check `capabilities` first)."""
+    """The SUT has no client for this workload (`SutAdapter.client`)."""
 
 
-@dataclass(frozen=True)
-class Capabilities:
-    primaries: bool = False  # can say which nodes are primaries/leaders
-    add_member: bool = False
-    remove_member: bool = False
-    promote: bool = False
-
-
+@runtime_checkable
 class SutAdapter(Protocol):
+    """One SUT on one cluster. `node` is always one of `backend.nodes`."""
+
     name: str
-    capabilities: Capabilities
     backend: ClusterBackend
 
-    def setup(self, node: str) -> None: ...
-    def teardown(self, node: str) -> None: ...
-    def start(self, node: str) -> NodeProcess: ...
-    def kill(self, node: str) -> None: ...
-    def stop(self, node: str) -> None: ...
-    def pause(self, node: str) -> None: ...
-    def resume(self, node: str) -> None: ...
-    def is_running(self, node: str) -> bool: ...
-    def is_ready(self, node: str) -> bool: ...
-    def wait_ready(self, node: str, timeout: float | None = None) -> None: ...
-    def log_paths(self, node: str) -> list[Path]: ...
-    def primaries(self) -> list[str]: ...
-    def add_member(self, node: str) -> None: ...
-    def remove_member(self, node: str) -> None: ...
-    def promote(self, node: str) -> None: ...
-    def client(self, node: str, workload: Workload) -> Client: ...
+    def setup(self, node: str) -> None:
+        """Prepare the node for its SUT (its data directory); `start` calls it."""
+        ...
+
+    def teardown(self, node: str) -> None:
+        """Stop the node's SUT (no grace needed) and remove its state, so the next start
+        begins afresh."""
+        ...
+
+    def start(self, node: str) -> NodeProcess:
+        """Start the node's SUT without waiting for it to be ready; a node already running
+        is left alone (as in Jepsen). Its main process."""
+        ...
+
+    def is_running(self, node: str) -> bool:
+        """Whether the node's SUT process exists (a paused one runs)."""
+        ...
+
+    def is_ready(self, node: str) -> bool:
+        """Whether the node runs and serves clients now."""
+        ...
+
+    def wait_ready(self, node: str, timeout: float | None = None) -> None:
+        """Block until the node is ready; MalloryError if it exits first or `timeout`
+        (None: the adapter's own) passes."""
+        ...
+
+    def log_paths(self, node: str) -> list[Path]:
+        """The node's log files, its main process's output first (the checks scan them)."""
+        ...
+
+    def client(self, node: str, workload: Workload) -> Client:
+        """A client of `workload` that talks to `node` (unopened); UnsupportedOperation when
+        the SUT has none for that workload."""
+        ...
 
 
-class ProcessAdapter:
-    """Process control shared by SUTs that run one main process ("sut") per node.
+@runtime_checkable
+class Killable(Protocol):
+    """The SUT can crash a node (Jepsen's kill); `start` brings it back."""
+
+    def kill(self, node: str) -> None:
+        """SIGKILL the node's SUT and return once it is gone; nothing if it is not running."""
+        ...
+
+
+@runtime_checkable
+class Stoppable(Protocol):
+    """The SUT can shut a node down the way an operator would."""
+
+    def stop(self, node: str) -> None:
+        """Stop the node's SUT gracefully (its stop signal; killed if it outlasts the
+        adapter's stop timeout) and return once it is gone; nothing if it is not running."""
+        ...
+
+
+@runtime_checkable
+class Pausable(Protocol):
+    """The SUT can freeze a node and let it go on (Jepsen's pause)."""
+
+    def pause(self, node: str) -> None:
+        """SIGSTOP the node's SUT; returns once the kernel shows it stopped. MalloryError
+        if it is not running."""
+        ...
+
+    def resume(self, node: str) -> None:
+        """SIGCONT a paused node's SUT; returns once it is no longer stopped. MalloryError
+        if it is not running."""
+        ...
+
+
+@runtime_checkable
+class HasProcess(Protocol):
+    """The SUT shows its main process, so faults and checks can read /proc (state, mapped
+    libraries, exit status) instead of taking the adapter's word."""
+
+    def process(self, node: str) -> NodeProcess | None:
+        """The node's main process as last started (it may have exited since); None before
+        the first start."""
+        ...
+
+
+@runtime_checkable
+class LogWatching(Protocol):
+    """The SUT names log lines that become LOG events (mallory/observer/log_events.py)."""
+
+    def log_watch(self, node: str) -> list[WatchedPattern]:
+        """What the node's observer tails, file by file (empty: nothing)."""
+        ...
+
+
+class EnvOverlay(Protocol):
+    """Environment a node's SUT must start with on top of its own, such as the fault shim's
+    preload (nemesis/faults/controls.py `NodeControls`)."""
+
+    def merged_env(self, node: str, env: Mapping[str, str]) -> dict[str, str]:
+        """`env` (the SUT's environment for `node`) with the overlay on top; a variable both
+        set is combined where it is a list (LD_PRELOAD), not lost."""
+        ...
+
+
+@runtime_checkable
+class TakesEnvOverlay(Protocol):
+    """The SUT's main process can be started with an environment overlay."""
+
+    def add_env_overlay(self, overlay: EnvOverlay) -> None:
+        """From the next start on, the node's SUT gets `overlay` on its environment, after
+        the overlays added before (adding one again changes nothing). Helper processes the
+        adapter keeps outside the in-process faults (redis-sentinel's sentinels) do not."""
+        ...
+
+
+@runtime_checkable
+class HasPrimaries(Protocol):
+    """The SUT can say which nodes lead (Jepsen's Primary)."""
+
+    def primaries(self) -> list[str]:
+        """The running nodes that say they are primary or leader now, in cluster order:
+        none during an election, two or more in a split brain. A node that does not answer
+        is not named; nothing is raised for it."""
+        ...
+
+
+@runtime_checkable
+class Promotable(Protocol):
+    """The SUT can make a chosen node the primary (failover, leadership transfer)."""
+
+    def promote(self, node: str) -> None:
+        """Make `node` the primary. MalloryError when the change cannot even be asked for;
+        one asked for that did not take shows in `primaries()`, which callers check."""
+        ...
+
+
+@runtime_checkable
+class Membership(Protocol):
+    """The SUT can take a node out of its membership and bring it back."""
+
+    def remove_member(self, node: str) -> None:
+        """Take `node` out of the cluster: it stops serving, and comes back only through
+        `add_member` (or its next start, where the adapter says so). MalloryError when the
+        cluster cannot take the change."""
+        ...
+
+    def add_member(self, node: str) -> None:
+        """Bring a removed `node` back as a member, started afresh. When the cluster cannot
+        take the change now, the adapter either raises MalloryError or finishes it in the
+        node's next `start` / `wait_ready` (both of which a nemesis reset calls)."""
+        ...
+
+
+class ProcessAdapter(SutAdapter, Killable, Stoppable, Pausable, HasProcess, LogWatching, TakesEnvOverlay):
+    """Process control shared by SUTs that run one main process ("sut") per node: a
+    `SutAdapter` that is `Killable`, `Stoppable`, `Pausable`, `HasProcess`, `LogWatching`
+    and `TakesEnvOverlay`.
 
     Subclasses provide `command(node)` and `probe(node)`, and may override `env(node)`,
-    `extra_log_paths(node)`, `client` and the optional operations.
+    `extra_log_paths(node)`, `client`, and add the abilities their SUT has (`HasPrimaries`,
+    `Promotable`, `Membership`).
     """
 
     name = "sut"
-    capabilities = Capabilities()
     process_name = "sut"
     stop_signal: int = int(signals.SIGTERM)
     stop_timeout: float = 10.0
@@ -98,6 +230,7 @@ class ProcessAdapter:
     def __init__(self, backend: ClusterBackend) -> None:
         self.backend = backend
         self._procs: dict[str, NodeProcess] = {}
+        self._env_overlays: list[EnvOverlay] = []
 
     # -- what a subclass says ------------------------------------------------------------
 
@@ -105,6 +238,7 @@ class ProcessAdapter:
         raise NotImplementedError
 
     def env(self, node: str) -> dict[str, str]:
+        """The SUT's own environment for `node` (the overlays go on top at start)."""
         return {}
 
     def probe(self, node: str) -> bool:
@@ -147,9 +281,21 @@ class ProcessAdapter:
             return proc
         self.setup(node)
         self._starting(node)
-        proc = self.backend.spawn(node, list(self.command(node)), name=self.process_name, env=self.env(node))
+        proc = self.backend.spawn(node, list(self.command(node)), name=self.process_name, env=self.start_env(node))
         self._procs[node] = proc
         return proc
+
+    def add_env_overlay(self, overlay: EnvOverlay) -> None:
+        if not any(added is overlay for added in self._env_overlays):
+            self._env_overlays.append(overlay)
+
+    def start_env(self, node: str) -> dict[str, str]:
+        """The environment the node's SUT starts with: `env(node)`, then every overlay on
+        top in the order they were added."""
+        env = dict(self.env(node))
+        for overlay in self._env_overlays:
+            env = overlay.merged_env(node, env)
+        return env
 
     def _starting(self, node: str) -> None:
         """Hook run right before a spawn (e.g. to mark where this run's log output begins)."""
@@ -208,7 +354,7 @@ class ProcessAdapter:
                 raise MalloryError(f"{self.name}: {node} not ready after {timeout or self.ready_timeout} s")
             time.sleep(self.ready_interval)
 
-    # -- logs and roles ------------------------------------------------------------------
+    # -- logs ----------------------------------------------------------------------------
 
     def log_paths(self, node: str) -> list[Path]:
         return [self.backend.log_dir(node) / f"{self.process_name}.log", *self.extra_log_paths(node)]
@@ -229,15 +375,3 @@ class ProcessAdapter:
         values = self.log_template_values(node)
         where = f"{self.name}: log_events"
         return resolve(self.log_events, lambda t: expand_template(t, values, where), str(self.log_paths(node)[0]))
-
-    def primaries(self) -> list[str]:
-        raise UnsupportedOperation(f"{self.name} cannot tell which nodes are primaries")
-
-    def add_member(self, node: str) -> None:
-        raise UnsupportedOperation(f"{self.name} cannot add members")
-
-    def remove_member(self, node: str) -> None:
-        raise UnsupportedOperation(f"{self.name} cannot remove members")
-
-    def promote(self, node: str) -> None:
-        raise UnsupportedOperation(f"{self.name} cannot promote a node")

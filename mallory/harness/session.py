@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
-from mallory.harness.adapter import SutAdapter
+from mallory.harness.adapter import HasPrimaries, SutAdapter
 from mallory.harness.history import HistoryRecorder
 from mallory.harness.runner import RunConfig, RunSummary, WorkloadRunner
 from mallory.harness.workload import Workload
@@ -32,7 +32,7 @@ def client_node_for(adapter: SutAdapter) -> Callable[[int], str]:
     """Which node worker i talks to: the primary when the SUT can say (clients of a
     primary/replica system write there), else nodes in turn, as Jepsen assigns them."""
     nodes = list(adapter.backend.nodes)
-    if adapter.capabilities.primaries:
+    if isinstance(adapter, HasPrimaries):
         primaries = adapter.primaries()
         if primaries:
             return lambda worker: primaries[0]

@@ -91,7 +91,7 @@ class ClockFaults:
             raise MalloryError(f"clock:{spec} refused: {reason}")
         report = FaultReport(action=f"clock:{spec}", family=self.family, spec=spec)
         if spec == "reset":
-            self.stop_strobes()
+            self.stop_background_work()
             report.nodes = [n for n in ctx.nodes if ctx.controls.clock_offset(n) != 0.0]
             for node in ctx.nodes:
                 ctx.controls.set_clock(node, 0.0)
@@ -141,7 +141,8 @@ class ClockFaults:
         }
         report.healed = True
 
-    def stop_strobes(self) -> None:
+    def stop_background_work(self) -> None:
+        """Stop every strobe (HasBackgroundWork)."""
         for strobe in self._strobes.values():
             strobe.stop()
         self._strobes.clear()

@@ -13,9 +13,11 @@ call when switched at run time. The shim does neither.)
 The control files live under `<run dir>/faults/`, journaled in the run registry BEFORE they
 are created, so `mallory cleanup` removes them after a kill -9.
 
-The SUT must be started with `env(node)` merged into its environment (`attach(adapter)`
-does that for a `ProcessAdapter`); a process started otherwise cannot receive these faults,
-and `loaded_in(pid)` tells whether a running process really has the shim.
+The SUT must be started with `env(node)` merged into its environment: `NodeControls` is an
+environment overlay (mallory/harness/adapter.py `EnvOverlay`), so
+`adapter.add_env_overlay(controls)` does that for an adapter that `TakesEnvOverlay`; a
+process started otherwise cannot receive these faults, and `loaded_in(pid)` tells whether a
+running process really has the shim.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import struct
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from mallory import paths
 from mallory.cluster.registry import RunRecord
@@ -93,8 +95,9 @@ class DiskState:
 
 
 class NodeControls:
-    """The fault control files of every node of one run. `clock`/`disk` say which
-    families the campaign enables (the shim carries both)."""
+    """The fault control files of every node of one run, and the environment overlay that
+    lets a node's SUT receive them (`merged_env`). `clock`/`disk` say which families the
+    campaign enables (the shim carries both)."""
 
     def __init__(self, record: RunRecord, nodes: list[str], *, clock: bool = True, disk: bool = True) -> None:
         self.record = record
@@ -135,6 +138,16 @@ class NodeControls:
             "MALLORY_FAULT_CONTROL": str(self.control_file(node)),
             "ASAN_OPTIONS": with_asan_link_order_off(os.environ.get("ASAN_OPTIONS", "")),
         }
+
+    def merged_env(self, node: str, env: Mapping[str, str]) -> dict[str, str]:
+        """`env` (the SUT's own) with `env(node)` on top: the SUT's own LD_PRELOAD is kept,
+        after the shim, and its own ASAN_OPTIONS get verify_asan_link_order=0."""
+        extra = self.env(node)
+        if env.get("LD_PRELOAD"):
+            extra["LD_PRELOAD"] = f"{extra['LD_PRELOAD']} {env['LD_PRELOAD']}"
+        if env.get("ASAN_OPTIONS"):
+            extra["ASAN_OPTIONS"] = with_asan_link_order_off(env["ASAN_OPTIONS"])
+        return {**env, **extra}
 
     def libraries(self) -> dict[str, str]:
         """Which library each enabled family needs loaded in the SUT: family -> base name."""
@@ -228,23 +241,3 @@ class NodeControls:
 def with_asan_link_order_off(options: str) -> str:
     kept = [o for o in options.split(":") if o and not o.startswith("verify_asan_link_order=")]
     return ":".join([*kept, "verify_asan_link_order=0"])
-
-
-def attach(adapter: Any, controls: NodeControls) -> None:
-    """Make a ProcessAdapter start its SUT with the controls' env on top of its own (an
-    existing LD_PRELOAD of the SUT is kept, after the shim)."""
-    own = adapter.env
-    if getattr(own, "fault_controls", None) is controls:
-        return  # attached already
-
-    def env(node: str) -> dict[str, str]:
-        base = dict(own(node))
-        extra = controls.env(node)
-        if base.get("LD_PRELOAD"):
-            extra["LD_PRELOAD"] = f"{extra['LD_PRELOAD']} {base['LD_PRELOAD']}"
-        if base.get("ASAN_OPTIONS"):
-            extra["ASAN_OPTIONS"] = with_asan_link_order_off(base["ASAN_OPTIONS"])
-        return {**base, **extra}
-
-    env.fault_controls = controls  # type: ignore[attr-defined]
-    adapter.env = env

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from mallory.cluster.registry import proc_state
 from mallory.errors import MalloryError
+from mallory.harness.adapter import Killable
 from nemesis.faults.base import FaultContext, FaultReport, check_spec
 from nemesis.faults.controls import (
     MODE_ERROR,
@@ -51,10 +52,12 @@ class DiskFaults:
 
     def unsupported(self, ctx: FaultContext, spec: str) -> str | None:
         check_spec(self, spec)
+        if spec == "lose-unsynced" and not isinstance(ctx.adapter, Killable):
+            return f"{ctx.adapter.name} cannot kill a node"
         return missing_library(ctx, "disk")
 
     def arm(self, ctx: FaultContext, specs: list[str]) -> None:
-        """Start recording unsynced writes when the campaign may lose them."""
+        """Start recording unsynced writes when the campaign may lose them (Armed)."""
         if "lose-unsynced" in specs:
             for node in ctx.nodes:
                 ctx.controls.set_tracking(node, data_prefix(ctx, node))

@@ -1,7 +1,8 @@
-"""Membership changes through the SUT adapter, when its capabilities offer them:
-promote (make a random non-primary node the primary; healed by promoting the previous
-primary back) and remove (take a random node out of the membership; healed by adding it
-back). SUTs without the capability are refused (today: Redis replication can promote).
+"""Membership changes through the SUT adapter, when it has the abilities: promote (make a
+random non-primary node the primary; healed by promoting the previous primary back; needs
+an adapter that is `Promotable` and `HasPrimaries`) and remove (take a random node out of
+the membership; healed by adding it back; needs `Membership`). Other SUTs are refused
+(today: Redis replication can promote; etcd and raft-kv can do both).
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import random
 
 from mallory.errors import MalloryError
+from mallory.harness.adapter import HasPrimaries, Membership, Promotable
 from nemesis.faults.base import FaultContext, FaultReport, check_spec
 
 MEMBERSHIP_SPECS = ("promote", "remove")
@@ -20,10 +22,9 @@ class MembershipFaults:
 
     def unsupported(self, ctx: FaultContext, spec: str) -> str | None:
         check_spec(self, spec)
-        caps = ctx.adapter.capabilities
-        if spec == "promote" and not (caps.promote and caps.primaries):
+        if spec == "promote" and not (isinstance(ctx.adapter, Promotable) and isinstance(ctx.adapter, HasPrimaries)):
             return f"{ctx.adapter.name} cannot promote a node and name its primaries"
-        if spec == "remove" and not (caps.remove_member and caps.add_member):
+        if spec == "remove" and not isinstance(ctx.adapter, Membership):
             return f"{ctx.adapter.name} cannot remove and add members"
         return None
 

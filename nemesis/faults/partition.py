@@ -1,16 +1,22 @@
 """Network partitions, enacted by the gateway firewall (the mediator drops the links).
 
 Covers every SUT on a backend whose inter-node traffic crosses the mediator (netns, docker
-compose). `partition:primaries` needs an adapter that can name its primaries.
+compose). `partition:primaries` needs an adapter that `HasPrimaries`.
 """
 
 from __future__ import annotations
 
 import random
 
+from mallory.harness.adapter import HasPrimaries
 from nemesis.faults.base import FaultContext, FaultReport, check_spec
 from nemesis.faults.links import lift_drop
-from nemesis.faults.targets import PARTITION_SPECS, grudge_links, partition_degenerate, partition_grudge
+from nemesis.faults.targets import (
+    PARTITION_SPECS,
+    grudge_links,
+    partition_degenerate,
+    partition_grudge,
+)
 
 
 class PartitionFaults:
@@ -21,7 +27,7 @@ class PartitionFaults:
         check_spec(self, spec)
         if ctx.mediator is None:
             return "no mediator to drop packets with"
-        if spec == "primaries" and not ctx.adapter.capabilities.primaries:
+        if spec == "primaries" and not isinstance(ctx.adapter, HasPrimaries):
             return f"{ctx.adapter.name} cannot tell which nodes are primaries"
         return partition_degenerate(spec, len(ctx.nodes))
 

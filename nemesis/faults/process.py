@@ -2,9 +2,10 @@
 again, without waiting for it to be ready) and pause (SIGSTOP; healed by SIGCONT), with
 Jepsen's node specs.
 
-Covers every SUT with an adapter (any process); `:primaries` needs an adapter that can
-name its primaries. The evidence is read from /proc, not from the adapter: a killed node's
-process is gone (or a zombie), a paused one is in state T.
+Covers every SUT whose adapter is `Killable` (kill) or `Pausable` (pause); `:primaries`
+needs one that `HasPrimaries`. The evidence is read from /proc, not from the adapter, where
+it shows its process (`HasProcess`): a killed node's process is gone (or a zombie), a
+paused one is in state T.
 """
 
 from __future__ import annotations
@@ -13,15 +14,15 @@ import random
 
 from mallory.cluster.registry import proc_state
 from mallory.errors import MalloryError
+from mallory.harness.adapter import HasPrimaries, HasProcess, Killable, Pausable
 from nemesis.faults.base import FaultContext, FaultReport, check_spec
 from nemesis.faults.targets import NODE_SPECS, pick_nodes
 
 
 def sut_pid(ctx: FaultContext, node: str) -> int | None:
     """The pid of the node's SUT process, None when unknown (not started, or an adapter
-    that does not expose its processes: then /proc evidence is simply absent)."""
-    process = getattr(ctx.adapter, "process", None)
-    proc = process(node) if process is not None else None
+    that does not show its process: then /proc evidence is simply absent)."""
+    proc = ctx.adapter.process(node) if isinstance(ctx.adapter, HasProcess) else None
     return None if proc is None else proc.pid
 
 
@@ -37,7 +38,11 @@ class ProcessFaults:
 
     def unsupported(self, ctx: FaultContext, spec: str) -> str | None:
         check_spec(self, spec)
-        if spec == "primaries" and not ctx.adapter.capabilities.primaries:
+        if self.family == "kill" and not isinstance(ctx.adapter, Killable):
+            return f"{ctx.adapter.name} cannot kill a node"
+        if self.family == "pause" and not isinstance(ctx.adapter, Pausable):
+            return f"{ctx.adapter.name} cannot pause a node"
+        if spec == "primaries" and not isinstance(ctx.adapter, HasPrimaries):
             return f"{ctx.adapter.name} cannot tell which nodes are primaries"
         return None
 

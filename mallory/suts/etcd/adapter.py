@@ -24,7 +24,7 @@ from typing import Callable, Sequence, TypeVar
 
 from mallory.cluster.backend import ClusterBackend, NodeProcess
 from mallory.errors import MalloryError
-from mallory.harness.adapter import Capabilities, ProcessAdapter
+from mallory.harness.adapter import HasPrimaries, Membership, ProcessAdapter, Promotable
 from mallory.harness.client import Client, key_options
 from mallory.harness.workload import Workload
 from mallory.log_lines import LogPattern
@@ -91,10 +91,9 @@ def wait_for(value: Callable[[], T], timeout: float, interval: float = 0.1) -> T
     return result
 
 
-class EtcdAdapter(ProcessAdapter):
+class EtcdAdapter(ProcessAdapter, HasPrimaries, Promotable, Membership):
     name = "etcd"
     process_name = "etcd"
-    capabilities = Capabilities(primaries=True, promote=True, add_member=True, remove_member=True)
     stop_timeout = 5.0  # etcd without quorum can hang on SIGTERM
     ready_timeout = 30.0
     ready_interval = 0.1

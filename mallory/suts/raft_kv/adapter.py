@@ -26,7 +26,7 @@ from typing import Callable, Sequence
 from mallory import paths
 from mallory.cluster.backend import ClusterBackend
 from mallory.errors import MalloryError
-from mallory.harness.adapter import Capabilities
+from mallory.harness.adapter import HasPrimaries, Membership, Promotable
 from mallory.harness.client import Client
 from mallory.harness.line_client import request_line
 from mallory.harness.spec import SutSpec, load_spec
@@ -71,9 +71,7 @@ class TxnLineSpecAdapter(SpecAdapter):
         return RaftTxnClient(self.backend.client_address(node), self.spec.ports["client"], workload.name, timeout=timeout)
 
 
-class RaftKvAdapter(TxnLineSpecAdapter):
-    capabilities = Capabilities(primaries=True, add_member=True, remove_member=True, promote=True)
-
+class RaftKvAdapter(TxnLineSpecAdapter, HasPrimaries, Promotable, Membership):
     def __init__(self, spec: SutSpec, backend: ClusterBackend) -> None:
         super().__init__(spec, backend)
         if "peer" not in spec.ports:

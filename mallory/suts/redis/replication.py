@@ -12,15 +12,14 @@ from __future__ import annotations
 import redis
 
 from mallory.cluster.backend import ClusterBackend
-from mallory.harness.adapter import Capabilities, ProcessAdapter
+from mallory.harness.adapter import HasPrimaries, ProcessAdapter, Promotable
 from mallory.harness.client import Client, key_options
 from mallory.harness.workload import Workload
 from mallory.suts.redis.client import RedisClient, admin_connection
 
 
-class RedisReplicationAdapter(ProcessAdapter):
+class RedisReplicationAdapter(ProcessAdapter, HasPrimaries, Promotable):
     name = "redis-replication"
-    capabilities = Capabilities(primaries=True, promote=True)
     stop_timeout = 5.0
     ready_timeout = 20.0
 

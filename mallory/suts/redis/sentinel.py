@@ -29,7 +29,7 @@ import redis
 
 from mallory.cluster.backend import ClusterBackend, NodeProcess
 from mallory.errors import MalloryError
-from mallory.harness.adapter import Capabilities, ProcessAdapter
+from mallory.harness.adapter import HasPrimaries, ProcessAdapter
 from mallory.harness.client import Client, key_options
 from mallory.harness.workload import Workload
 from mallory.suts.redis.build import ensure_redis_built
@@ -45,9 +45,8 @@ INFO_PERIOD_MS = 1000
 _DOWN_FLAGS = {"s_down", "o_down", "disconnected"}
 
 
-class RedisSentinelAdapter(ProcessAdapter):
+class RedisSentinelAdapter(ProcessAdapter, HasPrimaries):
     name = "redis-sentinel"
-    capabilities = Capabilities(primaries=True)
     process_name = "sut"
     stop_timeout = 5.0
     ready_timeout = 30.0

@@ -41,7 +41,7 @@ from mallory.mediator.client import MediatorClient
 from mallory.polling import wait_until
 from mallory.suts.registry import make_adapter
 from nemesis.faults.base import FaultContext
-from nemesis.faults.controls import NodeControls, attach
+from nemesis.faults.controls import NodeControls
 from nemesis.nemesis import Nemesis
 from tests.live.netns_helpers import (
     as_links,
@@ -148,7 +148,7 @@ def live(daemon, project):
             wait_until(serving, 60, "the mediator API")
             adapter = make_adapter(str(EXAMPLE / "example.toml"), cluster)
             controls = NodeControls(cluster.record, cluster.nodes).prepare()
-            attach(adapter, controls)
+            adapter.add_env_overlay(controls)
             start_all(adapter)
             ctx = FaultContext(cluster, adapter, client, controls)
             yield cluster, namespaces, ctx, Nemesis(ctx, enabled=LABELS)

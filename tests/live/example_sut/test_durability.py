@@ -18,7 +18,7 @@ import pytest
 from mallory.harness.history import HistoryRecorder
 from mallory.harness.session import start_all
 from nemesis.faults.base import FaultContext
-from nemesis.faults.controls import NodeControls, attach
+from nemesis.faults.controls import NodeControls
 from nemesis.faults.disk import DiskFaults, data_prefix
 from tests.live.example_sut import example_cluster as ex
 from tests.live.example_sut.test_seeded_bugs import Driver, linearizable, ok_read
@@ -39,7 +39,7 @@ def acknowledged_write(driver: Driver, nodes: list[str], value: int, timeout: fl
 def test_acknowledged_writes_survive_losing_every_unsynced_write(cluster, binary, tmp_path: Path) -> None:
     sut = ex.adapter(cluster, binary)
     controls = NodeControls(cluster.record, list(cluster.nodes)).prepare()
-    attach(sut, controls)
+    sut.add_env_overlay(controls)
     ctx = FaultContext(backend=cluster, adapter=sut, controls=controls)
     for node in cluster.nodes:
         controls.set_tracking(node, data_prefix(ctx, node))

@@ -26,7 +26,7 @@ from mallory.harness.readiness import tcp_open
 from mallory.mediator.client import MediatorClient
 from mallory.suts.redis.replication import RedisReplicationAdapter
 from nemesis.faults.base import FaultContext, FaultReport
-from nemesis.faults.controls import NodeControls, attach
+from nemesis.faults.controls import NodeControls
 from nemesis.faults.preloaded import missing_library
 from nemesis.nemesis import Nemesis, default_families
 from tests.live.netns_helpers import (
@@ -92,7 +92,7 @@ def live(tmp_path_factory):
         mediator = MediatorProcess(cluster).start()
         adapter = RedisReplicationAdapter(cluster, port=6379, client_timeout=1.0)
         controls = NodeControls(cluster.record, cluster.nodes).prepare()
-        attach(adapter, controls)
+        adapter.add_env_overlay(controls)
         for node in cluster.nodes:
             adapter.start(node)
         for node in cluster.nodes:

@@ -23,14 +23,14 @@ import random, sys, time
 from pathlib import Path
 from mallory.suts.redis.replication import RedisReplicationAdapter
 from nemesis.faults.base import FaultContext
-from nemesis.faults.controls import NodeControls, attach
+from nemesis.faults.controls import NodeControls
 from nemesis.nemesis import Nemesis
 from mallory.cluster.netns import NetnsCluster
 
 cluster = NetnsCluster.up(sys.argv[1], 2, data_root=Path(sys.argv[2]))
 adapter = RedisReplicationAdapter(cluster, port=6379)
 controls = NodeControls(cluster.record, cluster.nodes).prepare()
-attach(adapter, controls)
+adapter.add_env_overlay(controls)
 for node in cluster.nodes:
     adapter.start(node)
 for node in cluster.nodes:

@@ -20,7 +20,7 @@ import pytest
 from mallory.harness.session import start_all, teardown_all
 from mallory.polling import wait_until
 from nemesis.faults.base import FaultContext
-from nemesis.faults.controls import MODE_ERROR, MODE_OFF, OP_SYNC, NodeControls, attach
+from nemesis.faults.controls import MODE_ERROR, MODE_OFF, OP_SYNC, NodeControls
 from nemesis.faults.disk import DiskFaults, data_prefix
 from tests.live.raft_kv import raft_cluster as rc
 
@@ -40,7 +40,7 @@ def _write(sut, value: int, timeout: float = 20.0) -> None:
 def test_unsynced_writes_lost_and_fsync_errors(cluster, binary, tmp_path: Path) -> None:
     sut = rc.adapter(cluster, binary)
     controls = NodeControls(cluster.record, list(cluster.nodes)).prepare()
-    attach(sut, controls)
+    sut.add_env_overlay(controls)
     ctx = FaultContext(backend=cluster, adapter=sut, controls=controls)
     nodes = list(cluster.nodes)
     try:

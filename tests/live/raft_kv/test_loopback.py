@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from mallory.errors import MalloryError
+from mallory.harness.adapter import Membership, Promotable
 from mallory.harness.runner import RunConfig
 from mallory.harness.session import record_run, start_all, teardown_all
 from mallory.harness.workload import APPEND, READ, make_workload
@@ -228,7 +229,7 @@ def test_builtin_name_gives_the_membership_adapter(loopback) -> None:
 
     assert "raft-kv" in BUILTIN_SUTS
     sut = make_adapter("raft-kv", loopback)
-    assert sut.capabilities.add_member and sut.capabilities.remove_member and sut.capabilities.promote
+    assert isinstance(sut, Membership) and isinstance(sut, Promotable)
     assert Path(sut.command("n1")[0]).exists()  # built on first use
 
 

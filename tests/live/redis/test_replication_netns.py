@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from mallory.cluster.registry import proc_state
+from mallory.harness.adapter import HasPrimaries
 from mallory.harness.history import HistoryRecorder
 from mallory.harness.runner import RunConfig, WorkloadRunner
 from mallory.harness.workload import KeySpace, ListAppendWorkload
@@ -36,7 +37,7 @@ def test_list_append_on_a_redis_replica_set_in_namespaces(cluster, tmp_path: Pat
     for node in cluster.nodes:
         adapter.wait_ready(node)
     assert adapter.primaries() == ["n1"]
-    assert adapter.capabilities.primaries
+    assert isinstance(adapter, HasPrimaries)
 
     workload = ListAppendWorkload(KeySpace(key_count=5, max_writes_per_key=100))
     recorder = HistoryRecorder.to_dir(tmp_path / "run")

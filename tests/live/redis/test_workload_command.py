@@ -64,23 +64,26 @@ def test_workload_command_rejects_options_that_do_not_apply(tmp_path: Path, caps
 
 
 class FakeAdapter:
-    """Just enough of an adapter for choosing client nodes."""
+    """Just enough of an adapter for choosing client nodes: it cannot name primaries."""
 
-    def __init__(self, primaries: list[str] | None) -> None:
-        from mallory.harness.adapter import Capabilities
-
+    def __init__(self) -> None:
         self.backend = type("FakeBackend", (), {"nodes": ("n1", "n2", "n3")})()
-        self.capabilities = Capabilities(primaries=primaries is not None)
+
+
+class FakePrimariesAdapter(FakeAdapter):
+    """... and this one can (`HasPrimaries`)."""
+
+    def __init__(self, primaries: list[str]) -> None:
+        super().__init__()
         self._primaries = primaries
 
     def primaries(self) -> list[str]:
-        assert self._primaries is not None
         return self._primaries
 
 
 def test_clients_go_to_the_primary_when_known_else_round_robin() -> None:
     from mallory.harness.session import client_node_for
 
-    assert [client_node_for(FakeAdapter(None))(w) for w in range(5)] == ["n1", "n2", "n3", "n1", "n2"]
-    assert [client_node_for(FakeAdapter(["n2"]))(w) for w in range(3)] == ["n2"] * 3
-    assert [client_node_for(FakeAdapter([]))(w) for w in range(2)] == ["n1", "n2"]  # none known: spread
+    assert [client_node_for(FakeAdapter())(w) for w in range(5)] == ["n1", "n2", "n3", "n1", "n2"]
+    assert [client_node_for(FakePrimariesAdapter(["n2"]))(w) for w in range(3)] == ["n2"] * 3
+    assert [client_node_for(FakePrimariesAdapter([]))(w) for w in range(2)] == ["n1", "n2"]  # none known: spread

@@ -1,15 +1,19 @@
 """The Nemesis's catalogue logic and the membership family, around a named fake adapter
-(the live behaviour of every fault is in test_live_catalogue.py)."""
+(the live behaviour of every fault is in tests/live/nemesis/test_catalogue.py), and the
+real backends and mediator client against the protocols the faults use of them."""
 
 from __future__ import annotations
 
+import inspect
 import random
 
 import pytest
 
+from mallory.cluster.docker import DockerCluster
+from mallory.cluster.netns import NetnsCluster
 from mallory.errors import MalloryError
-from mallory.harness.adapter import Capabilities
-from nemesis.faults.base import FaultContext, FaultReport
+from mallory.mediator.client import MediatorClient
+from nemesis.faults.base import FaultBackend, FaultContext, FaultReport, Firewall
 from nemesis.nemesis import Nemesis
 
 
@@ -18,10 +22,9 @@ class FakeBackend:
 
 
 class FakeMembershipAdapter:
-    """Records membership calls; every node runs; n1 is the primary."""
+    """Records membership and process calls; every node runs; n1 is the primary."""
 
     name = "fake-members"
-    capabilities = Capabilities(primaries=True, add_member=True, remove_member=True, promote=True)
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, str]] = []
@@ -35,6 +38,15 @@ class FakeMembershipAdapter:
 
     def wait_ready(self, node: str, timeout: float | None = None) -> None:
         pass
+
+    def kill(self, node: str) -> None:
+        self.calls.append(("kill", node))
+
+    def pause(self, node: str) -> None:
+        self.calls.append(("pause", node))
+
+    def resume(self, node: str) -> None:
+        self.calls.append(("resume", node))
 
     def primaries(self) -> list[str]:
         return [self.primary]
@@ -123,3 +135,40 @@ def test_heal_all_heals_the_latest_first_and_restarts_last():
     assert [r.action for r in nemesis.active] == ["membership:y"]  # the reset tries it again
     reset = nemesis.reset()
     assert "healing membership:y: no quorum" in reset.problems and nemesis.active == []
+
+
+class WatchingFamily(RecordingFamily):
+    """A family that is Armed and HasBackgroundWork: records when the Nemesis calls them."""
+
+    def arm(self, ctx, specs):
+        self.healed.append(f"armed {specs}")
+
+    def stop_background_work(self):
+        self.healed.append("background stopped")
+
+
+def test_the_nemesis_arms_a_family_with_its_enabled_specs_and_stops_its_background_work_on_reset():
+    calls: list[str] = []
+    families = [WatchingFamily("clock", calls), WatchingFamily("disk", calls)]
+    nemesis = Nemesis(FaultContext(FakeBackend(), FakeMembershipAdapter()), enabled=["clock:y"], families=families)
+    assert calls == ["armed ['y']"]  # disk has nothing enabled: not armed
+    nemesis.reset()
+    assert calls == ["armed ['y']", "background stopped", "background stopped"]
+
+
+def _parameters(function) -> list[str]:
+    return list(inspect.signature(function).parameters)
+
+
+@pytest.mark.parametrize("backend", [NetnsCluster, DockerCluster])
+def test_the_netns_and_docker_backends_offer_what_the_faults_use(backend):
+    for name in ("data_dir", "exec"):
+        assert _parameters(getattr(backend, name)) == _parameters(getattr(FaultBackend, name)), name
+    assert isinstance(backend.nodes, property)
+
+
+def test_the_mediator_client_makes_every_firewall_call_of_the_faults():
+    calls = [name for name, _ in inspect.getmembers(Firewall, inspect.isfunction) if not name.startswith("_")]
+    assert set(calls) == {"drop", "delay", "duplicate", "heal", "rules", "metrics"}
+    for name in calls:
+        assert _parameters(getattr(MediatorClient, name)) == _parameters(getattr(Firewall, name)), name

@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from mallory.cluster.loopback import LoopbackBackend
 from mallory.cluster.registry import RunRecord
+from mallory.harness.adapter import ProcessAdapter
 from nemesis.faults.controls import (
     MODE_ERROR,
     MODE_OFF,
@@ -213,21 +215,19 @@ def test_stdio_streams_fail_at_flush_and_close_and_lose_their_buffer(node):
     assert out.split() == ["0", "0", "0", "0"] and target.read_text() == "entry\nmore\n"
 
 
-def test_attach_merges_the_env_once(node):
-    from nemesis.faults.controls import attach
+def test_the_controls_overlay_merges_the_env_once(node):
+    controls, _, _, tmp = node
 
-    controls, _, _, _ = node
-
-    class FakeAdapter:
-        """Only the env hook of a ProcessAdapter."""
+    class OwnEnvAdapter(ProcessAdapter):
+        """A ProcessAdapter with an environment of its own (never started here)."""
 
         def env(self, node: str) -> dict[str, str]:
             return {"LD_PRELOAD": "/opt/own.so", "ASAN_OPTIONS": "detect_leaks=0", "X": "1"}
 
-    adapter = FakeAdapter()
-    attach(adapter, controls)
-    attach(adapter, controls)
-    env = adapter.env("n1")
+    adapter = OwnEnvAdapter(LoopbackBackend(1, tmp / "cluster"))
+    adapter.add_env_overlay(controls)
+    adapter.add_env_overlay(controls)
+    env = adapter.start_env("n1")
     assert env["LD_PRELOAD"] == f"{controls.shim} /opt/own.so"
     assert env["ASAN_OPTIONS"] == "detect_leaks=0:verify_asan_link_order=0"
     assert env["X"] == "1" and env["MALLORY_FAULT_CONTROL"] == str(controls.control_file("n1"))
