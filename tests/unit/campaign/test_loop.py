@@ -13,13 +13,13 @@ from collections import Counter
 import orjson
 import pytest
 
+from mallory.campaign.config import LoopConfig
 from mallory.campaign.directory import PLOT_COLUMNS, CampaignDir
 from mallory.campaign.loop import (
     HEAL,
     NOOP,
     BugEvidence,
     Campaign,
-    LoopConfig,
     schedule_seed,
 )
 from mallory.errors import MalloryError
