@@ -19,13 +19,19 @@ import secrets
 import signal
 import sys
 import threading
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from mallory import __version__
+from mallory.campaign.config import (
+    MIN_CALIBRATION_WINDOWS,
+    Calibration,
+    CampaignConfig,
+    ConfigError,
+)
 from mallory.campaign.directory import CampaignDir
-from mallory.campaign.live import live_parts
-from mallory.campaign.loop import Campaign, LoopConfig, RealSleeper, steady_summaries
+from mallory.campaign.live import LiveParts, live_parts
+from mallory.campaign.loop import Campaign, RealSleeper, steady_summaries
 from mallory.campaign.status import StatusScreen
 from mallory.errors import MalloryError
 from mallory.harness.workload import WORKLOADS
@@ -80,64 +86,71 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         "compose project this runs in (see `mallory compose`)")
 
 
-def _config(args: argparse.Namespace) -> dict[str, Any]:
-    """The campaign's full configuration, as campaign.json keeps it."""
+#: the options whose name is not their field's (the others are --<field>)
+OPTION_OF_FIELD = {"window_s": "--window", "reset_s": "--reset"}
+
+
+def config_from_args(args: argparse.Namespace) -> CampaignConfig:
+    """A new campaign's configuration from the command line; a bad value is refused naming
+    its option."""
     if not args.sut:
         raise MalloryError("--sut is required for a new campaign")
-    if args.nodes < 1:
-        raise MalloryError("--nodes must be at least 1")
-    sut = resolve_sut(args.sut)
-    return {
-        "version": __version__,
-        "command": sys.argv,
-        "sut": sut,
-        "port": args.port,
-        "nodes": args.nodes,
-        "policy": args.policy,
-        "reward": args.reward,
-        "temperature": args.temperature,
-        "prior": args.prior,
-        "seed": args.seed,
-        "faults": args.faults.split(",") if args.faults else None,
-        "workload": args.workload,
-        "concurrency": args.concurrency,
-        "rate": args.rate,
-        "steps": args.steps,
-        "window_s": args.window,
-        "reset_s": args.reset,
-        "abstraction": args.abstraction,
-        "threshold": args.threshold,
-        "calibrate": args.calibrate,
-        "backend": args.backend,
-    }
+    try:
+        return CampaignConfig(
+            version=__version__,
+            command=tuple(sys.argv),
+            sut=resolve_sut(args.sut),
+            port=args.port,
+            nodes=args.nodes,
+            policy=args.policy,
+            reward=args.reward,
+            temperature=args.temperature,
+            prior=args.prior,
+            seed=args.seed,
+            faults=tuple(args.faults.split(",")) if args.faults else None,
+            workload=args.workload,
+            concurrency=args.concurrency,
+            rate=args.rate,
+            steps=args.steps,
+            window_s=args.window,
+            reset_s=args.reset,
+            abstraction=args.abstraction,
+            threshold=args.threshold,
+            calibrate=args.calibrate,
+            backend=args.backend,
+        )
+    except ConfigError as exc:
+        raise MalloryError(f"{OPTION_OF_FIELD.get(exc.field, '--' + exc.field)} {exc.problem}") from None
 
 
-def _learner(directory: CampaignDir, config: dict[str, Any]) -> Learner:
+def _learner(directory: CampaignDir, config: CampaignConfig) -> Learner:
     saved = directory.load_learner()
     if saved is not None:
         return Learner.from_checkpoint(saved)
-    params = {key: config[key] for key in ("temperature", "prior") if config.get(key) is not None}
-    return Learner.create(policy=config["policy"], reward=config["reward"], seed=config["seed"],
-                          threshold=config["threshold"], policy_params=params)
+    params = {key: value for key, value in (("temperature", config.temperature), ("prior", config.prior))
+              if value is not None}
+    return Learner.create(policy=config.policy, reward=config.reward, seed=config.seed,
+                          threshold=config.threshold, policy_params=params)
 
 
-def _calibrate(config: dict[str, Any], directory: CampaignDir, live: Any) -> dict[str, Any]:
-    """The paper's calibration: fault-free windows under load set the similarity threshold."""
-    print(f"calibrating on {config['calibrate']} fault-free windows under load...", flush=True)
+def _calibrate(config: CampaignConfig, directory: CampaignDir, live: LiveParts) -> CampaignConfig:
+    """The paper's calibration: fault-free windows under load set the similarity threshold.
+    The calibrated configuration is written to the campaign directory before it is used."""
+    print(f"calibrating on {config.calibrate} fault-free windows under load...", flush=True)
     run_dir = directory.root / "runs" / "calibration"
     run_dir.mkdir(parents=True, exist_ok=True)
-    live.checks.start_workload(run_dir, config["seed"], key_slot=0)
+    live.checks.start_workload(run_dir, config.seed, key_slot=0)
     try:
-        summaries = steady_summaries(live.windows, RealSleeper(), config["calibrate"], config["window_s"])
+        summaries = steady_summaries(live.windows, RealSleeper(), config.calibrate, config.window_s)
     finally:
         live.checks.stop_workload()
-    if len(summaries) < 3:
+    if len(summaries) < MIN_CALIBRATION_WINDOWS:
         raise MalloryError(f"calibration: only {len(summaries)} complete windows; the timeline is not keeping up")
     threshold = calibrate_threshold(summaries)
-    print(f"calibrated state similarity threshold: {threshold:.3f} (was {config['threshold']})", flush=True)
-    return directory.update_config(
-        {"threshold": threshold, "calibration": {"windows": len(summaries), "threshold": threshold}}
-    )
+    print(f"calibrated state similarity threshold: {threshold:.3f} (was {config.threshold})", flush=True)
+    calibrated = replace(config, threshold=threshold, calibration=Calibration(windows=len(summaries), threshold=threshold))
+    directory.write_config(calibrated)
+    return calibrated
 
 
 def run(args: argparse.Namespace) -> int:
@@ -148,7 +161,7 @@ def run(args: argparse.Namespace) -> int:
         directory = CampaignDir(args.resume)
         config = directory.config()
     else:
-        config = _config(args)
+        config = config_from_args(args)
         directory = CampaignDir(args.out)
         directory.create(config)
 
@@ -161,14 +174,13 @@ def run(args: argparse.Namespace) -> int:
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     run_name = "fz" + secrets.token_hex(3)
-    screen = StatusScreen(f"{config['sut']} x{config['nodes']} ({config['policy']})", plain=args.plain or None)
+    screen = StatusScreen(f"{config.sut} x{config.nodes} ({config.policy})", plain=args.plain or None)
     try:
         with live_parts(config, directory, run_name) as live:
-            if config.get("calibrate") and directory.load_learner() is None and "calibration" not in config:
+            if config.calibrate and directory.load_learner() is None and config.calibration is None:
                 config = _calibrate(config, directory, live)
-            loop = LoopConfig(steps=config["steps"], window_s=config["window_s"], reset_s=config["reset_s"], seed=config["seed"])
             campaign = Campaign(
-                directory, _learner(directory, config), live.windows, live.nemesis, loop,
+                directory, _learner(directory, config), live.windows, live.nemesis, config.loop_config(),
                 checker=live.checks, on_update=screen.update, on_action=live.record_action,
                 info={"cluster_run": run_name, "fuzzer_pid": os.getpid()},
             )

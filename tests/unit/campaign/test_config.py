@@ -1,6 +1,6 @@
 """CampaignConfig: campaign.json's keys stay what they were, every campaign.json written
-before still loads, nothing recorded is dropped, and a bad value is refused naming its
-field."""
+before still loads (and resumes), nothing recorded is dropped, and a bad value is refused
+naming its field. No root needed."""
 
 from __future__ import annotations
 
@@ -12,6 +12,17 @@ import orjson
 import pytest
 
 from mallory.campaign.config import Calibration, CampaignConfig, ConfigError, LoopConfig
+from mallory.campaign.directory import PLOT_COLUMNS, CampaignDir, read_bundle_config
+from mallory.campaign.loop import Campaign
+from mallory.cli import main
+from mallory.errors import MalloryError
+from mallory.learner.learner import Learner
+from tests.unit.campaign.test_loop import (
+    FakeChecker,
+    FakeClock,
+    FakeNemesis,
+    FakeTimeline,
+)
 
 #: campaign.json's keys, in order, as `mallory fuzz` has written them since --backend
 #: (older code and the report read these)
@@ -37,6 +48,14 @@ EVERYTHING_SET = CampaignConfig(
 )
 
 
+def write_campaign_json(root, value: dict) -> None:
+    """A campaign directory as CampaignDir.create lays it out, with `value` as campaign.json."""
+    for sub in ("schedules", "bugs", "runs"):
+        (root / sub).mkdir(parents=True, exist_ok=True)
+    (root / "campaign.json").write_bytes(orjson.dumps(value, option=orjson.OPT_INDENT_2))
+    (root / "plot_data").write_text("# " + ", ".join(PLOT_COLUMNS) + "\n")
+
+
 def test_campaign_json_keeps_its_keys_and_order():
     assert list(CampaignConfig(sut="redis-replication").to_json()) == KEYS
     calibrated = replace(EVERYTHING_SET, extra={})
@@ -44,23 +63,46 @@ def test_campaign_json_keeps_its_keys_and_order():
     assert calibrated.to_json()["calibration"] == {"windows": 38, "threshold": 0.55}
 
 
-def test_round_trip_through_campaign_json():
-    written = orjson.dumps(EVERYTHING_SET.to_json(), option=orjson.OPT_INDENT_2)
-    assert CampaignConfig.from_json(orjson.loads(written), "c/campaign.json") == EVERYTHING_SET
+def test_round_trip_through_the_campaign_directory(tmp_path):
+    directory = CampaignDir(tmp_path / "c")
+    directory.create(EVERYTHING_SET)
+    assert directory.config() == EVERYTHING_SET
+    assert orjson.loads((tmp_path / "c" / "campaign.json").read_bytes()) == EVERYTHING_SET.to_json()
+    assert CampaignConfig.from_json(EVERYTHING_SET.to_json(), "x") == EVERYTHING_SET
 
 
-def test_an_old_campaign_json_loads_with_defaults():
-    config = CampaignConfig.from_json(OLD_CAMPAIGN_JSON, "old/campaign.json")
+def test_an_old_campaign_json_loads_with_defaults_and_resumes(tmp_path):
+    root = tmp_path / "old"
+    write_campaign_json(root, OLD_CAMPAIGN_JSON)
+    written = (root / "campaign.json").read_bytes()
+    directory = CampaignDir(root)
+    config = directory.config()
     assert (config.prior, config.calibrate, config.backend, config.calibration, config.extra) == (None, 0, "netns", None, {})
     assert config.to_json() == {**OLD_CAMPAIGN_JSON, "prior": None, "calibrate": 0, "backend": "netns"}
 
+    # Resume, as `mallory fuzz --resume` does: the loop runs from the directory's configuration.
+    clock, nemesis = FakeClock(), FakeNemesis()
+    learner = Learner.create(policy=config.policy, reward=config.reward, seed=config.seed, threshold=config.threshold)
+    campaign = Campaign(directory, learner, FakeTimeline(clock, nemesis), nemesis, config.loop_config(),
+                        checker=FakeChecker(), sleeper=clock)
+    campaign.run(schedules=4)
+    assert [len(s["steps"]) for s in directory.read_schedules()] == [12] * 4
+    assert (root / "campaign.json").read_bytes() == written, "resuming rewrites nothing"
+    assert [read_bundle_config(root / "bugs" / bug) for bug in directory.known_bugs()] == [config]
 
-def test_keys_it_does_not_know_are_kept_for_writing_back():
-    config = CampaignConfig.from_json({**OLD_CAMPAIGN_JSON, "warp": 9, "notes": {"by": "a newer mallory"}}, "c")
+
+def test_keys_it_does_not_know_are_written_back(tmp_path):
+    root = tmp_path / "newer"
+    write_campaign_json(root, {**OLD_CAMPAIGN_JSON, "warp": 9, "notes": {"by": "a newer mallory"}})
+    directory = CampaignDir(root)
+    config = directory.config()
     assert config.extra == {"warp": 9, "notes": {"by": "a newer mallory"}}
-    calibrated = replace(config, threshold=0.6, calibration=Calibration(windows=10, threshold=0.6)).to_json()
-    assert calibrated["warp"] == 9 and calibrated["notes"] == {"by": "a newer mallory"}
-    assert calibrated["threshold"] == 0.6 and calibrated["calibration"] == {"windows": 10, "threshold": 0.6}
+    directory.write_config(replace(config, threshold=0.6, calibration=Calibration(windows=10, threshold=0.6)))
+    rewritten = orjson.loads((root / "campaign.json").read_bytes())
+    assert rewritten["warp"] == 9 and rewritten["notes"] == {"by": "a newer mallory"}
+    assert rewritten["threshold"] == 0.6 and rewritten["calibration"] == {"windows": 10, "threshold": 0.6}
+    directory.record_bug("log:x", {}, {"index": 0}, config=directory.config())
+    assert read_bundle_config(root / "bugs" / "log_x").extra == config.extra
 
 
 @pytest.mark.parametrize(
@@ -102,17 +144,18 @@ def test_keys_it_does_not_know_are_kept_for_writing_back():
         ("backend", "k8s", "must be one of docker, netns"),
     ],
 )
-def test_every_bad_value_is_refused_naming_its_field(field, value, problem):
+def test_every_bad_value_is_refused_naming_its_field(tmp_path, field, value, problem):
     with pytest.raises(ConfigError) as made:
         CampaignConfig(**{"sut": "redis-replication", field: value})
     assert made.value.field == field and str(made.value).startswith(f"campaign configuration: {field} {problem}")
 
     if isinstance(value, float) and not math.isfinite(value):
         return  # JSON has no NaN or infinity: no campaign.json can hold them
-    with pytest.raises(ConfigError) as read:
-        CampaignConfig.from_json({**OLD_CAMPAIGN_JSON, field: value}, "c/campaign.json")
+    write_campaign_json(tmp_path / "c", {**OLD_CAMPAIGN_JSON, field: value})
+    with pytest.raises(MalloryError) as read:
+        CampaignDir(tmp_path / "c").config()
     message = str(read.value)
-    assert message.startswith(f"c/campaign.json: {field} {problem}") and "\n" not in message
+    assert message.startswith(f"{tmp_path / 'c' / 'campaign.json'}: {field} {problem}") and "\n" not in message
 
 
 @pytest.mark.parametrize(
@@ -144,3 +187,12 @@ def test_the_loop_config_is_the_configurations_share():
     config = CampaignConfig(sut="redis-replication", steps=7, window_s=1.5, reset_s=0.5, seed=11)
     assert config.loop_config() == LoopConfig(steps=7, window_s=1.5, reset_s=0.5, seed=11)
     assert CampaignConfig(sut="redis-replication").loop_config() == LoopConfig()
+
+
+def test_fuzz_refuses_a_bad_option_naming_it(tmp_path, capsys):
+    for option, value, message in [("--nodes", "0", "--nodes must be at least 1"),
+                                   ("--window", "0", "--window must be positive"),
+                                   ("--reward", "fame", "--reward must be one of novelty, paper")]:
+        code = main(["fuzz", "--out", str(tmp_path / "c"), "--sut", "redis-replication", option, value])
+        assert code == 65 and message in capsys.readouterr().err
+        assert not (tmp_path / "c").exists()
