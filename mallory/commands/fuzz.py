@@ -24,7 +24,9 @@ from pathlib import Path
 
 from mallory import __version__
 from mallory.campaign.config import (
+    BACKENDS,
     MIN_CALIBRATION_WINDOWS,
+    NO_WORKLOAD,
     Calibration,
     CampaignConfig,
     ConfigError,
@@ -54,34 +56,39 @@ def parse_duration(text: str) -> float:
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
+    # A campaign option's default is its CampaignConfig field's (a dataclass keeps a field's
+    # default as a class attribute): campaign.json's missing keys mean the same.
+    defaults = CampaignConfig
     parser.add_argument("--sut", help=f"a TOML SUT spec, or a built-in: {', '.join(BUILTIN_SUTS)}")
-    parser.add_argument("--nodes", type=int, default=3, help="cluster size (default 3)")
+    parser.add_argument("--nodes", type=int, default=defaults.nodes, help="cluster size (default %(default)s)")
     parser.add_argument("--duration", default=None, help="campaign time, e.g. 5m, 1h, 24h (default 1h)")
     parser.add_argument("--schedules", type=int, default=None, help="stop after this many schedules")
-    parser.add_argument("--policy", choices=sorted(POLICIES), default="qlearning")
-    parser.add_argument("--reward", default="paper", help="reward: paper (-1 seen, 0 new) or novelty")
-    parser.add_argument("--temperature", type=float, default=None, help="qlearning softmax temperature")
-    parser.add_argument("--prior", choices=PRIORS, default=None,
+    parser.add_argument("--policy", choices=sorted(POLICIES), default=defaults.policy)
+    parser.add_argument("--reward", default=defaults.reward, help="reward: paper (-1 seen, 0 new) or novelty")
+    parser.add_argument("--temperature", type=float, default=defaults.temperature, help="qlearning softmax temperature")
+    parser.add_argument("--prior", choices=PRIORS, default=defaults.prior,
                         help="where an untried fault starts in a state: optimistic (0: try each once there "
                         "first) or shared (its mean value over the states where it was tried; the default)")
     parser.add_argument("--out", type=Path, help="campaign directory (new)")
     parser.add_argument("--resume", type=Path, metavar="DIR", help="continue the campaign in DIR")
-    parser.add_argument("--seed", type=int, default=0, help="root seed (each schedule's seed derives from it)")
+    parser.add_argument("--seed", type=int, default=defaults.seed, help="root seed (each schedule's seed derives from it)")
     parser.add_argument("--faults", default=None, help="comma-separated families or labels (default: all a SUT can take)")
-    parser.add_argument("--workload", choices=WORKLOADS + ("none",), default="list-append")
-    parser.add_argument("--concurrency", type=int, default=5)
-    parser.add_argument("--rate", type=float, default=50.0, help="client ops/s over all workers (default 50)")
-    parser.add_argument("--steps", type=int, default=12, help="steps per schedule (default 12)")
-    parser.add_argument("--window", type=float, default=2.5, help="seconds per step (default 2.5)")
-    parser.add_argument("--reset", type=float, default=5.0, help="seconds of reset after a schedule (default 5)")
-    parser.add_argument("--abstraction", choices=sorted(ABSTRACTIONS), default="event-history")
-    parser.add_argument("--threshold", type=float, default=0.7, help="state similarity threshold (default 0.7)")
-    parser.add_argument("--calibrate", type=int, default=0, metavar="WINDOWS",
+    parser.add_argument("--workload", choices=(*WORKLOADS, NO_WORKLOAD), default=defaults.workload)
+    parser.add_argument("--concurrency", type=int, default=defaults.concurrency)
+    parser.add_argument("--rate", type=float, default=defaults.rate, help="client ops/s over all workers (default %(default)s)")
+    parser.add_argument("--steps", type=int, default=defaults.steps, help="steps per schedule (default %(default)s)")
+    parser.add_argument("--window", type=float, default=defaults.window_s, help="seconds per step (default %(default)s)")
+    parser.add_argument("--reset", type=float, default=defaults.reset_s,
+                        help="seconds of reset after a schedule (default %(default)s)")
+    parser.add_argument("--abstraction", choices=sorted(ABSTRACTIONS), default=defaults.abstraction)
+    parser.add_argument("--threshold", type=float, default=defaults.threshold,
+                        help="state similarity threshold (default %(default)s)")
+    parser.add_argument("--calibrate", type=int, default=defaults.calibrate, metavar="WINDOWS",
                         help="before fuzzing, run this many fault-free windows under load and set the "
                         "threshold so that 90%% of them coincide (the paper's convention; default: off)")
-    parser.add_argument("--port", type=int, default=6379, help="client port of a built-in SUT")
+    parser.add_argument("--port", type=int, default=defaults.port, help="client port of a built-in SUT")
     parser.add_argument("--plain", action="store_true", help="log lines instead of the status screen")
-    parser.add_argument("--backend", choices=["netns", "docker"], default="netns",
+    parser.add_argument("--backend", choices=BACKENDS, default=defaults.backend,
                         help="netns: a cluster of namespaces made here (default); docker: the containers of the "
                         "compose project this runs in (see `mallory compose`)")
 

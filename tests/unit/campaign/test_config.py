@@ -4,6 +4,7 @@ naming its field. No root needed."""
 
 from __future__ import annotations
 
+import argparse
 import math
 import re
 from dataclasses import replace
@@ -15,6 +16,7 @@ from mallory.campaign.config import Calibration, CampaignConfig, ConfigError, Lo
 from mallory.campaign.directory import PLOT_COLUMNS, CampaignDir, read_bundle_config
 from mallory.campaign.loop import Campaign
 from mallory.cli import main
+from mallory.commands import fuzz
 from mallory.errors import MalloryError
 from mallory.learner.learner import Learner
 from tests.unit.campaign.test_loop import (
@@ -187,6 +189,17 @@ def test_the_loop_config_is_the_configurations_share():
     config = CampaignConfig(sut="redis-replication", steps=7, window_s=1.5, reset_s=0.5, seed=11)
     assert config.loop_config() == LoopConfig(steps=7, window_s=1.5, reset_s=0.5, seed=11)
     assert CampaignConfig(sut="redis-replication").loop_config() == LoopConfig()
+
+
+def fuzz_args(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    fuzz.configure(parser)
+    return parser.parse_args(argv)
+
+
+def test_fuzz_options_default_to_the_fields_defaults():
+    config = fuzz.config_from_args(fuzz_args("--sut", "redis-replication", "--out", "c"))
+    assert replace(config, version="", command=()) == CampaignConfig(sut="redis-replication")
 
 
 def test_fuzz_refuses_a_bad_option_naming_it(tmp_path, capsys):
