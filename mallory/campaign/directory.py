@@ -1,6 +1,7 @@
 """The campaign directory: AFL's plain layout married to Jepsen's store (DESIGN.md).
 
-    DIR/campaign.json        full config, versions, root seed (written once; checked on resume)
+    DIR/campaign.json        the CampaignConfig (config.py): written at creation, read on
+                             resume, rewritten only to record a calibration
     DIR/fuzzer_stats         key: value, rewritten after every step
     DIR/plot_data            one CSV line per step: time series for plots
     DIR/learner              the learner checkpoint (for --resume)
@@ -26,6 +27,7 @@ from typing import Any
 
 import orjson
 
+from mallory.campaign.config import CampaignConfig
 from mallory.errors import MalloryError
 from mallory.files import atomic_write
 
@@ -62,6 +64,15 @@ def read_bundle_file(bundle: Path, name: str) -> dict[str, Any]:
     return read_json_object(Path(bundle) / name, f"{bundle} is not a bug bundle: it has no {name}")
 
 
+def read_bundle_config(bundle: Path) -> CampaignConfig:
+    """The configuration of the campaign that found a bug bundle's bug (its campaign.json)."""
+    return CampaignConfig.from_json(read_bundle_file(bundle, "campaign.json"), Path(bundle) / "campaign.json")
+
+
+def _config_json(config: CampaignConfig) -> bytes:
+    return orjson.dumps(config.to_json(), option=orjson.OPT_INDENT_2)
+
+
 class CampaignDir:
     """Reads and writes one campaign's directory."""
 
@@ -70,24 +81,26 @@ class CampaignDir:
 
     # -- creation and resume -------------------------------------------------------------
 
-    def create(self, config: Mapping[str, Any]) -> None:
+    def create(self, config: CampaignConfig) -> None:
         """A new campaign: refuse a directory that already holds one (use --resume)."""
         if (self.root / "campaign.json").exists():
             raise MalloryError(f"{self.root} already holds a campaign; use --resume to continue it")
         for sub in ("schedules", "bugs", "runs"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
-        atomic_write(self.root / "campaign.json", orjson.dumps(dict(config), option=orjson.OPT_INDENT_2))
+        self.write_config(config)
         with open(self.root / "plot_data", "w") as f:
             f.write("# " + ", ".join(PLOT_COLUMNS) + "\n")
 
-    def config(self) -> dict[str, Any]:
-        return read_json_object(self.root / "campaign.json", f"{self.root} holds no campaign (no campaign.json)")
+    def config(self) -> CampaignConfig:
+        """The campaign's configuration, or MalloryError: there is no campaign here, or its
+        campaign.json is malformed (naming the field)."""
+        path = self.root / "campaign.json"
+        return CampaignConfig.from_json(read_json_object(path, f"{self.root} holds no campaign (no campaign.json)"), path)
 
-    def update_config(self, changes: Mapping[str, Any]) -> dict[str, Any]:
-        """Record decisions taken after creation (e.g. a calibrated threshold)."""
-        config = {**self.config(), **changes}
-        atomic_write(self.root / "campaign.json", orjson.dumps(config, option=orjson.OPT_INDENT_2))
-        return config
+    def write_config(self, config: CampaignConfig) -> None:
+        """Write campaign.json: at creation, and to record decisions taken after it (a
+        calibrated threshold)."""
+        atomic_write(self.root / "campaign.json", _config_json(config))
 
     def schedules_done(self) -> int:
         """Schedules completely recorded: a schedule file is written only when it ends."""
@@ -163,7 +176,7 @@ class CampaignDir:
         report: Mapping[str, Any],
         schedule: Mapping[str, Any],
         files: Iterable[Path] = (),
-        config: Mapping[str, Any] | None = None,
+        config: CampaignConfig | None = None,
     ) -> Path:
         """Write (or update the sightings of) a bug's bundle.
 
@@ -185,7 +198,7 @@ class CampaignDir:
         (tmp / "schedule.json").write_bytes(orjson.dumps(dict(schedule), option=orjson.OPT_INDENT_2))
         (tmp / "sightings.jsonl").write_bytes(orjson.dumps(sighting) + b"\n")
         if config is not None:  # what `mallory replay` needs to rebuild the cluster
-            (tmp / "campaign.json").write_bytes(orjson.dumps(dict(config), option=orjson.OPT_INDENT_2))
+            (tmp / "campaign.json").write_bytes(_config_json(config))
         for f in files:
             f = Path(f)
             if f.is_dir():

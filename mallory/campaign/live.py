@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from mallory.campaign.checks import ScheduleChecks
+from mallory.campaign.config import NO_WORKLOAD, CampaignConfig
 from mallory.campaign.directory import CampaignDir
-from mallory.campaign.loop import Campaign, LoopConfig, ScriptedStep, report_json
+from mallory.campaign.loop import Campaign, ScriptedStep, report_json
 from mallory.campaign.netns_stack import ObservedCluster
 from mallory.harness.adapter import SutAdapter, TakesEnvOverlay
 from mallory.harness.runner import RunConfig
@@ -39,23 +40,23 @@ class LiveParts:
 
 
 @contextmanager
-def live_parts(config: dict[str, Any], directory: CampaignDir, run_name: str) -> Iterator[LiveParts]:
+def live_parts(config: CampaignConfig, directory: CampaignDir, run_name: str) -> Iterator[LiveParts]:
     from nemesis.faults.base import FaultContext
     from nemesis.faults.controls import NodeControls
     from nemesis.nemesis import Nemesis
 
     def adapter_factory(backend: Any) -> SutAdapter:
-        return make_adapter(config["sut"], backend, config.get("port", 6379))
+        return make_adapter(config.sut, backend, config.port)
 
-    if config.get("backend", "netns") == "docker":  # inside a compose project (deploy/compose)
+    if config.backend == "docker":  # inside a compose project (deploy/compose)
         from mallory.campaign.docker_stack import ObservedDockerCluster
 
         stack: Any = ObservedDockerCluster.from_env(
-            run_name, config["nodes"], record_dir=directory.root / "events", adapter_factory=adapter_factory
+            run_name, config.nodes, record_dir=directory.root / "events", adapter_factory=adapter_factory
         )
     else:
         stack = ObservedCluster(
-            run_name, config["nodes"], record_dir=directory.root / "events", adapter_factory=adapter_factory
+            run_name, config.nodes, record_dir=directory.root / "events", adapter_factory=adapter_factory
         )
     adapter = checks = None
     try:
@@ -69,11 +70,11 @@ def live_parts(config: dict[str, Any], directory: CampaignDir, run_name: str) ->
             adapter.add_env_overlay(controls)
         start_all(adapter)
         ctx = FaultContext(backend=backend, adapter=adapter, mediator=stack.client, controls=controls)
-        nemesis = Nemesis(ctx, config["faults"])
-        workload = None if config["workload"] == "none" else config["workload"]
-        run_config = RunConfig(concurrency=config["concurrency"], rate=config["rate"], seed=config["seed"])
+        nemesis = Nemesis(ctx, config.faults)
+        workload = None if config.workload == NO_WORKLOAD else config.workload
+        run_config = RunConfig(concurrency=config.concurrency, rate=config.rate, seed=config.seed)
         checks = ScheduleChecks(adapter, directory, workload, run_config)
-        yield LiveParts(stack, adapter, nemesis, checks, TimelineWindows(stack.client, config["abstraction"]))
+        yield LiveParts(stack, adapter, nemesis, checks, TimelineWindows(stack.client, config.abstraction))
     finally:
         if checks is not None:
             checks.close()
@@ -82,14 +83,13 @@ def live_parts(config: dict[str, Any], directory: CampaignDir, run_name: str) ->
         stack.close()
 
 
-def replay_script(config: dict[str, Any], directory: CampaignDir, run_name: str, script: list[ScriptedStep],
+def replay_script(config: CampaignConfig, directory: CampaignDir, run_name: str, script: list[ScriptedStep],
                   seed: int | None) -> dict[str, Any]:
     """Enact a scripted schedule once on a fresh cluster (`mallory replay`, `mallory shrink`)
     into a new campaign directory; the schedule's record, with its findings."""
     directory.create(config)
     with live_parts(config, directory, run_name) as live:
-        loop = LoopConfig(steps=len(script), window_s=config["window_s"], reset_s=config["reset_s"], seed=config["seed"])
         # The learner only observes here; it never chooses.
-        campaign = Campaign(directory, Learner.create(policy="random"), live.windows, live.nemesis, loop,
+        campaign = Campaign(directory, Learner.create(policy="random"), live.windows, live.nemesis, config.loop_config(),
                             checker=live.checks, on_action=live.record_action)
         return campaign.run_schedule(0, script=script, seed=seed)

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, is_dataclass
 from typing import Any, Protocol
 
+from mallory.campaign.config import LoopConfig
 from mallory.campaign.directory import CampaignDir
 from mallory.errors import MalloryError
 from mallory.learner.learner import Learner
@@ -94,16 +95,6 @@ class RealSleeper:
     def sleep(self, seconds: float) -> None:
         if seconds > 0:
             time.sleep(seconds)
-
-
-@dataclass
-class LoopConfig:
-    steps: int = 12
-    window_s: float = 2.5
-    reset_s: float = 5.0
-    #: how long after a window ends its feedback may take before the step counts as late
-    feedback_timeout_s: float = 1.0
-    seed: int = 0
 
 
 @dataclass(frozen=True)

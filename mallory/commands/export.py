@@ -13,7 +13,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from mallory.campaign.directory import read_bundle_file
+from mallory.campaign.directory import read_bundle_config
 from mallory.errors import MalloryError
 from mallory.report.campaign_data import load_bug, recordings
 from mallory.report.names import EventNamer
@@ -35,7 +35,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-events", type=int, default=None, help="only the latest N events")
 
 
-def _bundle_slice(bundle: Path) -> tuple[list, list[str], dict]:
+def _bundle_slice(bundle: Path) -> tuple[list, list[str], str | None]:
+    """The bundle's schedule's span of its campaign's recording, the recording's warnings,
+    and the campaign's SUT (None if the bundle has no campaign.json)."""
     bug = load_bug(bundle)
     campaign = bundle.resolve().parent.parent
     span = schedule_span(bug.schedule)
@@ -45,8 +47,8 @@ def _bundle_slice(bundle: Path) -> tuple[list, list[str], dict]:
     if not paths:
         raise MalloryError(f"{bundle}: no event recording at {campaign}/events/ (the bundle's campaign directory)")
     recording = read_recording(paths, [span])
-    config = read_bundle_file(bundle, "campaign.json") if (bundle / "campaign.json").exists() else {}
-    return recording.spans[0], recording.warnings, config
+    sut = read_bundle_config(bundle).sut if (bundle / "campaign.json").exists() else None
+    return recording.spans[0], recording.warnings, sut
 
 
 def run(args: argparse.Namespace) -> int:
@@ -54,14 +56,14 @@ def run(args: argparse.Namespace) -> int:
     if args.max_events is not None and args.max_events < 1:
         raise MalloryError(f"--max-events must be positive, got {args.max_events}")
     if source.is_dir():
-        entries, warnings, config = _bundle_slice(source)
+        entries, warnings, sut = _bundle_slice(source)
     elif source.is_file():
         recording = read_recording([source], [ALL_TIME])
-        entries, warnings, config = recording.spans[0], recording.warnings, {}
+        entries, warnings, sut = recording.spans[0], recording.warnings, None
     else:
         raise MalloryError(f"{source}: no such event recording or bug bundle")
     catalogue = load_catalogues(args.catalogue)
-    found = sut_catalogue(config) if not args.catalogue else None
+    found = sut_catalogue(sut) if not args.catalogue else None
     if found is not None:
         catalogue = catalogue.merge(found)
     if args.max_events is not None:

@@ -19,13 +19,21 @@ import secrets
 import signal
 import sys
 import threading
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from mallory import __version__
+from mallory.campaign.config import (
+    BACKENDS,
+    MIN_CALIBRATION_WINDOWS,
+    NO_WORKLOAD,
+    Calibration,
+    CampaignConfig,
+    ConfigError,
+)
 from mallory.campaign.directory import CampaignDir
-from mallory.campaign.live import live_parts
-from mallory.campaign.loop import Campaign, LoopConfig, RealSleeper, steady_summaries
+from mallory.campaign.live import LiveParts, live_parts
+from mallory.campaign.loop import Campaign, RealSleeper, steady_summaries
 from mallory.campaign.status import StatusScreen
 from mallory.errors import MalloryError
 from mallory.harness.workload import WORKLOADS
@@ -48,96 +56,108 @@ def parse_duration(text: str) -> float:
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
+    # A campaign option's default is its CampaignConfig field's (a dataclass keeps a field's
+    # default as a class attribute): campaign.json's missing keys mean the same.
+    defaults = CampaignConfig
     parser.add_argument("--sut", help=f"a TOML SUT spec, or a built-in: {', '.join(BUILTIN_SUTS)}")
-    parser.add_argument("--nodes", type=int, default=3, help="cluster size (default 3)")
+    parser.add_argument("--nodes", type=int, default=defaults.nodes, help="cluster size (default %(default)s)")
     parser.add_argument("--duration", default=None, help="campaign time, e.g. 5m, 1h, 24h (default 1h)")
     parser.add_argument("--schedules", type=int, default=None, help="stop after this many schedules")
-    parser.add_argument("--policy", choices=sorted(POLICIES), default="qlearning")
-    parser.add_argument("--reward", default="paper", help="reward: paper (-1 seen, 0 new) or novelty")
-    parser.add_argument("--temperature", type=float, default=None, help="qlearning softmax temperature")
-    parser.add_argument("--prior", choices=PRIORS, default=None,
+    parser.add_argument("--policy", choices=sorted(POLICIES), default=defaults.policy)
+    parser.add_argument("--reward", default=defaults.reward, help="reward: paper (-1 seen, 0 new) or novelty")
+    parser.add_argument("--temperature", type=float, default=defaults.temperature, help="qlearning softmax temperature")
+    parser.add_argument("--prior", choices=PRIORS, default=defaults.prior,
                         help="where an untried fault starts in a state: optimistic (0: try each once there "
                         "first) or shared (its mean value over the states where it was tried; the default)")
     parser.add_argument("--out", type=Path, help="campaign directory (new)")
     parser.add_argument("--resume", type=Path, metavar="DIR", help="continue the campaign in DIR")
-    parser.add_argument("--seed", type=int, default=0, help="root seed (each schedule's seed derives from it)")
+    parser.add_argument("--seed", type=int, default=defaults.seed, help="root seed (each schedule's seed derives from it)")
     parser.add_argument("--faults", default=None, help="comma-separated families or labels (default: all a SUT can take)")
-    parser.add_argument("--workload", choices=WORKLOADS + ("none",), default="list-append")
-    parser.add_argument("--concurrency", type=int, default=5)
-    parser.add_argument("--rate", type=float, default=50.0, help="client ops/s over all workers (default 50)")
-    parser.add_argument("--steps", type=int, default=12, help="steps per schedule (default 12)")
-    parser.add_argument("--window", type=float, default=2.5, help="seconds per step (default 2.5)")
-    parser.add_argument("--reset", type=float, default=5.0, help="seconds of reset after a schedule (default 5)")
-    parser.add_argument("--abstraction", choices=sorted(ABSTRACTIONS), default="event-history")
-    parser.add_argument("--threshold", type=float, default=0.7, help="state similarity threshold (default 0.7)")
-    parser.add_argument("--calibrate", type=int, default=0, metavar="WINDOWS",
+    parser.add_argument("--workload", choices=(*WORKLOADS, NO_WORKLOAD), default=defaults.workload)
+    parser.add_argument("--concurrency", type=int, default=defaults.concurrency)
+    parser.add_argument("--rate", type=float, default=defaults.rate, help="client ops/s over all workers (default %(default)s)")
+    parser.add_argument("--steps", type=int, default=defaults.steps, help="steps per schedule (default %(default)s)")
+    parser.add_argument("--window", type=float, default=defaults.window_s, help="seconds per step (default %(default)s)")
+    parser.add_argument("--reset", type=float, default=defaults.reset_s,
+                        help="seconds of reset after a schedule (default %(default)s)")
+    parser.add_argument("--abstraction", choices=sorted(ABSTRACTIONS), default=defaults.abstraction)
+    parser.add_argument("--threshold", type=float, default=defaults.threshold,
+                        help="state similarity threshold (default %(default)s)")
+    parser.add_argument("--calibrate", type=int, default=defaults.calibrate, metavar="WINDOWS",
                         help="before fuzzing, run this many fault-free windows under load and set the "
                         "threshold so that 90%% of them coincide (the paper's convention; default: off)")
-    parser.add_argument("--port", type=int, default=6379, help="client port of a built-in SUT")
+    parser.add_argument("--port", type=int, default=defaults.port, help="client port of a built-in SUT")
     parser.add_argument("--plain", action="store_true", help="log lines instead of the status screen")
-    parser.add_argument("--backend", choices=["netns", "docker"], default="netns",
+    parser.add_argument("--backend", choices=BACKENDS, default=defaults.backend,
                         help="netns: a cluster of namespaces made here (default); docker: the containers of the "
                         "compose project this runs in (see `mallory compose`)")
 
 
-def _config(args: argparse.Namespace) -> dict[str, Any]:
-    """The campaign's full configuration, as campaign.json keeps it."""
+#: the options whose name is not their field's (the others are --<field>)
+OPTION_OF_FIELD = {"window_s": "--window", "reset_s": "--reset"}
+
+
+def config_from_args(args: argparse.Namespace) -> CampaignConfig:
+    """A new campaign's configuration from the command line; a bad value is refused naming
+    its option."""
     if not args.sut:
         raise MalloryError("--sut is required for a new campaign")
-    if args.nodes < 1:
-        raise MalloryError("--nodes must be at least 1")
-    sut = resolve_sut(args.sut)
-    return {
-        "version": __version__,
-        "command": sys.argv,
-        "sut": sut,
-        "port": args.port,
-        "nodes": args.nodes,
-        "policy": args.policy,
-        "reward": args.reward,
-        "temperature": args.temperature,
-        "prior": args.prior,
-        "seed": args.seed,
-        "faults": args.faults.split(",") if args.faults else None,
-        "workload": args.workload,
-        "concurrency": args.concurrency,
-        "rate": args.rate,
-        "steps": args.steps,
-        "window_s": args.window,
-        "reset_s": args.reset,
-        "abstraction": args.abstraction,
-        "threshold": args.threshold,
-        "calibrate": args.calibrate,
-        "backend": args.backend,
-    }
+    try:
+        return CampaignConfig(
+            version=__version__,
+            command=tuple(sys.argv),
+            sut=resolve_sut(args.sut),
+            port=args.port,
+            nodes=args.nodes,
+            policy=args.policy,
+            reward=args.reward,
+            temperature=args.temperature,
+            prior=args.prior,
+            seed=args.seed,
+            faults=tuple(args.faults.split(",")) if args.faults else None,
+            workload=args.workload,
+            concurrency=args.concurrency,
+            rate=args.rate,
+            steps=args.steps,
+            window_s=args.window,
+            reset_s=args.reset,
+            abstraction=args.abstraction,
+            threshold=args.threshold,
+            calibrate=args.calibrate,
+            backend=args.backend,
+        )
+    except ConfigError as exc:
+        raise MalloryError(f"{OPTION_OF_FIELD.get(exc.field, '--' + exc.field)} {exc.problem}") from None
 
 
-def _learner(directory: CampaignDir, config: dict[str, Any]) -> Learner:
+def _learner(directory: CampaignDir, config: CampaignConfig) -> Learner:
     saved = directory.load_learner()
     if saved is not None:
         return Learner.from_checkpoint(saved)
-    params = {key: config[key] for key in ("temperature", "prior") if config.get(key) is not None}
-    return Learner.create(policy=config["policy"], reward=config["reward"], seed=config["seed"],
-                          threshold=config["threshold"], policy_params=params)
+    params = {key: value for key, value in (("temperature", config.temperature), ("prior", config.prior))
+              if value is not None}
+    return Learner.create(policy=config.policy, reward=config.reward, seed=config.seed,
+                          threshold=config.threshold, policy_params=params)
 
 
-def _calibrate(config: dict[str, Any], directory: CampaignDir, live: Any) -> dict[str, Any]:
-    """The paper's calibration: fault-free windows under load set the similarity threshold."""
-    print(f"calibrating on {config['calibrate']} fault-free windows under load...", flush=True)
+def _calibrate(config: CampaignConfig, directory: CampaignDir, live: LiveParts) -> CampaignConfig:
+    """The paper's calibration: fault-free windows under load set the similarity threshold.
+    The calibrated configuration is written to the campaign directory before it is used."""
+    print(f"calibrating on {config.calibrate} fault-free windows under load...", flush=True)
     run_dir = directory.root / "runs" / "calibration"
     run_dir.mkdir(parents=True, exist_ok=True)
-    live.checks.start_workload(run_dir, config["seed"], key_slot=0)
+    live.checks.start_workload(run_dir, config.seed, key_slot=0)
     try:
-        summaries = steady_summaries(live.windows, RealSleeper(), config["calibrate"], config["window_s"])
+        summaries = steady_summaries(live.windows, RealSleeper(), config.calibrate, config.window_s)
     finally:
         live.checks.stop_workload()
-    if len(summaries) < 3:
+    if len(summaries) < MIN_CALIBRATION_WINDOWS:
         raise MalloryError(f"calibration: only {len(summaries)} complete windows; the timeline is not keeping up")
     threshold = calibrate_threshold(summaries)
-    print(f"calibrated state similarity threshold: {threshold:.3f} (was {config['threshold']})", flush=True)
-    return directory.update_config(
-        {"threshold": threshold, "calibration": {"windows": len(summaries), "threshold": threshold}}
-    )
+    print(f"calibrated state similarity threshold: {threshold:.3f} (was {config.threshold})", flush=True)
+    calibrated = replace(config, threshold=threshold, calibration=Calibration(windows=len(summaries), threshold=threshold))
+    directory.write_config(calibrated)
+    return calibrated
 
 
 def run(args: argparse.Namespace) -> int:
@@ -148,7 +168,7 @@ def run(args: argparse.Namespace) -> int:
         directory = CampaignDir(args.resume)
         config = directory.config()
     else:
-        config = _config(args)
+        config = config_from_args(args)
         directory = CampaignDir(args.out)
         directory.create(config)
 
@@ -161,14 +181,13 @@ def run(args: argparse.Namespace) -> int:
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     run_name = "fz" + secrets.token_hex(3)
-    screen = StatusScreen(f"{config['sut']} x{config['nodes']} ({config['policy']})", plain=args.plain or None)
+    screen = StatusScreen(f"{config.sut} x{config.nodes} ({config.policy})", plain=args.plain or None)
     try:
         with live_parts(config, directory, run_name) as live:
-            if config.get("calibrate") and directory.load_learner() is None and "calibration" not in config:
+            if config.calibrate and directory.load_learner() is None and config.calibration is None:
                 config = _calibrate(config, directory, live)
-            loop = LoopConfig(steps=config["steps"], window_s=config["window_s"], reset_s=config["reset_s"], seed=config["seed"])
             campaign = Campaign(
-                directory, _learner(directory, config), live.windows, live.nemesis, loop,
+                directory, _learner(directory, config), live.windows, live.nemesis, config.loop_config(),
                 checker=live.checks, on_update=screen.update, on_action=live.record_action,
                 info={"cluster_run": run_name, "fuzzer_pid": os.getpid()},
             )

@@ -15,7 +15,7 @@ import argparse
 import secrets
 from pathlib import Path
 
-from mallory.campaign.directory import CampaignDir, read_bundle_file
+from mallory.campaign.directory import CampaignDir, read_bundle_config, read_bundle_file
 from mallory.campaign.live import replay_script
 from mallory.campaign.loop import script_of
 from mallory.errors import MalloryError
@@ -35,13 +35,13 @@ def run(args: argparse.Namespace) -> int:
     if args.attempts < 1:
         raise MalloryError("--attempts must be at least 1")
     bundle = args.bundle
-    config = read_bundle_file(bundle, "campaign.json")
+    config = read_bundle_config(bundle)
     schedule = read_bundle_file(bundle, "schedule.json")
     signature = bundle_signature(bundle)
     script = script_of(schedule)
     if not script:
         raise MalloryError(f"{bundle}/schedule.json has no steps to replay")
-    resolve_sut(str(config.get("sut", "")))  # a moved or broken spec fails here, before any attempt dir
+    resolve_sut(config.sut)  # a moved or broken spec fails here, before any attempt dir
     print(f"replaying {len(script)} steps of schedule {schedule.get('index')}: {' -> '.join(s.action for s in script)}")
     print("(faults on real systems are not deterministic: the answer is a count over attempts)")
     reappeared = 0

@@ -13,11 +13,11 @@ continues where it stopped, asking nothing twice. The minimal schedule becomes a
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from mallory.campaign.directory import read_bundle_file
+from mallory.campaign.directory import read_bundle_config, read_bundle_file
 from mallory.campaign.loop import ScriptedStep, script_of
 from mallory.errors import MalloryError
 from mallory.shrink.bundle import bundle_signature, steps_json, write_shrunk_bundle
@@ -43,7 +43,7 @@ def describe(steps: list[ScriptedStep]) -> str:
     return " -> ".join(f"{s.action}({s.window_s:g}s)" for s in steps) or "(no steps)"
 
 
-def allowed_by(faults: list[str] | None) -> Callable[[str], bool]:
+def allowed_by(faults: Sequence[str] | None) -> Callable[[str], bool]:
     """Whether a label is among the campaign's enabled faults (families or labels)."""
     if not faults:
         return lambda action: True
@@ -59,13 +59,13 @@ def run(args: argparse.Namespace) -> int:
     if args.min_window <= 0:
         raise MalloryError("--min-window must be positive")
     bundle = args.bundle
-    config = read_bundle_file(bundle, "campaign.json")
+    config = read_bundle_config(bundle)
     schedule = read_bundle_file(bundle, "schedule.json")
     signature = bundle_signature(bundle)
     try:
-        original = [replace(s, window_s=float(s.window_s or config["window_s"])) for s in script_of(schedule)]
+        original = [replace(s, window_s=float(s.window_s or config.window_s)) for s in script_of(schedule)]
     except (KeyError, TypeError, ValueError) as exc:
-        raise MalloryError(f"{bundle}: the schedule or its config is malformed ({exc})") from None
+        raise MalloryError(f"{bundle}: the schedule is malformed ({exc})") from None
     if not original:
         raise MalloryError(f"{bundle}/schedule.json has no steps to shrink")
     out = args.out or bundle / "shrunk"
@@ -93,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"the bug reappeared in {baseline.hits}/{baseline.replays} replays of the whole schedule, fewer than needed: "
                   "nothing to shrink against (try more --replays or a lower --min-fraction)")
             return 1
-        minimal = shrink_schedule(original, oracle, floor_s=args.min_window, allowed=allowed_by(config.get("faults")),
+        minimal = shrink_schedule(original, oracle, floor_s=args.min_window, allowed=allowed_by(config.faults),
                                   on_phase=lambda name, steps: print(f"after {name}: {len(steps)} steps: {describe(steps)}"))
     except KeyboardInterrupt:
         print(f"interrupted: every answered replay is in {journal.path}; run the same command to continue")

@@ -20,8 +20,18 @@ from mallory.report.campaign_data import BugInfo, CampaignData, load_campaign
 from mallory.report.names import EventNamer
 from mallory.report.recording import Recording, read_recording
 from mallory.report.shiviz import shiviz_log
-from mallory.report.sources import DEFAULT_MAX_EVENTS, load_catalogues, schedule_span, sut_catalogue
-from mallory.report.timeline_view import fault_spans, head_by_time, schedule_sections, timeline_svg
+from mallory.report.sources import (
+    DEFAULT_MAX_EVENTS,
+    load_catalogues,
+    schedule_span,
+    sut_catalogue,
+)
+from mallory.report.timeline_view import (
+    fault_spans,
+    head_by_time,
+    schedule_sections,
+    timeline_svg,
+)
 from mallory.timeline.builder import Committed
 
 
@@ -92,7 +102,7 @@ def build_report(dirs: Sequence[Path], options: ReportOptions) -> Path:
     sections = []
     for k, data in enumerate(campaigns, start=1):
         section = pages.CampaignSection(data, anchor=f"c{k}")
-        found = sut_catalogue(data.config)
+        found = sut_catalogue(data.config.sut)
         namer = EventNamer(extra.merge(found) if found is not None else extra)
         if found is None and not options.catalogues:
             section.notes.append("No annotation catalogue found next to the SUT's program: code events are named by id.")
@@ -111,11 +121,11 @@ def build_report(dirs: Sequence[Path], options: ReportOptions) -> Path:
     if several:
         groups: dict[str, list] = {}
         for data in campaigns:
-            groups.setdefault(data.policy, []).append(data.plot)
+            groups.setdefault(data.config.policy, []).append(data.plot)
         horizon, curves = series.overlay(groups)
         if curves:
             overview = pages.comparison(curves, horizon, series.pairwise_a12(curves), plots.overlay_plot(curves, horizon))
-        labels = [f"c{k}: {d.name} ({d.policy})" for k, d in enumerate(campaigns, start=1)]  # names may repeat
+        labels = [f"c{k}: {d.name} ({d.config.policy})" for k, d in enumerate(campaigns, start=1)]  # names may repeat
         shared = [
             ("distinct states over time", plots.states_plot({l: series.states_over_time(d.plot) for l, d in zip(labels, campaigns)})),
             ("new states per hour", plots.rate_plot({l: series.states_per_hour(d.plot, width) for l, d in zip(labels, campaigns)}, width)),

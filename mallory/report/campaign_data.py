@@ -13,6 +13,7 @@ from typing import Any
 
 import orjson
 
+from mallory.campaign.config import CampaignConfig
 from mallory.campaign.directory import PLOT_COLUMNS, CampaignDir, read_bundle_file
 from mallory.errors import MalloryError
 
@@ -122,7 +123,7 @@ def recordings(campaign: Path) -> list[Path]:
 @dataclass
 class CampaignData:
     root: Path
-    config: dict[str, Any]
+    config: CampaignConfig
     stats: dict[str, str]
     plot: list[PlotRow]
     schedules: list[dict[str, Any]]
@@ -131,10 +132,6 @@ class CampaignData:
     @property
     def name(self) -> str:
         return self.root.resolve().name
-
-    @property
-    def policy(self) -> str:
-        return str(self.config.get("policy", "?"))
 
     @property
     def start_time(self) -> float | None:

@@ -25,16 +25,15 @@ class CampaignSection:
 
 def summary_rows(data: CampaignData) -> list[tuple[str, object]]:
     c, s = data.config, data.stats
-    faults = c.get("faults")
     return [
         ("directory", str(data.root)),
-        ("SUT", c.get("sut")),
-        ("policy", c.get("policy")),
-        ("seed", c.get("seed")),
-        ("nodes", c.get("nodes")),
-        ("faults", ", ".join(faults) if faults else "all the SUT can take"),
-        ("workload", c.get("workload")),
-        ("steps × window", f"{c.get('steps')} × {c.get('window_s')} s, reset {c.get('reset_s')} s"),
+        ("SUT", c.sut),
+        ("policy", c.policy),
+        ("seed", c.seed),
+        ("nodes", c.nodes),
+        ("faults", ", ".join(c.faults) if c.faults else "all the SUT can take"),
+        ("workload", c.workload),
+        ("steps × window", f"{c.steps} × {c.window_s} s, reset {c.reset_s} s"),
         ("run time (s)", s.get("run_time")),
         ("schedules", s.get("schedules_done")),
         ("steps (late)", f"{s.get('steps_done', '-')} ({s.get('late_steps', '-')})"),
@@ -78,7 +77,7 @@ def index_page(sections: Sequence[CampaignSection], overview: str = "", shared_p
     title = "Mallory campaign report" + (f": {sections[0].data.name}" if len(sections) == 1 else f" ({len(sections)} campaigns)")
     body = [f"<h1>{escape(title)}</h1>"]
     if len(sections) > 1:
-        body.append("<ul>" + "".join(f"<li>{html.link('#' + s.anchor, f'{s.anchor}: {s.data.name}')} ({escape(s.data.policy)})</li>"
+        body.append("<ul>" + "".join(f"<li>{html.link('#' + s.anchor, f'{s.anchor}: {s.data.name}')} ({escape(s.data.config.policy)})</li>"
                                      for s in sections) + "</ul>")
     body.append(overview)
     for title_, png in shared_plots:

@@ -17,11 +17,11 @@ from mallory.instrument.catalogue import Catalogue, catalogue_path
 DEFAULT_MAX_EVENTS = 1500
 
 
-def sut_catalogue(config: dict) -> Catalogue | None:
+def sut_catalogue(sut: str | None) -> Catalogue | None:
     """The catalogue the build wrote next to the SUT's program (`<program>.mallory.json`),
-    found through the campaign's spec; None if there is none (names fall back to ids)."""
-    sut = config.get("sut")
-    if not isinstance(sut, str) or not sut.endswith(".toml") or not Path(sut).exists():
+    found through the campaign's `sut` (a spec path); None if there is none (names fall back
+    to ids), as for a built-in SUT or an unknown campaign (None)."""
+    if sut is None or not sut.endswith(".toml") or not Path(sut).exists():
         return None
     try:
         program = load_spec(sut).command[0]

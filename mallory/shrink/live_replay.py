@@ -9,15 +9,15 @@ from __future__ import annotations
 
 import secrets
 from pathlib import Path
-from typing import Any
 
+from mallory.campaign.config import CampaignConfig
 from mallory.campaign.directory import CampaignDir
 from mallory.campaign.live import replay_script
 from mallory.campaign.loop import ScriptedStep
 
 
 class LiveReplay:
-    def __init__(self, config: dict[str, Any], seed: int | None, signature: str, work: Path) -> None:
+    def __init__(self, config: CampaignConfig, seed: int | None, signature: str, work: Path) -> None:
         self.config = config
         self.seed = seed
         self.signature = signature

@@ -132,7 +132,7 @@ def test_fault_free_schedules_check_valid_after_calibration(spec, tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     d = CampaignDir(out)
     config = d.config()
-    assert config["calibration"]["windows"] >= 3 and 0 < config["threshold"] <= 1
+    assert config.calibration is not None and config.calibration.windows >= 3 and 0 < config.threshold <= 1
     assert (out / "runs" / "calibration" / "history.edn").stat().st_size > 0
     schedules = d.read_schedules()
     assert len(schedules) == 2

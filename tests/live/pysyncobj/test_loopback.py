@@ -125,7 +125,7 @@ def test_protocol_failover_and_events_in_the_rings(cluster, tmp_path):
         for r in readers:
             r.close()
     assert {e.id: e.name for e in Catalogue.load(written)} == names
-    assert {e.id: e.name for e in sut_catalogue({"sut": str(kv.SPEC)})} == names  # what `mallory report` loads
+    assert {e.id: e.name for e in sut_catalogue(str(kv.SPEC))} == names  # what `mallory report` loads
     counts = [Counter(names.get(e.id, f"unknown:{e.id}") for e in evs if e.kind in (Kind.FUNC, Kind.BLOCK)) for evs in events]
     for i, c in enumerate(counts):
         assert set(c) <= set(names.values()), (i, c)  # every event is in the catalogue

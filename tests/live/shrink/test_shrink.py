@@ -34,6 +34,7 @@ from pathlib import Path
 
 import pytest
 
+from mallory.campaign.config import CampaignConfig
 from mallory.campaign.loop import ScriptedStep, step_rng
 from mallory.history.edn import Keyword, loads
 from mallory.shrink.live_replay import LiveReplay
@@ -83,9 +84,9 @@ def pick_seed() -> int:
 def test_shrink_reduces_a_padded_schedule_to_the_seeded_sequence(tmp_path):
     spec = write_spec(build(tmp_path / "build"), tmp_path)
     seed = pick_seed()
-    config = {"sut": str(spec), "port": 7000, "nodes": 3, "seed": 1, "policy": "random",
-              "faults": ["partition", "kill", "duplicate"], "workload": "register", "concurrency": 2, "rate": 20,
-              "window_s": 0.5, "reset_s": 1.0, "abstraction": "event-history"}
+    config = CampaignConfig(sut=str(spec), port=7000, nodes=3, seed=1, policy="random",
+                            faults=("partition", "kill", "duplicate"), workload="register", concurrency=2, rate=20,
+                            window_s=0.5, reset_s=1.0, abstraction="event-history")
     script = [ScriptedStep(action, draw, window) for draw, (action, window) in enumerate(SCHEDULE)]
 
     # The bug bundle to shrink: the padded schedule, enacted once by a scripted replay.

@@ -13,13 +13,13 @@ from collections import Counter
 import orjson
 import pytest
 
+from mallory.campaign.config import CampaignConfig, LoopConfig
 from mallory.campaign.directory import PLOT_COLUMNS, CampaignDir
 from mallory.campaign.loop import (
     HEAL,
     NOOP,
     BugEvidence,
     Campaign,
-    LoopConfig,
     schedule_seed,
 )
 from mallory.errors import MalloryError
@@ -110,7 +110,7 @@ def make_campaign(tmp_path, policy: str, seed: int = 3, late_every: int = 0, che
     nemesis = FakeNemesis()
     directory = CampaignDir(tmp_path / "campaign")
     if create:
-        directory.create({"policy": policy, "seed": seed})
+        directory.create(CampaignConfig(sut="fake", policy=policy, seed=seed))
     saved = directory.load_learner()
     learner = Learner.from_checkpoint(saved) if saved else Learner.create(policy=policy, seed=seed)
     campaign = Campaign(
@@ -216,9 +216,9 @@ def test_resume_continues_where_the_campaign_stopped(tmp_path):
 
 def test_a_directory_holding_a_campaign_is_not_overwritten(tmp_path):
     directory = CampaignDir(tmp_path / "c")
-    directory.create({"seed": 1})
+    directory.create(CampaignConfig(sut="fake", seed=1))
     with pytest.raises(Exception, match="--resume"):
-        directory.create({"seed": 2})
+        directory.create(CampaignConfig(sut="fake", seed=2))
 
 
 def test_a_deadline_cuts_the_schedule_between_steps(tmp_path):

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from mallory.campaign.config import CampaignConfig
 from mallory.campaign.directory import CampaignDir
 from mallory.errors import MalloryError
 from mallory.report.build import ReportOptions, build_report
@@ -32,7 +33,7 @@ STREAM = dict(n_events=3000, n_nodes=3, packet_share=0.4, events_per_s=500, seed
 
 def make_campaign(root: Path, policy: str, states: list[int]) -> tuple[Path, list]:
     d = CampaignDir(root)
-    d.create({"policy": policy, "seed": 1, "nodes": 3, "sut": "none", "steps": 3, "window_s": 1.0, "reset_s": 1.0})
+    d.create(CampaignConfig(policy=policy, seed=1, nodes=3, sut="none", steps=3, window_s=1.0, reset_s=1.0))
     (root / "events").mkdir()
     with open(root / "events" / "events.jsonl", "wb") as f:
         write_records(f, synthetic_stream(**STREAM))

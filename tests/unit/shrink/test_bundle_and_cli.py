@@ -66,7 +66,7 @@ def test_bad_input_is_refused_before_anything_runs(tmp_path, capsys, args, messa
 
 
 def test_a_schedule_without_steps_is_refused(tmp_path, capsys):
-    (tmp_path / "campaign.json").write_text(json.dumps({"window_s": 1.0}))
+    (tmp_path / "campaign.json").write_text(json.dumps({"sut": "redis-replication", "window_s": 1.0}))
     (tmp_path / "schedule.json").write_text(json.dumps({"index": 0, "steps": []}))
     assert main(["shrink", str(tmp_path)]) == 65
     assert "no steps to shrink" in capsys.readouterr().err

@@ -1,0 +1,256 @@
+"""A campaign's configuration: what `mallory fuzz` was asked to do, kept in campaign.json.
+
+`CampaignConfig` is the one record of it. `mallory fuzz` builds it from its arguments, the
+campaign directory writes it (`to_json`) and reads it back on `--resume` (`from_json`), a
+calibration replaces its threshold, and `mallory replay` and `mallory shrink` rebuild a
+bug's cluster from the copy in its bundle. Every value is checked when the record is made,
+so a bad one is refused before any cluster comes up, naming its field (`ConfigError`).
+
+campaign.json stays what it always was, a flat JSON object under these field names, so
+older code and the report keep reading it. Reading is lenient in two ways only: a key
+missing from a file written before it existed takes its default (the default of `mallory
+fuzz`'s option), and a key this version does not know (written by a newer one) is kept in
+`extra` and written back, so rewriting the file loses nothing. Only `sut` has no default.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection, Mapping
+from dataclasses import MISSING, asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from mallory.errors import MalloryError
+from mallory.harness.workload import WORKLOADS
+from mallory.learner.calibration import MAX_WINDOWS
+from mallory.learner.policies import POLICIES, PRIORS
+from mallory.learner.rewards import REWARDS
+from mallory.timeline.abstraction import ABSTRACTIONS
+
+#: the cluster backends a campaign can run on (mallory/cluster/netns.py, docker.py)
+BACKENDS = ("netns", "docker")
+#: the `workload` that runs no client operations (no history to check)
+NO_WORKLOAD = "none"
+#: fewer fault-free windows than this cannot calibrate the similarity threshold
+MIN_CALIBRATION_WINDOWS = 3
+
+
+class ConfigError(MalloryError):
+    """A configuration value that is not allowed: `field` names it, `problem` says what is
+    wrong with it ("must be at least 1, got 0"); the message is "<where>: <field> <problem>",
+    `where` being the file it was read from."""
+
+    def __init__(self, field: str, problem: str, where: str = "campaign configuration") -> None:
+        super().__init__(f"{where}: {field} {problem}")
+        self.field = field
+        self.problem = problem
+
+
+@dataclass
+class LoopConfig:
+    """The campaign loop's share of the configuration (mallory/campaign/loop.py)."""
+
+    steps: int = 12
+    window_s: float = 2.5
+    reset_s: float = 5.0
+    #: how long after a window ends its feedback may take before the step counts as late
+    feedback_timeout_s: float = 1.0
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """What a calibration measured: `windows` complete fault-free windows set the state
+    similarity `threshold`. A campaign that has one is not calibrated again on resume."""
+
+    windows: int
+    threshold: float
+
+    def __post_init__(self) -> None:
+        _integer(self, "windows", low=1, name="calibration.windows")
+        _number(self, "threshold", at_most_one=True, name="calibration.threshold")
+
+    @classmethod
+    def from_json(cls, value: Any) -> Calibration:
+        """campaign.json's `calibration` object; ConfigError if `value` is not one."""
+        if not isinstance(value, Mapping) or set(value) != {"windows", "threshold"}:
+            raise ConfigError("calibration", f"must be an object of windows and threshold, got {value!r}")
+        return cls(windows=value["windows"], threshold=value["threshold"])
+
+
+@dataclass(frozen=True, kw_only=True)
+class CampaignConfig:
+    """One campaign's configuration; campaign.json holds `to_json()`, in this field order.
+
+    Immutable: a later decision (a calibrated threshold) is a `dataclasses.replace`, checked
+    like the original, which the campaign directory then writes."""
+
+    #: the mallory version that created the campaign ("" if the file did not say)
+    version: str = ""
+    #: the command line that created it (sys.argv)
+    command: tuple[str, ...] = ()
+    #: the system under test: a built-in name or the absolute path of a TOML spec
+    sut: str
+    #: the client port of a built-in SUT (a spec's ports are its own)
+    port: int = 6379
+    #: cluster size
+    nodes: int = 3
+    #: how the learner chooses the next fault (learner/policies.py: POLICIES)
+    policy: str = "qlearning"
+    #: how a window's state is rewarded (learner/rewards.py: REWARDS)
+    reward: str = "paper"
+    #: qlearning's softmax temperature (None: the policy's default)
+    temperature: float | None = None
+    #: where an untried fault starts in a state, one of PRIORS (None: the policy's default)
+    prior: str | None = None
+    #: the root seed; each schedule's seed derives from it
+    seed: int = 0
+    #: the enabled fault families or labels (None: every fault the SUT can take)
+    faults: tuple[str, ...] | None = None
+    #: the client workload run during every schedule, one of WORKLOADS or NO_WORKLOAD
+    workload: str = "list-append"
+    #: client workers
+    concurrency: int = 5
+    #: client operations per second over all workers
+    rate: float = 50.0
+    #: steps (faults) per schedule
+    steps: int = 12
+    #: seconds per step: the window whose timeline becomes the next state
+    window_s: float = 2.5
+    #: seconds given the cluster to settle after a schedule's reset
+    reset_s: float = 5.0
+    #: how a window of the timeline becomes a state's summary (timeline/abstraction.py)
+    abstraction: str = "event-history"
+    #: the state similarity threshold, in (0, 1]
+    threshold: float = 0.7
+    #: fault-free windows to calibrate the threshold on before fuzzing (0: no calibration)
+    calibrate: int = 0
+    #: the cluster backend, one of BACKENDS
+    backend: str = "netns"
+    #: the calibration done, once done (not written before)
+    calibration: Calibration | None = None
+    #: campaign.json's keys this version does not know, kept to be written back
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        _text(self, "version", empty_ok=True)
+        _texts(self, "command", empty_ok=True)
+        _text(self, "sut")
+        _integer(self, "port", low=1, high=65535)
+        _integer(self, "nodes", low=1)
+        _choice(self, "policy", POLICIES)
+        _choice(self, "reward", REWARDS)
+        if self.temperature is not None:
+            _number(self, "temperature", positive=True)
+        if self.prior is not None:
+            _choice(self, "prior", PRIORS)
+        _integer(self, "seed")
+        if self.faults is not None:
+            _texts(self, "faults")
+        _choice(self, "workload", (*WORKLOADS, NO_WORKLOAD))
+        _integer(self, "concurrency", low=1)
+        _number(self, "rate", positive=True)
+        _integer(self, "steps", low=1)
+        _number(self, "window_s", positive=True)
+        _number(self, "reset_s")
+        _choice(self, "abstraction", ABSTRACTIONS)
+        _number(self, "threshold", at_most_one=True)
+        _integer(self, "calibrate", low=0, high=MAX_WINDOWS)
+        if 0 < self.calibrate < MIN_CALIBRATION_WINDOWS:
+            raise ConfigError("calibrate", f"must be 0 (off) or at least {MIN_CALIBRATION_WINDOWS}, got {self.calibrate}")
+        _choice(self, "backend", BACKENDS)
+        if self.calibration is not None and not isinstance(self.calibration, Calibration):
+            raise ConfigError("calibration", f"must be a Calibration, got {self.calibration!r}")
+        clash = set(self.extra) & _KNOWN_KEYS
+        if clash:
+            raise ConfigError("extra", f"must not hold known fields, got {sorted(clash)}")
+
+    def loop_config(self) -> LoopConfig:
+        """The campaign loop's settings (a scripted schedule takes as many steps as it has)."""
+        return LoopConfig(steps=self.steps, window_s=self.window_s, reset_s=self.reset_s, seed=self.seed)
+
+    def to_json(self) -> dict[str, Any]:
+        """campaign.json's object: every field under its name (lists for tuples), then
+        `calibration` once there is one, then the unknown keys as they were read."""
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("calibration", "extra")}
+        out["command"] = list(self.command)
+        out["faults"] = None if self.faults is None else list(self.faults)
+        if self.calibration is not None:
+            out["calibration"] = asdict(self.calibration)
+        return {**out, **self.extra}
+
+    @classmethod
+    def from_json(cls, value: Mapping[str, Any], source: str | Path) -> CampaignConfig:
+        """The configuration in campaign.json's object `value`, read from `source` (a file
+        name, for errors). A key it lacks takes its default, except `sut`; a key it does not
+        know goes to `extra`; a bad value is a ConfigError naming `source` and the field."""
+        try:
+            for f in fields(cls):
+                if f.default is MISSING and f.default_factory is MISSING and f.name not in value:
+                    raise ConfigError(f.name, "is missing")
+            calibration = value.get("calibration")
+            return cls(
+                **{key: item for key, item in value.items() if key in _KNOWN_KEYS - {"calibration"}},
+                calibration=None if calibration is None else Calibration.from_json(calibration),
+                extra={key: item for key, item in value.items() if key not in _KNOWN_KEYS},
+            )
+        except ConfigError as exc:
+            raise ConfigError(exc.field, exc.problem, where=str(source)) from None
+
+
+#: campaign.json's keys this version knows
+_KNOWN_KEYS = frozenset(f.name for f in fields(CampaignConfig)) - {"extra"}
+
+
+# -- checks of one field's value; `name` is how an error calls it (default: the field) --
+# A frozen dataclass is normalised in place with object.__setattr__ (JSON's 50 -> 50.0,
+# a list -> a tuple), so equal configurations compare equal however they were made.
+
+
+def _text(record: Any, attr: str, *, empty_ok: bool = False) -> None:
+    value = getattr(record, attr)
+    if not isinstance(value, str) or not (value or empty_ok):
+        raise ConfigError(attr, f"must be a {'' if empty_ok else 'non-empty '}string, got {value!r}")
+
+
+def _texts(record: Any, attr: str, *, empty_ok: bool = False) -> None:
+    """A list of strings; unless `empty_ok`, a non-empty one of non-empty strings."""
+    value = getattr(record, attr)
+    if (not isinstance(value, (list, tuple)) or not (value or empty_ok)
+            or not all(isinstance(item, str) and (item or empty_ok) for item in value)):
+        what = "a list of strings" if empty_ok else "a non-empty list of non-empty strings"
+        raise ConfigError(attr, f"must be {what}, got {value!r}")
+    object.__setattr__(record, attr, tuple(value))
+
+
+def _integer(record: Any, attr: str, *, low: int | None = None, high: int | None = None, name: str = "") -> None:
+    value = getattr(record, attr)
+    name = name or attr
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(name, f"must be an integer, got {value!r}")
+    if low is not None and value < low:
+        raise ConfigError(name, f"must be at least {low}, got {value}")
+    if high is not None and value > high:
+        raise ConfigError(name, f"must be at most {high}, got {value}")
+
+
+def _number(record: Any, attr: str, *, positive: bool = False, at_most_one: bool = False, name: str = "") -> None:
+    """A finite number, at least 0; with `positive` more than 0, with `at_most_one` in (0, 1]."""
+    value = getattr(record, attr)
+    name = name or attr
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ConfigError(name, f"must be a number, got {value!r}")
+    if at_most_one and not 0 < value <= 1:
+        raise ConfigError(name, f"must be in (0, 1], got {value}")
+    if positive and value <= 0:
+        raise ConfigError(name, f"must be positive, got {value}")
+    if value < 0:
+        raise ConfigError(name, f"must not be negative, got {value}")
+    object.__setattr__(record, attr, float(value))
+
+
+def _choice(record: Any, attr: str, choices: Collection[str]) -> None:
+    value = getattr(record, attr)
+    if not isinstance(value, str) or value not in choices:
+        raise ConfigError(attr, f"must be one of {', '.join(sorted(choices))}, got {value!r}")

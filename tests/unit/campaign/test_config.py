@@ -1,0 +1,211 @@
+"""CampaignConfig: campaign.json's keys stay what they were, every campaign.json written
+before still loads (and resumes), nothing recorded is dropped, and a bad value is refused
+naming its field. No root needed."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+from dataclasses import replace
+
+import orjson
+import pytest
+
+from mallory.campaign.config import Calibration, CampaignConfig, ConfigError, LoopConfig
+from mallory.campaign.directory import PLOT_COLUMNS, CampaignDir, read_bundle_config
+from mallory.campaign.loop import Campaign
+from mallory.cli import main
+from mallory.commands import fuzz
+from mallory.errors import MalloryError
+from mallory.learner.learner import Learner
+from tests.unit.campaign.test_loop import (
+    FakeChecker,
+    FakeClock,
+    FakeNemesis,
+    FakeTimeline,
+)
+
+#: campaign.json's keys, in order, as `mallory fuzz` has written them since --backend
+#: (older code and the report read these)
+KEYS = ["version", "command", "sut", "port", "nodes", "policy", "reward", "temperature", "prior", "seed", "faults",
+        "workload", "concurrency", "rate", "steps", "window_s", "reset_s", "abstraction", "threshold", "calibrate",
+        "backend"]
+
+#: a campaign.json as the first `mallory fuzz` wrote it (b447f2e): before --prior,
+#: --calibrate and --backend
+OLD_CAMPAIGN_JSON = {
+    "version": "0.1.0", "command": ["/usr/bin/mallory", "fuzz", "--sut", "redis-replication", "--out", "c"],
+    "sut": "redis-replication", "port": 6379, "nodes": 3, "policy": "qlearning", "reward": "paper",
+    "temperature": None, "seed": 3, "faults": None, "workload": "list-append", "concurrency": 5, "rate": 50.0,
+    "steps": 12, "window_s": 2.5, "reset_s": 5.0, "abstraction": "event-history", "threshold": 0.7,
+}
+
+EVERYTHING_SET = CampaignConfig(
+    version="0.1.0", command=("mallory", "fuzz"), sut="/specs/raft-kv.toml", port=7000, nodes=5, policy="epsilon-greedy",
+    reward="novelty", temperature=0.05, prior="optimistic", seed=-4, faults=("partition", "kill:one"),
+    workload="rw-register", concurrency=2, rate=12.5, steps=7, window_s=1.5, reset_s=0.0, abstraction="vector-clock",
+    threshold=0.55, calibrate=40, backend="docker", calibration=Calibration(windows=38, threshold=0.55),
+    extra={"from_a_newer_mallory": {"kept": [1, 2]}},
+)
+
+
+def write_campaign_json(root, value: dict) -> None:
+    """A campaign directory as CampaignDir.create lays it out, with `value` as campaign.json."""
+    for sub in ("schedules", "bugs", "runs"):
+        (root / sub).mkdir(parents=True, exist_ok=True)
+    (root / "campaign.json").write_bytes(orjson.dumps(value, option=orjson.OPT_INDENT_2))
+    (root / "plot_data").write_text("# " + ", ".join(PLOT_COLUMNS) + "\n")
+
+
+def test_campaign_json_keeps_its_keys_and_order():
+    assert list(CampaignConfig(sut="redis-replication").to_json()) == KEYS
+    calibrated = replace(EVERYTHING_SET, extra={})
+    assert list(calibrated.to_json()) == [*KEYS, "calibration"]
+    assert calibrated.to_json()["calibration"] == {"windows": 38, "threshold": 0.55}
+
+
+def test_round_trip_through_the_campaign_directory(tmp_path):
+    directory = CampaignDir(tmp_path / "c")
+    directory.create(EVERYTHING_SET)
+    assert directory.config() == EVERYTHING_SET
+    assert orjson.loads((tmp_path / "c" / "campaign.json").read_bytes()) == EVERYTHING_SET.to_json()
+    assert CampaignConfig.from_json(EVERYTHING_SET.to_json(), "x") == EVERYTHING_SET
+
+
+def test_an_old_campaign_json_loads_with_defaults_and_resumes(tmp_path):
+    root = tmp_path / "old"
+    write_campaign_json(root, OLD_CAMPAIGN_JSON)
+    written = (root / "campaign.json").read_bytes()
+    directory = CampaignDir(root)
+    config = directory.config()
+    assert (config.prior, config.calibrate, config.backend, config.calibration, config.extra) == (None, 0, "netns", None, {})
+    assert config.to_json() == {**OLD_CAMPAIGN_JSON, "prior": None, "calibrate": 0, "backend": "netns"}
+
+    # Resume, as `mallory fuzz --resume` does: the loop runs from the directory's configuration.
+    clock, nemesis = FakeClock(), FakeNemesis()
+    learner = Learner.create(policy=config.policy, reward=config.reward, seed=config.seed, threshold=config.threshold)
+    campaign = Campaign(directory, learner, FakeTimeline(clock, nemesis), nemesis, config.loop_config(),
+                        checker=FakeChecker(), sleeper=clock)
+    campaign.run(schedules=4)
+    assert [len(s["steps"]) for s in directory.read_schedules()] == [12] * 4
+    assert (root / "campaign.json").read_bytes() == written, "resuming rewrites nothing"
+    assert [read_bundle_config(root / "bugs" / bug) for bug in directory.known_bugs()] == [config]
+
+
+def test_keys_it_does_not_know_are_written_back(tmp_path):
+    root = tmp_path / "newer"
+    write_campaign_json(root, {**OLD_CAMPAIGN_JSON, "warp": 9, "notes": {"by": "a newer mallory"}})
+    directory = CampaignDir(root)
+    config = directory.config()
+    assert config.extra == {"warp": 9, "notes": {"by": "a newer mallory"}}
+    directory.write_config(replace(config, threshold=0.6, calibration=Calibration(windows=10, threshold=0.6)))
+    rewritten = orjson.loads((root / "campaign.json").read_bytes())
+    assert rewritten["warp"] == 9 and rewritten["notes"] == {"by": "a newer mallory"}
+    assert rewritten["threshold"] == 0.6 and rewritten["calibration"] == {"windows": 10, "threshold": 0.6}
+    directory.record_bug("log:x", {}, {"index": 0}, config=directory.config())
+    assert read_bundle_config(root / "bugs" / "log_x").extra == config.extra
+
+
+@pytest.mark.parametrize(
+    "field, value, problem",
+    [
+        ("version", 1, "must be a string"),
+        ("command", "mallory fuzz", "must be a list of strings"),
+        ("sut", "", "must be a non-empty string"),
+        ("sut", None, "must be a non-empty string"),
+        ("port", 0, "must be at least 1"),
+        ("port", 70000, "must be at most 65535"),
+        ("port", "6379", "must be an integer"),
+        ("nodes", 0, "must be at least 1"),
+        ("nodes", 2.0, "must be an integer"),
+        ("nodes", True, "must be an integer"),
+        ("policy", "sarsa", "must be one of epsilon-greedy, qlearning, random"),
+        ("reward", "fame", "must be one of novelty, paper"),
+        ("temperature", 0, "must be positive"),
+        ("temperature", "hot", "must be a number"),
+        ("prior", "pessimistic", "must be one of optimistic, shared"),
+        ("seed", 1.5, "must be an integer"),
+        ("faults", [], "must be a non-empty list of non-empty strings"),
+        ("faults", ["kill", ""], "must be a non-empty list of non-empty strings"),
+        ("faults", "kill", "must be a non-empty list of non-empty strings"),
+        ("workload", "bank", "must be one of list-append, none, register, rw-register"),
+        ("concurrency", 0, "must be at least 1"),
+        ("rate", 0, "must be positive"),
+        ("rate", float("inf"), "must be a number"),
+        ("steps", 0, "must be at least 1"),
+        ("window_s", 0, "must be positive"),
+        ("window_s", float("nan"), "must be a number"),
+        ("reset_s", -1, "must not be negative"),
+        ("abstraction", "lamport", "must be one of event-count, event-history, vector-clock"),
+        ("threshold", 0, "must be in (0, 1]"),
+        ("threshold", 1.5, "must be in (0, 1]"),
+        ("calibrate", -1, "must be at least 0"),
+        ("calibrate", 2, "must be 0 (off) or at least 3"),
+        ("calibrate", 10_001, "must be at most 10000"),
+        ("backend", "k8s", "must be one of docker, netns"),
+    ],
+)
+def test_every_bad_value_is_refused_naming_its_field(tmp_path, field, value, problem):
+    with pytest.raises(ConfigError) as made:
+        CampaignConfig(**{"sut": "redis-replication", field: value})
+    assert made.value.field == field and str(made.value).startswith(f"campaign configuration: {field} {problem}")
+
+    if isinstance(value, float) and not math.isfinite(value):
+        return  # JSON has no NaN or infinity: no campaign.json can hold them
+    write_campaign_json(tmp_path / "c", {**OLD_CAMPAIGN_JSON, field: value})
+    with pytest.raises(MalloryError) as read:
+        CampaignDir(tmp_path / "c").config()
+    message = str(read.value)
+    assert message.startswith(f"{tmp_path / 'c' / 'campaign.json'}: {field} {problem}") and "\n" not in message
+
+
+@pytest.mark.parametrize(
+    "value, message",
+    [
+        ({"nodes": 3}, "sut is missing"),
+        ({"sut": "redis-replication", "calibration": {"windows": 0, "threshold": 0.5}}, "calibration.windows must be at least 1"),
+        ({"sut": "redis-replication", "calibration": {"windows": 4, "threshold": 2}}, "calibration.threshold must be in (0, 1]"),
+        ({"sut": "redis-replication", "calibration": 0.5}, "calibration must be an object of windows and threshold"),
+    ],
+)
+def test_a_missing_sut_or_a_bad_calibration_is_refused(value, message):
+    with pytest.raises(ConfigError, match="^" + re.escape(f"c/campaign.json: {message}")):
+        CampaignConfig.from_json(value, "c/campaign.json")
+
+
+def test_unknown_keys_may_not_stand_in_for_known_fields():
+    with pytest.raises(ConfigError, match="extra must not hold known fields"):
+        CampaignConfig(sut="redis-replication", extra={"nodes": 4})
+
+
+def test_numbers_are_normalised_so_equal_configurations_compare_equal():
+    from_json = CampaignConfig.from_json({"sut": "redis-replication", "rate": 50, "faults": ["kill"]}, "c")
+    assert from_json == CampaignConfig(sut="redis-replication", rate=50.0, faults=("kill",))
+    assert isinstance(from_json.rate, float) and from_json.faults == ("kill",)
+
+
+def test_the_loop_config_is_the_configurations_share():
+    config = CampaignConfig(sut="redis-replication", steps=7, window_s=1.5, reset_s=0.5, seed=11)
+    assert config.loop_config() == LoopConfig(steps=7, window_s=1.5, reset_s=0.5, seed=11)
+    assert CampaignConfig(sut="redis-replication").loop_config() == LoopConfig()
+
+
+def fuzz_args(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    fuzz.configure(parser)
+    return parser.parse_args(argv)
+
+
+def test_fuzz_options_default_to_the_fields_defaults():
+    config = fuzz.config_from_args(fuzz_args("--sut", "redis-replication", "--out", "c"))
+    assert replace(config, version="", command=()) == CampaignConfig(sut="redis-replication")
+
+
+def test_fuzz_refuses_a_bad_option_naming_it(tmp_path, capsys):
+    for option, value, message in [("--nodes", "0", "--nodes must be at least 1"),
+                                   ("--window", "0", "--window must be positive"),
+                                   ("--reward", "fame", "--reward must be one of novelty, paper")]:
+        code = main(["fuzz", "--out", str(tmp_path / "c"), "--sut", "redis-replication", option, value])
+        assert code == 65 and message in capsys.readouterr().err
+        assert not (tmp_path / "c").exists()
