@@ -120,8 +120,8 @@ def test_keys_it_does_not_know_are_written_back(tmp_path):
         ("nodes", 0, "must be at least 1"),
         ("nodes", 2.0, "must be an integer"),
         ("nodes", True, "must be an integer"),
-        ("policy", "sarsa", "must be one of epsilon-greedy, qlearning, random"),
-        ("reward", "fame", "must be one of novelty, paper"),
+        ("policy", "sarsa", "must be one of bonus-max, epsilon-greedy, qlearning, random"),
+        ("reward", "fame", "must be one of none, novelty, pair-novelty, pairs, paper"),
         ("temperature", 0, "must be positive"),
         ("temperature", "hot", "must be a number"),
         ("prior", "pessimistic", "must be one of optimistic, shared"),
@@ -137,7 +137,7 @@ def test_keys_it_does_not_know_are_written_back(tmp_path):
         ("window_s", 0, "must be positive"),
         ("window_s", float("nan"), "must be a number"),
         ("reset_s", -1, "must not be negative"),
-        ("abstraction", "lamport", "must be one of event-count, event-history, vector-clock"),
+        ("abstraction", "lamport", "must be one of code-history, event-count, event-history, vector-clock"),
         ("threshold", 0, "must be in (0, 1]"),
         ("threshold", 1.5, "must be in (0, 1]"),
         ("calibrate", -1, "must be at least 0"),
@@ -205,7 +205,7 @@ def test_fuzz_options_default_to_the_fields_defaults():
 def test_fuzz_refuses_a_bad_option_naming_it(tmp_path, capsys):
     for option, value, message in [("--nodes", "0", "--nodes must be at least 1"),
                                    ("--window", "0", "--window must be positive"),
-                                   ("--reward", "fame", "--reward must be one of novelty, paper")]:
+                                   ("--reward", "fame", "--reward must be one of none, novelty, pair-novelty, pairs, paper")]:
         code = main(["fuzz", "--out", str(tmp_path / "c"), "--sut", "redis-replication", option, value])
         assert code == 65 and message in capsys.readouterr().err
         assert not (tmp_path / "c").exists()
