@@ -23,6 +23,7 @@ from mallory.harness.spec import parse_spec  # noqa: E402
 from mallory.harness.spec_adapter import SpecAdapter  # noqa: E402
 from mallory.harness.workload import KeySpace, ListAppendWorkload  # noqa: E402
 from mallory.history.edn import Keyword  # noqa: E402
+from mallory.suts.registry import SPEC_CLIENTS  # noqa: E402
 
 N = 50_000
 
@@ -76,7 +77,7 @@ kind = "redis"
         )
         backend = LoopbackBackend(1, root=tmp / "cluster")
         try:
-            adapter = SpecAdapter(spec, backend)
+            adapter = SpecAdapter(spec, backend, clients=SPEC_CLIENTS)
             adapter.start("n1")
             adapter.wait_ready("n1")
             bare = workload_rate(adapter, None)

@@ -21,6 +21,7 @@ from mallory.harness.workload import KeySpace, ListAppendWorkload, RegisterWorkl
 from mallory.history.ops import read_history
 from mallory.suts.redis.client import RedisClient
 from mallory.suts.redis.replication import RedisReplicationAdapter
+from mallory.suts.registry import SPEC_CLIENTS
 from tests.live.redis.redis_cluster import (
     check_process_semantics,
     free_port,
@@ -39,7 +40,7 @@ def backend(tmp_path: Path) -> Iterator[LoopbackBackend]:
 
 def spec_adapter(backend: LoopbackBackend, probe: str = "tcp") -> SpecAdapter:
     port = free_port([backend.node_address(n) for n in backend.nodes])
-    return SpecAdapter(parse_spec(redis_spec_text(port, probe), "redis.toml"), backend)
+    return SpecAdapter(parse_spec(redis_spec_text(port, probe), "redis.toml"), backend, clients=SPEC_CLIENTS)
 
 
 def test_kill_pause_resume_stop_change_the_real_process(backend: LoopbackBackend) -> None:
@@ -277,7 +278,7 @@ def test_kill_and_restart_the_oracles_judge_what_redis_kept(
     text = redis_spec_text(port)
     if persistent:
         text = text.replace('"--appendonly", "no"', '"--appendonly", "yes", "--appendfsync", "always"')
-    adapter = SpecAdapter(parse_spec(text, "redis.toml"), backend)
+    adapter = SpecAdapter(parse_spec(text, "redis.toml"), backend, clients=SPEC_CLIENTS)
     adapter.start("n1")
     adapter.wait_ready("n1")
     workload = ListAppendWorkload(KeySpace(key_count=3, distribution="uniform", max_writes_per_key=None))
