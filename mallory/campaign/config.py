@@ -9,7 +9,7 @@ so a bad one is refused before any cluster comes up, naming its field (`ConfigEr
 campaign.json stays what it always was, a flat JSON object under these field names, so
 older code and the report keep reading it. Reading is lenient in two ways only: a key
 missing from a file written before it existed takes its default (the default of `mallory
-fuzz`'s option), and a key this version does not know (written by a newer one) is kept in
+fuzz`'s option, unless the default changed since: `ABSENT_MEANS`), and a key this version does not know (written by a newer one) is kept in
 `extra` and written back, so rewriting the file loses nothing. Only `sut` has no default.
 """
 
@@ -34,6 +34,17 @@ BACKENDS = ("netns", "docker")
 NO_WORKLOAD = "none"
 #: fewer fault-free windows than this cannot calibrate the similarity threshold
 MIN_CALIBRATION_WINDOWS = 3
+#: fault-free windows a new campaign calibrates on unless told otherwise (50 s of 2.5 s)
+DEFAULT_CALIBRATION_WINDOWS = 20
+#: named sets of settings (`mallory fuzz --preset`); a preset's values stand in for the
+#: defaults of the options it names, options given explicitly still win
+PRESETS: dict[str, dict[str, Any]] = {
+    # the Mallory paper's learner as published (CCS'23): threshold 0.7 without calibration,
+    # the event-history abstraction, reward -1 seen / 0 new, Q-learning with alpha 0.1 and
+    # gamma 0.6, softmax, untried actions at 0, 12 steps of 2.5 s
+    "paper": {"policy": "qlearning", "reward": "paper", "prior": "optimistic", "abstraction": "event-history",
+              "threshold": 0.7, "calibrate": 0, "steps": 12, "window_s": 2.5},
+}
 
 
 class ConfigError(MalloryError):
@@ -61,22 +72,33 @@ class LoopConfig:
 
 @dataclass(frozen=True)
 class Calibration:
-    """What a calibration measured: `windows` complete fault-free windows set the state
-    similarity `threshold`. A campaign that has one is not calibrated again on resume."""
+    """What a calibration measured: `windows` complete fault-free windows under load set
+    the state similarity `threshold`. `largest` is the largest threshold under which 90%
+    of them coincide; the threshold is that or the configured one, whichever is lower.
+    `steady_states` is how many states the windows fall into at the chosen threshold. A
+    campaign that has one is not calibrated again on resume. (Calibrations recorded before
+    `largest` and `steady_states` existed have None there.)"""
 
     windows: int
     threshold: float
+    largest: float | None = None
+    steady_states: int | None = None
 
     def __post_init__(self) -> None:
         _integer(self, "windows", low=1, name="calibration.windows")
         _number(self, "threshold", at_most_one=True, name="calibration.threshold")
+        if self.largest is not None:
+            _number(self, "largest", at_most_one=True, name="calibration.largest")
+        if self.steady_states is not None:
+            _integer(self, "steady_states", low=1, name="calibration.steady_states")
 
     @classmethod
     def from_json(cls, value: Any) -> Calibration:
         """campaign.json's `calibration` object; ConfigError if `value` is not one."""
-        if not isinstance(value, Mapping) or set(value) != {"windows", "threshold"}:
-            raise ConfigError("calibration", f"must be an object of windows and threshold, got {value!r}")
-        return cls(windows=value["windows"], threshold=value["threshold"])
+        keys = {"windows", "threshold", "largest", "steady_states"}
+        if not isinstance(value, Mapping) or not {"windows", "threshold"} <= set(value) <= keys:
+            raise ConfigError("calibration", f"must be an object of {', '.join(sorted(keys))}, got {value!r}")
+        return cls(**value)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -121,13 +143,17 @@ class CampaignConfig:
     #: seconds given the cluster to settle after a schedule's reset
     reset_s: float = 5.0
     #: how a window of the timeline becomes a state's summary (timeline/abstraction.py)
-    abstraction: str = "event-history"
-    #: the state similarity threshold, in (0, 1]
+    abstraction: str = "code-history"
+    #: the state similarity threshold, in (0, 1]; calibration may lower it
     threshold: float = 0.7
     #: fault-free windows to calibrate the threshold on before fuzzing (0: no calibration)
-    calibrate: int = 0
+    calibrate: int = DEFAULT_CALIBRATION_WINDOWS
     #: the cluster backend, one of BACKENDS
     backend: str = "netns"
+    #: a waypoint file (campaign/waypoints.py), absolute path, or None
+    waypoints: str | None = None
+    #: the preset the settings came from (PRESETS), for the record, or None
+    preset: str | None = None
     #: the calibration done, once done (not written before)
     calibration: Calibration | None = None
     #: campaign.json's keys this version does not know, kept to be written back
@@ -160,6 +186,10 @@ class CampaignConfig:
         if 0 < self.calibrate < MIN_CALIBRATION_WINDOWS:
             raise ConfigError("calibrate", f"must be 0 (off) or at least {MIN_CALIBRATION_WINDOWS}, got {self.calibrate}")
         _choice(self, "backend", BACKENDS)
+        if self.waypoints is not None:
+            _text(self, "waypoints")
+        if self.preset is not None:
+            _choice(self, "preset", PRESETS)
         if self.calibration is not None and not isinstance(self.calibration, Calibration):
             raise ConfigError("calibration", f"must be a Calibration, got {self.calibration!r}")
         clash = set(self.extra) & _KNOWN_KEYS
@@ -177,7 +207,7 @@ class CampaignConfig:
         out["command"] = list(self.command)
         out["faults"] = None if self.faults is None else list(self.faults)
         if self.calibration is not None:
-            out["calibration"] = asdict(self.calibration)
+            out["calibration"] = {k: v for k, v in asdict(self.calibration).items() if v is not None}
         return {**out, **self.extra}
 
     @classmethod
@@ -191,6 +221,7 @@ class CampaignConfig:
                     raise ConfigError(f.name, "is missing")
             calibration = value.get("calibration")
             return cls(
+                **{key: item for key, item in ABSENT_MEANS.items() if key not in value},
                 **{key: item for key, item in value.items() if key in _KNOWN_KEYS - {"calibration"}},
                 calibration=None if calibration is None else Calibration.from_json(calibration),
                 extra={key: item for key, item in value.items() if key not in _KNOWN_KEYS},
@@ -198,6 +229,11 @@ class CampaignConfig:
         except ConfigError as exc:
             raise ConfigError(exc.field, exc.problem, where=str(source)) from None
 
+
+#: keys whose default changed after campaigns without them were written: absent from a
+#: campaign.json, they mean what they meant when it was written (a campaign from before
+#: calibration existed did not calibrate)
+ABSENT_MEANS: dict[str, Any] = {"calibrate": 0}
 
 #: campaign.json's keys this version knows
 _KNOWN_KEYS = frozenset(f.name for f in fields(CampaignConfig)) - {"extra"}

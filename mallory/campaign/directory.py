@@ -42,6 +42,8 @@ PLOT_COLUMNS = (
     "state",
     "new_state",
     "feedback_ms",
+    "pairs_covered",
+    "waypoint",
 )
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from mallory.campaign.checks import ScheduleChecks
@@ -17,9 +18,10 @@ from mallory.campaign.config import NO_WORKLOAD, CampaignConfig
 from mallory.campaign.directory import CampaignDir
 from mallory.campaign.loop import Campaign, ScriptedStep, report_json
 from mallory.campaign.netns_stack import ObservedCluster
-from mallory.harness.adapter import SutAdapter, TakesEnvOverlay
+from mallory.harness.adapter import ProcessAdapter, SutAdapter, TakesEnvOverlay
 from mallory.harness.runner import RunConfig
 from mallory.harness.session import start_all, teardown_all
+from mallory.instrument.catalogue import Catalogue, catalogue_path
 from mallory.learner.learner import Learner
 from mallory.mediator.client import TimelineWindows
 from mallory.suts.registry import make_adapter
@@ -37,6 +39,21 @@ class LiveParts:
         """A fault taken: a FAULT event in the timeline, a :nemesis :info op in the history."""
         self.stack.client.fault_reported(action)
         self.checks.nemesis_op(action, report_json(report))
+
+    def event_catalogue(self) -> Catalogue:
+        """The annotation catalogue the build wrote next to the SUT's program (empty when
+        there is none: an uninstrumented program, or one the adapter starts otherwise)."""
+        if isinstance(self.adapter, ProcessAdapter):
+            program = self.adapter.command(self.adapter.backend.nodes[0])[0]
+            path = Path(catalogue_path(program))
+            if path.exists():
+                return Catalogue.load(path)
+        return Catalogue()
+
+    def log_event_names(self) -> list[str]:
+        """The names of the SUT's declared log events (unnamed ones are named by message)."""
+        patterns = self.adapter.log_events if isinstance(self.adapter, ProcessAdapter) else ()
+        return [p.name for p in patterns if p.name]
 
 
 @contextmanager

@@ -28,6 +28,7 @@ from typing import Any, Protocol
 
 from mallory.campaign.config import LoopConfig
 from mallory.campaign.directory import CampaignDir
+from mallory.campaign.waypoints import Waypoints
 from mallory.errors import MalloryError
 from mallory.learner.learner import Learner
 from mallory.mediator.windows import Window
@@ -166,6 +167,11 @@ class Progress:
     refused_faults: int = 0
     states: int = 0
     last_new_state_s: float | None = None
+    #: distinct happens-before pairs of code/log events seen (the learner's coverage)
+    pairs_covered: int = 0
+    last_new_pair_s: float | None = None
+    #: waypoint name -> schedules that reached it
+    waypoints_reached: dict[str, int] = field(default_factory=dict)
     bugs: int = 0
     last_bug_s: float | None = None
     current_fault: str = "-"
@@ -194,6 +200,7 @@ class Campaign:
         on_update: Callable[[Progress], None] | None = None,
         info: dict[str, Any] | None = None,
         on_action: Callable[[str, Any], None] | None = None,
+        waypoints: Waypoints | None = None,
     ) -> None:
         self.dir = directory
         self.learner = learner
@@ -208,6 +215,8 @@ class Campaign:
         self.info = dict(info or {})
         #: told of every action taken, with its report (e.g. to put it in the timeline and history)
         self.on_action = on_action or (lambda action, report: None)
+        #: predicates over windows that give schedules levels (None: no waypoints)
+        self.waypoints = waypoints
         self._restore_progress()
 
     def _restore_progress(self) -> None:
@@ -217,7 +226,11 @@ class Campaign:
             p.schedules_done += 1
             p.steps_done += len(record.get("steps", []))
             p.late_steps += sum(1 for s in record.get("steps", []) if s.get("late"))
+            reached = record.get("waypoint")
+            if reached:
+                p.waypoints_reached[reached] = p.waypoints_reached.get(reached, 0) + 1
         p.states = len(self.learner.store)
+        p.pairs_covered = len(self.learner.coverage)
         p.bugs = len(self.dir.known_bugs())
         stats = self.dir.read_stats()
         try:
@@ -263,9 +276,12 @@ class Campaign:
         # Orient: where does the schedule start from?
         end = self.source.now_ns()
         first = self._feedback(end - window_ns, end)
-        observed = self.learner.observe_window(first.summary if first.complete else None)
+        observed = self.learner.observe_window(first.summary if first.complete else None, first.pairs)
         record["initial_state"] = None if observed is None else observed[0].state_id
+        self.progress.pairs_covered = len(self.learner.coverage)
         active: list[Any] = []
+        self._families: list[str] = []  # fault families of `active`, for waypoints
+        level = 0
         try:
             for step in range(cfg.steps if script is None else len(script)):
                 if stop():
@@ -275,7 +291,12 @@ class Campaign:
                 entry = self._step(step, planned.action, step_rng(seed, planned.draw), int(window_s * 1e9), active)
                 entry.update(draw=planned.draw, window_s=window_s)
                 record["steps"].append(entry)
+                level = max(level, entry.get("waypoint") or 0)
         finally:
+            if self.waypoints is not None and level:
+                record["waypoint"] = self.waypoints.names[level - 1]
+                reached = self.progress.waypoints_reached
+                reached[record["waypoint"]] = reached.get(record["waypoint"], 0) + 1
             problems = self._heal_all(active)
             if problems:
                 record["heal_problems"] = problems
@@ -294,6 +315,7 @@ class Campaign:
         returned for the record, and the schedule's reset tries again."""
         problems = self.nemesis.heal_all(active)
         active.clear()
+        self._families.clear()
         return problems
 
     def _feedback(self, start_ns: int, end_ns: int) -> Window:
@@ -316,6 +338,7 @@ class Campaign:
             try:
                 report = self.nemesis.enact(action, rng)
                 active.append(report)
+                self._families.append(action.partition(":")[0])
             except MalloryError as exc:
                 # A fault the cluster cannot take right now (e.g. its target is down) must not
                 # end a day-long campaign: the step is recorded as refused, like a noop.
@@ -338,16 +361,25 @@ class Campaign:
         }
         p = self.progress
         p.steps_done += 1
-        observed = self.learner.observe_window(window.summary if window.complete else None)
+        waypoint = 0
+        if self.waypoints is not None and window.complete:
+            waypoint = self.waypoints.level(window.types, self._families)
+        covered = len(self.learner.coverage)
+        observed = self.learner.observe_window(window.summary if window.complete else None, window.pairs, waypoint)
         if observed is not None:
             match, reward = observed
-            entry.update(state=match.state_id, new=match.is_new, reward=reward, summary_size=len(window.summary))
+            new_pairs = len(self.learner.coverage) - covered
+            entry.update(state=match.state_id, new=match.is_new, reward=reward, summary_size=len(window.summary),
+                         pairs=len(window.pairs), new_pairs=new_pairs, waypoint=waypoint)
             if match.is_new:
                 p.last_new_state_s = p.elapsed_s()
+            if new_pairs:
+                p.last_new_pair_s = p.elapsed_s()
         else:  # late: no state, no reward (see Learner.observe_window)
             p.late_steps += 1
             entry.update(state=None, new=None, reward=None)
         p.states = len(self.learner.store)
+        p.pairs_covered = len(self.learner.coverage)
         self.dir.append_plot(
             {
                 "relative_time_s": round(p.elapsed_s(), 3),
@@ -360,6 +392,8 @@ class Campaign:
                 "state": entry["state"] if entry["state"] is not None else "",
                 "new_state": int(bool(entry["new"])),
                 "feedback_ms": round(p.feedback_ms[-1], 1) if window.complete and p.feedback_ms else "",
+                "pairs_covered": p.pairs_covered,
+                "waypoint": waypoint,
             }
         )
         self.dir.write_stats(self.stats())
@@ -400,6 +434,9 @@ class Campaign:
             "refused_faults": p.refused_faults,
             "distinct_states": p.states,
             "last_new_state": "-" if p.last_new_state_s is None else round(p.last_new_state_s, 1),
+            "pairs_covered": p.pairs_covered,
+            "last_new_pair": "-" if p.last_new_pair_s is None else round(p.last_new_pair_s, 1),
+            "waypoints_reached": ",".join(f"{name}:{n}" for name, n in p.waypoints_reached.items()) or "-",
             "states_per_hour": round(p.states / max(p.elapsed_s(), 1e-9) * 3600, 1),
             "bugs_found": p.bugs,
             "last_bug": "-" if p.last_bug_s is None else round(p.last_bug_s, 1),

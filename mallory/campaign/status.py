@@ -41,7 +41,7 @@ class StatusScreen:
         p50 = p.feedback_percentile(0.5)
         print(
             f"[{_dur(p.elapsed_s())}] schedules {p.schedules_done} steps {p.steps_done} "
-            f"states {p.states} bugs {p.bugs} late {p.late_steps} fault {p.current_fault} "
+            f"states {p.states} pairs {p.pairs_covered} bugs {p.bugs} late {p.late_steps} fault {p.current_fault} "
             f"feedback p50 {p50 if p50 is not None else '-'} ms",
             file=self.out,
             flush=True,
@@ -56,6 +56,7 @@ class StatusScreen:
             f"        run time : {_dur(p.elapsed_s())}",
             f"  last new state : {_dur(p.last_new_state_s)}",
             f"  distinct states: {p.states}   ({p.states / hours:.1f}/h)",
+            f"   pairs covered : {p.pairs_covered}   last new {_dur(p.last_new_pair_s)}",
             f"       schedules : {p.schedules_done}   steps {p.steps_done}   late {p.late_steps}",
             f"   current fault : {p.current_fault}",
             f"  feedback (ms)  : p50 {p50 if p50 is not None else '-'}   p99 {p99 if p99 is not None else '-'}",

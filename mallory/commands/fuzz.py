@@ -27,6 +27,7 @@ from mallory.campaign.config import (
     BACKENDS,
     MIN_CALIBRATION_WINDOWS,
     NO_WORKLOAD,
+    PRESETS,
     Calibration,
     CampaignConfig,
     ConfigError,
@@ -35,11 +36,14 @@ from mallory.campaign.directory import CampaignDir
 from mallory.campaign.live import LiveParts, live_parts
 from mallory.campaign.loop import Campaign, RealSleeper, steady_summaries
 from mallory.campaign.status import StatusScreen
+from mallory.campaign.waypoints import Waypoints, load_waypoints
 from mallory.errors import MalloryError
 from mallory.harness.workload import WORKLOADS
 from mallory.learner.calibration import calibrate_threshold
 from mallory.learner.learner import Learner
 from mallory.learner.policies import POLICIES, PRIORS
+from mallory.learner.rewards import REWARDS
+from mallory.learner.states import StateStore
 from mallory.suts.registry import BUILTIN_SUTS, resolve_sut
 from mallory.timeline.abstraction import ABSTRACTIONS
 
@@ -64,7 +68,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--duration", default=None, help="campaign time, e.g. 5m, 1h, 24h (default 1h)")
     parser.add_argument("--schedules", type=int, default=None, help="stop after this many schedules")
     parser.add_argument("--policy", choices=sorted(POLICIES), default=defaults.policy)
-    parser.add_argument("--reward", default=defaults.reward, help="reward: paper (-1 seen, 0 new) or novelty")
+    parser.add_argument("--reward", default=defaults.reward,
+                        help=f"reward: {', '.join(sorted(REWARDS))} (default %(default)s; see mallory/learner/rewards.py)")
     parser.add_argument("--temperature", type=float, default=defaults.temperature, help="qlearning softmax temperature")
     parser.add_argument("--prior", choices=PRIORS, default=defaults.prior,
                         help="where an untried fault starts in a state: optimistic (0: try each once there "
@@ -84,8 +89,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threshold", type=float, default=defaults.threshold,
                         help="state similarity threshold (default %(default)s)")
     parser.add_argument("--calibrate", type=int, default=defaults.calibrate, metavar="WINDOWS",
-                        help="before fuzzing, run this many fault-free windows under load and set the "
-                        "threshold so that 90%% of them coincide (the paper's convention; default: off)")
+                        help="before fuzzing, run this many fault-free windows under load and lower the "
+                        "threshold, if need be, until 90%% of them coincide (the paper's convention; "
+                        "default %(default)s; 0: off)")
+    parser.add_argument("--waypoints", type=Path, default=None, metavar="FILE",
+                        help="waypoint predicates (TOML) that split the search into levels, e.g. "
+                        "suts/example/waypoints.toml (see mallory/campaign/waypoints.py)")
+    parser.add_argument("--preset", choices=sorted(PRESETS), default=None,
+                        help="a named set of settings; `paper`: the Mallory paper's learner as published "
+                        "(event-history, threshold 0.7 uncalibrated, paper reward, Q-learning with untried "
+                        "actions at 0); options given explicitly still win")
     parser.add_argument("--port", type=int, default=defaults.port, help="client port of a built-in SUT")
     parser.add_argument("--plain", action="store_true", help="log lines instead of the status screen")
     parser.add_argument("--backend", choices=BACKENDS, default=defaults.backend,
@@ -97,11 +110,25 @@ def configure(parser: argparse.ArgumentParser) -> None:
 OPTION_OF_FIELD = {"window_s": "--window", "reset_s": "--reset"}
 
 
+def _apply_preset(args: argparse.Namespace) -> None:
+    """Give the options a preset names its values, where the command line left them at
+    their defaults (an option given explicitly, even to its default value, is kept: argparse
+    cannot tell the two apart, and both mean the same then)."""
+    for field, value in PRESETS[args.preset].items():
+        option = OPTION_OF_FIELD.get(field, "--" + field).removeprefix("--")
+        if getattr(args, option) == getattr(CampaignConfig, field):
+            setattr(args, option, value)
+
+
 def config_from_args(args: argparse.Namespace) -> CampaignConfig:
     """A new campaign's configuration from the command line; a bad value is refused naming
     its option."""
     if not args.sut:
         raise MalloryError("--sut is required for a new campaign")
+    if args.preset:
+        _apply_preset(args)
+    if args.waypoints is not None and not args.waypoints.is_file():
+        raise MalloryError(f"--waypoints {args.waypoints}: no such file")
     try:
         return CampaignConfig(
             version=__version__,
@@ -125,6 +152,8 @@ def config_from_args(args: argparse.Namespace) -> CampaignConfig:
             threshold=args.threshold,
             calibrate=args.calibrate,
             backend=args.backend,
+            waypoints=str(args.waypoints.resolve()) if args.waypoints else None,
+            preset=args.preset,
         )
     except ConfigError as exc:
         raise MalloryError(f"{OPTION_OF_FIELD.get(exc.field, '--' + exc.field)} {exc.problem}") from None
@@ -153,11 +182,29 @@ def _calibrate(config: CampaignConfig, directory: CampaignDir, live: LiveParts) 
         live.checks.stop_workload()
     if len(summaries) < MIN_CALIBRATION_WINDOWS:
         raise MalloryError(f"calibration: only {len(summaries)} complete windows; the timeline is not keeping up")
-    threshold = calibrate_threshold(summaries)
-    print(f"calibrated state similarity threshold: {threshold:.3f} (was {config.threshold})", flush=True)
-    calibrated = replace(config, threshold=threshold, calibration=Calibration(windows=len(summaries), threshold=threshold))
+    # The largest threshold that makes 90% coincide is 1.0 when the steady windows are all
+    # alike: as discriminating as exact equality, which would split every faulty window
+    # from its neighbours. It lowers the configured threshold; it never raises it.
+    largest = calibrate_threshold(summaries)
+    threshold = min(largest, config.threshold)
+    store = StateStore(threshold=threshold)
+    for summary in summaries:
+        store.lookup(summary)
+    print(f"calibration: {len(summaries)} fault-free windows fall into {len(store)} state(s) at threshold "
+          f"{threshold:.3f} (90% coincide up to {largest:.3f}; configured {config.threshold})", flush=True)
+    calibrated = replace(config, threshold=threshold, calibration=Calibration(
+        windows=len(summaries), threshold=threshold, largest=largest, steady_states=len(store)))
     directory.write_config(calibrated)
     return calibrated
+
+
+def _waypoints(config: CampaignConfig, live: LiveParts) -> Waypoints | None:
+    """The campaign's waypoints, their event names resolved against the SUT's catalogue and
+    log events, their fault families against the nemesis's."""
+    if config.waypoints is None:
+        return None
+    families = {label.partition(":")[0] for label in live.nemesis.actions()}
+    return load_waypoints(Path(config.waypoints), live.event_catalogue(), live.log_event_names(), families)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -189,7 +236,7 @@ def run(args: argparse.Namespace) -> int:
             campaign = Campaign(
                 directory, _learner(directory, config), live.windows, live.nemesis, config.loop_config(),
                 checker=live.checks, on_update=screen.update, on_action=live.record_action,
-                info={"cluster_run": run_name, "fuzzer_pid": os.getpid()},
+                info={"cluster_run": run_name, "fuzzer_pid": os.getpid()}, waypoints=_waypoints(config, live),
             )
             progress = campaign.run(schedules=args.schedules, duration_s=duration, stop=stopping.is_set)
     finally:
@@ -197,7 +244,7 @@ def run(args: argparse.Namespace) -> int:
             signal.signal(s, handler)
     print(
         f"campaign {directory.root}: {progress.schedules_done} schedules, {progress.steps_done} steps, "
-        f"{progress.states} distinct states, {progress.bugs} bugs "
+        f"{progress.states} distinct states, {progress.pairs_covered} event pairs covered, {progress.bugs} bugs "
         f"({len(directory.known_bugs())} bundles in {directory.root / 'bugs'})"
     )
     for bug in sorted(directory.known_bugs()):

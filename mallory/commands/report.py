@@ -32,7 +32,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from mallory.report.build import ReportOptions, build_report  # matplotlib: only when reporting
+    from mallory.report.build import (  # matplotlib: only when reporting
+        ReportOptions,
+        build_report,
+    )
 
     index = build_report(args.dirs, ReportOptions(out=args.out, catalogues=args.catalogue, max_events=args.max_events))
     print(f"report: {index}")

@@ -17,7 +17,14 @@ from __future__ import annotations
 import socket
 from typing import Any, Mapping
 
-from mallory.harness.client import Completion, fail, info, ok, register_parts, register_read
+from mallory.harness.client import (
+    Completion,
+    fail,
+    info,
+    ok,
+    register_parts,
+    register_read,
+)
 
 MAX_REDIRECTS = 3
 

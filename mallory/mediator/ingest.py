@@ -29,7 +29,6 @@ from mallory.timeline.builder import Committed, TimelineBuilder
 from mallory.timeline.codec import encode
 from mallory.timeline.event import Batch, ClockPair, Kind
 
-
 #: Packet ids of a node's SEND/RECV events that the firewall had not logged when their batch
 #: arrived, kept for a late join; past this many an id counts as unjoined for good.
 MAX_WAITING_JOINS = 10_000

@@ -20,7 +20,15 @@ from __future__ import annotations
 
 import struct
 
-from mallory.observer.nfq import _NLATTR, _NLMSGHDR, NF_ACCEPT, NFQA_PACKET_HDR, NFQA_PAYLOAD, NFQNL_MSG_PACKET, QueueBinding
+from mallory.observer.nfq import (
+    _NLATTR,
+    _NLMSGHDR,
+    NF_ACCEPT,
+    NFQA_PACKET_HDR,
+    NFQA_PAYLOAD,
+    NFQNL_MSG_PACKET,
+    QueueBinding,
+)
 
 NF_DROP = 0
 COPY_RANGE = 0xFFFF  # whole packets: a duplicate is re-sent from the copy

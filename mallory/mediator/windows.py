@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from mallory.timeline.abstraction import ABSTRACTIONS
+from mallory.timeline.abstraction import ABSTRACTIONS, behaviour
 from mallory.timeline.builder import Committed
 from mallory.timeline.window import EntryBuffer, summarize
 
@@ -25,23 +25,27 @@ RETAIN_NS = 120_000_000_000
 
 @dataclass(frozen=True)
 class Window:
-    """What the timeline says about [start, end): its summary, how many events it held,
-    and whether it was complete (the frontier passed its end in time). An incomplete
-    window's summary is of the events committed so far: nothing should learn from it."""
+    """What the timeline says about [start, end): its summary under the asked abstraction,
+    how many events it held, whether it was complete (the frontier passed its end in time),
+    and its behaviour whatever the abstraction (timeline.abstraction.Behaviour): the code
+    and log event types that occurred (`types`) and their happens-before pairs (`pairs`).
+    An incomplete window shows the events committed so far: nothing should learn from it."""
 
     summary: frozenset[str]
     events: int
     complete: bool
     frontier_ns: int | None = None
+    types: frozenset[str] = frozenset()
+    pairs: frozenset[str] = frozenset()
 
     def to_json(self) -> dict:
         return {"complete": self.complete, "events": self.events, "frontier_ns": self.frontier_ns,
-                "summary": sorted(self.summary)}
+                "summary": sorted(self.summary), "types": sorted(self.types), "pairs": sorted(self.pairs)}
 
     @classmethod
     def from_json(cls, answer: dict) -> "Window":
         return cls(frozenset(answer["summary"]), int(answer["events"]), bool(answer["complete"]),
-                   answer.get("frontier_ns"))
+                   answer.get("frontier_ns"), frozenset(answer.get("types", ())), frozenset(answer.get("pairs", ())))
 
 
 class WindowService:
@@ -91,4 +95,5 @@ class WindowService:
                 self._buffer.release_before(end_ns - self.retain_ns)
         self.served += 1
         self.incomplete += not complete
-        return Window(frozenset(summarize(inside, abstraction)), len(inside), complete, frontier)
+        seen = behaviour(inside)
+        return Window(frozenset(summarize(inside, abstraction)), len(inside), complete, frontier, seen.types, seen.pairs)

@@ -20,7 +20,8 @@ from mallory.errors import MalloryError
 
 @dataclass(frozen=True)
 class PlotRow:
-    """One line of `plot_data`: the campaign right after one step."""
+    """One line of `plot_data`: the campaign right after one step. Columns a campaign
+    written before they existed did not have are None (pairs_covered) or 0 (waypoint)."""
 
     time_s: float
     schedules_done: int
@@ -32,33 +33,48 @@ class PlotRow:
     state: int | None
     new_state: bool
     feedback_ms: float | None
+    pairs_covered: int | None = None
+    waypoint: int = 0
 
 
 def parse_plot_data(text: str, source: str = "plot_data") -> list[PlotRow]:
-    """The rows of a `plot_data` file (header and blank lines skipped). A torn last line (the
-    campaign was killed while appending) is dropped; any other malformed line is an error."""
-    lines = [(n, line) for n, line in enumerate(text.splitlines(), start=1) if line.strip() and not line.startswith("#")]
+    """The rows of a `plot_data` file, by the column names of its header (a file without
+    one has today's `PLOT_COLUMNS`; older campaigns have fewer columns). Blank lines are
+    skipped. A torn last line (the campaign was killed while appending) is dropped; any
+    other malformed line is an error."""
+    columns = list(PLOT_COLUMNS)
+    lines = []
+    for n, line in enumerate(text.splitlines(), start=1):
+        if line.startswith("#"):
+            if not lines:
+                columns = [c.strip() for c in line[1:].split(",")]
+        elif line.strip():
+            lines.append((n, line))
     rows = []
     for pos, (lineno, line) in enumerate(lines):
         fields = [f.strip() for f in line.split(",")]
         try:
-            if len(fields) != len(PLOT_COLUMNS):
-                raise ValueError(f"{len(fields)} fields, expected {len(PLOT_COLUMNS)}")
+            if len(fields) != len(columns):
+                raise ValueError(f"{len(fields)} fields, expected {len(columns)}")
+            row = dict(zip(columns, fields))
+            pairs = row.get("pairs_covered", "")
             rows.append(
                 PlotRow(
-                    time_s=float(fields[0]),
-                    schedules_done=int(fields[1]),
-                    steps_done=int(fields[2]),
-                    distinct_states=int(fields[3]),
-                    bugs=int(fields[4]),
-                    late_steps=int(fields[5]),
-                    action=fields[6],
-                    state=int(fields[7]) if fields[7] else None,
-                    new_state=fields[8] == "1",
-                    feedback_ms=float(fields[9]) if fields[9] else None,
+                    time_s=float(row["relative_time_s"]),
+                    schedules_done=int(row["schedules_done"]),
+                    steps_done=int(row["steps_done"]),
+                    distinct_states=int(row["distinct_states"]),
+                    bugs=int(row["bugs"]),
+                    late_steps=int(row["late_steps"]),
+                    action=row["action"],
+                    state=int(row["state"]) if row["state"] else None,
+                    new_state=row["new_state"] == "1",
+                    feedback_ms=float(row["feedback_ms"]) if row["feedback_ms"] else None,
+                    pairs_covered=int(pairs) if pairs else None,
+                    waypoint=int(row.get("waypoint") or 0),
                 )
             )
-        except ValueError as exc:
+        except (ValueError, KeyError) as exc:
             if pos == len(lines) - 1 and not text.endswith("\n"):
                 break  # torn last line
             raise MalloryError(f"{source}:{lineno}: malformed plot_data line ({exc}): {line!r}") from None

@@ -19,7 +19,6 @@ from mallory.timeline.codec import MalformedRecord, read_records
 from mallory.timeline.event import Batch, ClockPair
 from mallory.timeline.window import Timeline
 
-
 #: a span covering the whole common time axis: every entry of a recording
 ALL_TIME = (0, 2**63 - 1)
 

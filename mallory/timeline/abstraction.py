@@ -20,6 +20,7 @@ per packet, so they never enter a type.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from typing import ClassVar
 
 from mallory.errors import MalloryError
@@ -88,6 +89,10 @@ class Abstraction(ABC):
         index = self._types[key] = len(self._keys)
         self._keys.append(key)
         return index
+
+    def type_names(self) -> list[str]:
+        """The names of the event types seen so far, in the order they were first seen."""
+        return [type_name(key) for key in self._keys]
 
     def run(self, entries: list[Committed]) -> None:
         """Feed a window's entries, in a causal (commit) order, through update and merge.
@@ -291,14 +296,25 @@ class CodeHistory(EventHistory):
         return super().summary() | {f"link|{a}>{b}" for a, b in self._links}
 
 
-def coverage_pairs(entries: list[Committed]) -> frozenset[str]:
-    """The window's happens-before pairs of code and log events, whatever node they ran
-    on: "a>b" for every a that happens before b (a may be b: a type that repeats). The
-    campaign's cumulative union of these is its event-pair coverage, AFL's edge coverage
-    for a distributed system: it does not depend on the state abstraction in use."""
+@dataclass(frozen=True)
+class Behaviour:
+    """What a window showed of the system's behaviour, whatever the state abstraction.
+
+    types: the code and log event types that occurred ("FUNC:1a2b", "LOG:9f00...");
+    pairs: "a>b" for every such a that happens before such a b, on any nodes (a may be b:
+           a type that repeats). The campaign's union of these is its event-pair coverage,
+           AFL's edge coverage for a distributed system.
+    """
+
+    types: frozenset[str]
+    pairs: frozenset[str]
+
+
+def behaviour(entries: list[Committed]) -> Behaviour:
+    """The window's `Behaviour` (one code-history pass)."""
     history = CodeHistory()
     history.run(entries)
-    return frozenset(f"{a}>{b}" for _, a, b in history.pairs())
+    return Behaviour(frozenset(history.type_names()), frozenset(f"{a}>{b}" for _, a, b in history.pairs()))
 
 
 class VectorClock(Abstraction):

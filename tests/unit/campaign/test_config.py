@@ -30,7 +30,7 @@ from tests.unit.campaign.test_loop import (
 #: (older code and the report read these)
 KEYS = ["version", "command", "sut", "port", "nodes", "policy", "reward", "temperature", "prior", "seed", "faults",
         "workload", "concurrency", "rate", "steps", "window_s", "reset_s", "abstraction", "threshold", "calibrate",
-        "backend"]
+        "backend", "waypoints", "preset"]
 
 #: a campaign.json as the first `mallory fuzz` wrote it (b447f2e): before --prior,
 #: --calibrate and --backend
@@ -80,7 +80,8 @@ def test_an_old_campaign_json_loads_with_defaults_and_resumes(tmp_path):
     directory = CampaignDir(root)
     config = directory.config()
     assert (config.prior, config.calibrate, config.backend, config.calibration, config.extra) == (None, 0, "netns", None, {})
-    assert config.to_json() == {**OLD_CAMPAIGN_JSON, "prior": None, "calibrate": 0, "backend": "netns"}
+    assert config.to_json() == {**OLD_CAMPAIGN_JSON, "prior": None, "calibrate": 0, "backend": "netns",
+                                "waypoints": None, "preset": None}
 
     # Resume, as `mallory fuzz --resume` does: the loop runs from the directory's configuration.
     clock, nemesis = FakeClock(), FakeNemesis()
@@ -166,7 +167,7 @@ def test_every_bad_value_is_refused_naming_its_field(tmp_path, field, value, pro
         ({"nodes": 3}, "sut is missing"),
         ({"sut": "redis-replication", "calibration": {"windows": 0, "threshold": 0.5}}, "calibration.windows must be at least 1"),
         ({"sut": "redis-replication", "calibration": {"windows": 4, "threshold": 2}}, "calibration.threshold must be in (0, 1]"),
-        ({"sut": "redis-replication", "calibration": 0.5}, "calibration must be an object of windows and threshold"),
+        ({"sut": "redis-replication", "calibration": 0.5}, "calibration must be an object of largest, steady_states, threshold, windows"),
     ],
 )
 def test_a_missing_sut_or_a_bad_calibration_is_refused(value, message):
@@ -180,7 +181,7 @@ def test_unknown_keys_may_not_stand_in_for_known_fields():
 
 
 def test_numbers_are_normalised_so_equal_configurations_compare_equal():
-    from_json = CampaignConfig.from_json({"sut": "redis-replication", "rate": 50, "faults": ["kill"]}, "c")
+    from_json = CampaignConfig.from_json({"sut": "redis-replication", "rate": 50, "faults": ["kill"], "calibrate": 20}, "c")
     assert from_json == CampaignConfig(sut="redis-replication", rate=50.0, faults=("kill",))
     assert isinstance(from_json.rate, float) and from_json.faults == ("kill",)
 
@@ -209,3 +210,11 @@ def test_fuzz_refuses_a_bad_option_naming_it(tmp_path, capsys):
         code = main(["fuzz", "--out", str(tmp_path / "c"), "--sut", "redis-replication", option, value])
         assert code == 65 and message in capsys.readouterr().err
         assert not (tmp_path / "c").exists()
+
+
+def test_a_key_whose_default_changed_means_what_it_meant_when_absent():
+    """Campaigns from before calibration existed did not calibrate: absent, calibrate is 0,
+    while a new campaign calibrates by default."""
+    assert CampaignConfig.from_json({"sut": "etcd"}, "c").calibrate == 0
+    assert CampaignConfig(sut="etcd").calibrate == 20
+    assert CampaignConfig.from_json({"sut": "etcd", "calibrate": 20}, "c").calibrate == 20

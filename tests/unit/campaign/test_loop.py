@@ -279,3 +279,56 @@ def test_a_heal_that_fails_is_recorded_and_the_campaign_goes_on(tmp_path):
     problems += [p for r in records for s in r["steps"] for p in s.get("heal_problems", [])]
     assert any("no quorum" in p for p in problems) == ("dull-1" in nemesis.enacted)
     assert "dull-1" in nemesis.enacted  # the random policy over 36 steps takes it
+
+
+class BehaviourTimeline(FakeTimeline):
+    """FakeTimeline whose windows also show behaviour: `novel` steps show a pair and the
+    type "FUNC:1a" never shown before, the others the same steady pair."""
+
+    def window(self, start_ns: int, end_ns: int, wait_s: float) -> Window:
+        window = super().window(start_ns, end_ns, wait_s)
+        if not window.complete:
+            return window
+        if window.summary and next(iter(window.summary)).startswith("novel"):
+            return Window(window.summary, window.events, True, None, frozenset({"FUNC:1a"}),
+                          frozenset({f"FUNC:1a>FUNC:{self.novel:x}"}))
+        return Window(window.summary, window.events, True, None, frozenset(), frozenset({"FUNC:0>FUNC:0"}))
+
+
+def test_the_loop_counts_coverage_and_waypoints_in_steps_stats_and_plot(tmp_path):
+    from mallory.campaign.waypoints import parse_waypoints
+    from mallory.instrument.catalogue import Catalogue, CodeEvent
+
+    catalogue = Catalogue([CodeEvent(0x1A, "s.c", 1, "f", "FUNC", "novel-event")])
+    waypoints = parse_waypoints('[[waypoint]]\nname = "novelty"\nevents = ["novel-event"]\nfaults = ["novel"]\n',
+                                "w.toml", catalogue, [], ["novel", "dull-1", "dull-2", "dull-3"])
+    clock, nemesis = FakeClock(), FakeNemesis()
+    directory = CampaignDir(tmp_path / "campaign")
+    directory.create(CampaignConfig(sut="fake", seed=1))
+    campaign = Campaign(directory, Learner.create(policy="random", seed=1), BehaviourTimeline(clock, nemesis), nemesis,
+                        LoopConfig(steps=12, window_s=2.5, reset_s=5.0, seed=1), sleeper=clock, waypoints=waypoints)
+    campaign.run(schedules=3)
+    steps = [s for r in directory.read_schedules() for s in r["steps"]]
+    novel = [s for s in steps if s["action"] == "novel"]
+    assert novel, "random chose `novel` at least once in 36 steps"
+    assert all(s["waypoint"] == 1 and s["new_pairs"] == 1 for s in novel)
+    # every window that showed the novel event under a `novel` fault is at the waypoint, and
+    # added a pair; the steady pair was new once
+    novel_windows = [s for s in steps if s["waypoint"] == 1]
+    assert all(s["new_pairs"] == 1 for s in novel_windows) and len(novel_windows) >= len(novel)
+    assert campaign.progress.pairs_covered == 1 + len(novel_windows) == len(campaign.learner.coverage)
+    reached = [r.get("waypoint") for r in directory.read_schedules()]
+    assert campaign.progress.waypoints_reached == {"novelty": reached.count("novelty")} and "novelty" in reached
+    stats = directory.read_stats()
+    assert stats["pairs_covered"] == str(1 + len(novel_windows))
+    assert stats["waypoints_reached"] == f"novelty:{reached.count('novelty')}"
+    from mallory.report.campaign_data import parse_plot_data
+
+    plot = parse_plot_data((directory.root / "plot_data").read_text())
+    assert [r.pairs_covered for r in plot][-1] == 1 + len(novel_windows)
+    assert [r.waypoint for r in plot] == [s["waypoint"] for s in steps]
+    # a resumed campaign counts on from its checkpoint and schedules
+    resumed = Campaign(directory, Learner.from_checkpoint(directory.load_learner()), BehaviourTimeline(clock, nemesis),
+                       nemesis, LoopConfig(seed=1), sleeper=clock, waypoints=waypoints)
+    assert resumed.progress.pairs_covered == campaign.progress.pairs_covered
+    assert resumed.progress.waypoints_reached == campaign.progress.waypoints_reached

@@ -110,7 +110,7 @@ def test_spec_error_is_a_mallory_error_with_a_nonzero_exit() -> None:
 
 
 def test_the_shipped_example_specs_load() -> None:
-    specs = sorted(paths.SUTS.glob("*/*.toml"))
+    specs = sorted(p for p in paths.SUTS.glob("*/*.toml") if p.name != "waypoints.toml")
     assert specs
     for path in specs:
         spec = load_spec(path)

@@ -17,8 +17,8 @@ from mallory.timeline.abstraction import (
     EventHistory,
     VectorClock,
     abstract,
+    behaviour,
     count_bucket,
-    coverage_pairs,
     event_type,
     make_abstraction,
 )
@@ -129,7 +129,9 @@ def test_code_history_equals_behaviour_pairs_and_links_by_definition(seed, n_nod
     assert got.pairs() == expected
     assert got.links() == links
     assert got.summary() == frozenset(f"{n}|{a}|{b}" for n, a, b in expected) | {f"link|{a}>{b}" for a, b in links}
-    assert coverage_pairs(entries) == frozenset(f"{a}>{b}" for _, a, b in expected)
+    seen = behaviour(entries)
+    assert seen.pairs == frozenset(f"{a}>{b}" for _, a, b in expected)
+    assert seen.types == frozenset(event_type(e.event) for e in entries if e.event.kind in BEHAVIOUR)
 
 
 def test_code_history_ignores_payload_bytes_and_client_ops():
