@@ -54,3 +54,27 @@ def test_spread_hand_computed():
     assert (s.n, s.mean, s.low, s.high) == (8, 5.0, 2, 9)
     assert s.std == pytest.approx(math.sqrt(32 / 7))
     assert spread([3]).std == 0.0
+
+
+def test_mann_whitney_matches_scipy_exact_and_asymptotic():
+    import random
+
+    from scipy.stats import mannwhitneyu
+
+    from mallory.report.stats import mann_whitney_greater
+
+    rng = random.Random(5)
+    for _ in range(300):
+        m, n = rng.randint(1, 12), rng.randint(1, 12)
+        spread_of = rng.choice([3, 50, 10_000])  # few distinct values: ties; many: none
+        a = [rng.randint(0, spread_of) for _ in range(m)]
+        b = [rng.randint(0, spread_of) for _ in range(n)]
+        expected = mannwhitneyu(a, b, alternative="greater").pvalue
+        assert mann_whitney_greater(a, b) == pytest.approx(expected, rel=1e-9, abs=1e-12), (a, b)
+
+
+def test_mann_whitney_on_separated_groups_of_four():
+    from mallory.report.stats import mann_whitney_greater
+
+    assert mann_whitney_greater([5, 6, 7, 8], [1, 2, 3, 4]) == pytest.approx(1 / 70)  # the most extreme of C(8,4)
+    assert mann_whitney_greater([1, 2, 3, 4], [5, 6, 7, 8]) == 1.0
