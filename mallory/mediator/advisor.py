@@ -71,7 +71,7 @@ class Advisor:
             self._last_ns = end
             self.requests += 1
             answer: dict = {"window_ns": [start, end], "events": window.events, "late": not window.complete}
-            observed = self.learner.observe_window(window.summary if window.complete else None)
+            observed = self.learner.observe_window(window.summary if window.complete else None, window.pairs)
             if observed is not None:
                 match, reward = observed
                 answer.update(state=match.state_id, new=match.is_new, reward=reward)
@@ -80,6 +80,7 @@ class Advisor:
                 answer.update(state=None, new=None, reward=None)
             answer["action"] = self.learner.next_action(self.actions)
             answer["states"] = len(self.learner.store)
+            answer["pairs_covered"] = len(self.learner.coverage)
             return answer
 
     def end_test(self) -> dict:
