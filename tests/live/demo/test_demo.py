@@ -57,13 +57,17 @@ def test_demo_fuzzes_instrumented_redis_and_cleans_up(tmp_path: Path) -> None:
     text = result.stdout
 
     # the summary, and that it tells the truth about the campaign directory
-    m = re.search(r"campaign (\S+): (\d+) schedules, (\d+) steps, (\d+) distinct states, (\d+) bugs \((\d+) bundles", text)
+    m = re.search(r"campaign (\S+): (\d+) schedules, (\d+) steps, (\d+) distinct states, (\d+) event pairs covered, "
+                  r"(\d+) bugs \((\d+) bundles", text)
     assert m, text[-3000:]
-    schedules, steps, states, bugs, bundles = map(int, m.groups()[1:])
+    schedules, steps, states, pairs, bugs, bundles = map(int, m.groups()[1:])
     stats = _stats(out / "fuzzer_stats")
     assert Path(m.group(1)).resolve() == out.resolve()
     assert int(stats["schedules_done"]) == schedules and int(stats["steps_done"]) == steps
-    assert int(stats["distinct_states"]) == states
+    assert int(stats["distinct_states"]) == states and int(stats["pairs_covered"]) == pairs > 0
+    # calibrated before fuzzing: the steady windows fell into few states
+    calibration = json.loads((out / "campaign.json").read_text())["calibration"]
+    assert calibration["windows"] >= 3 and calibration["steady_states"] <= 3
     assert schedules >= 1 and steps >= 10 and states >= 3
     assert bundles == len(list((out / "bugs").iterdir()))
     for bug_dir in re.findall(r"^  bug \S+: (\S+)$", text, re.MULTILINE):
