@@ -1,132 +1,858 @@
-"""The headline: qlearning against random (the Jepsen baseline) on the same SUT, the same
-faults, the same wall time, several seeds each. Runs real `mallory fuzz` campaigns (root:
-network namespaces) one after the other and prints, from their plot_data:
+"""Does Mallory's guidance beat random fault injection (Jepsen's nemesis) and the Mallory
+paper's learner as published? Real `mallory fuzz` campaigns, named VARIANTS (each a set of
+extra fuzz arguments) x SUTS x SEEDS, each variant compared with a baseline variant.
 
-  - distinct states at the end per run, mean per policy, and the ratio qlearning / random;
-  - Vargha-Delaney A12 of the final counts (P[qlearning run > random run] + ties / 2);
-  - the speed-up: the time random took to reach its final (mean) count, divided by the time
-    qlearning took to reach the same count (from the mean curves);
-  - time to first bug per run, where there was one.
+What it measures, per SUT and variant, at a common horizon, from what each campaign wrote
+(plot_data, fuzzer_stats, campaign.json, schedules/, the event recording):
 
-    .venv/bin/python bench/bench_campaign_policies.py --duration 5m --seeds 1 2 [--sut SPEC] [--side-by-side] [--prior optimistic]
+  per wall-clock time, at the shortest campaign's wall time, and per step, at the smallest
+  final step count of the SUT's runs (the same steps for every run):
+    - distinct states and event pairs covered, mean (min-max) over seeds; steps, schedules
+      (per time) or seconds, schedules (per step) done;
+    - against the baseline, for states and for pairs: the ratio of the means, Vargha-Delaney
+      A12 (P[a variant run > a baseline run], ties 1/2) and the one-sided Mann-Whitney p
+      (variant > baseline), and the speed-up: how many times sooner the variant's mean
+      curve reached the baseline's final mean count than the baseline's own mean curve did;
+  per wall-clock time only:
+    - the bend of the state curve: new states per hour in the first and the last third of
+      the horizon (mean over seeds); a curve that bends finds fewer in the last third;
+    - time to the first bug bundle per seed (plot_data's bugs column: counted when the
+      schedule's checks end, so up to a schedule after the step that caused it);
+    - for an SUT with seeded bugs (example-bugs): when each bug's annotation first fired as
+      a code event in the recording, per seed, the median over seeds (a seed where it did
+      not fire by the horizon counts as the horizon: censored), how many fired, and the
+      ratio baseline median / variant median (> 1: the variant is faster; ">=" or "<=" when
+      one median is censored, so the ratio is a bound);
+  - waypoints reached (fuzzer_stats, schedules per waypoint summed over seeds; at each
+    campaign's end, not at the horizon).
 
---side-by-side runs a seed's two campaigns at the same time (the same machine load for
-both, half the wall time) instead of one after the other.
+Distinct states are counted by each campaign's own abstraction and similarity threshold
+(the table shows them): a variant with another abstraction (the paper preset's
+event-history) or threshold counts states with another yardstick. Pairs covered (the
+happens-before pairs of code and log events, whatever the abstraction) is the yardstick
+common to all variants.
 
-The paper reports 1.54x the states of Jepsen and a 2.24x speed-up over 24 h; the target here
-is >= 1.5x states on 1-hour runs. Short runs are noisier and favour neither policy much.
+Time origin: plot_data's relative_time_s counts from the campaign's start (after the
+calibration). The recording's events are on the real-time axis (each node's monotonic clock
+mapped through its clock pairs); the campaign's start on that axis is the first schedule's
+`started_ns` (schedules/000000.json: taken on the same clock right after the start, within
+milliseconds; fuzzer_stats' whole-second `start_time` when no schedule finished). Events
+before it (calibration windows, without faults) do not count. (A resumed campaign's downtime
+would count in these times, not in plot_data's; this bench never resumes.)
+
+Run (as root: network namespaces; side by side, the variants of one (SUT, seed) run at the
+same time, under the same machine load, in the wall time of one). The headline, 4 seeds x
+20 minutes of random, qlearning and the paper preset on the example SUT with its seeded bugs
+and on raft-kv (8 side-by-side batches of 20 min: about 3 h with start-up and calibration):
+
+    .venv/bin/python bench/bench_campaign_policies.py --sut example-bugs --sut raft-kv \\
+        --seeds 1 2 3 4 --duration 20m --side-by-side --out out/policies --json out/policies.json
+
+Any variant: `--variant NAME=ARGS` (repeatable; ARGS one shell-quoted string of fuzz
+options, paths relative to the repository), e.g. --variant random="--policy random"
+--variant bonusmax="--policy bonus-max --reward none --waypoints suts/example/waypoints.toml".
+Campaigns go to OUT/<sut>/<variant>-<seed>/, each with its log beside it (<variant>-<seed>.log).
+Re-analyze them, running nothing (everything under DIR with that layout):
+
+    .venv/bin/python bench/bench_campaign_policies.py --analyze out/policies [--baseline random] [--json FILE]
+
+How to read it: a variant beats the baseline on a count when its ratio is > 1, A12 is large
+(>= 0.71: Vargha and Delaney's "large") and p is small; with 4 seeds per variant the
+smallest possible one-sided p is 1/70 = 0.014 (every variant run above every baseline run).
+The speed-up says how much sooner; the per-step view separates better choices from a
+cheaper loop (more steps in the same time). The paper reports 1.54x the states of Jepsen and
+a 2.24x speed-up over 24 h.
 """
 
 from __future__ import annotations
 
 import argparse
+import bisect
+import json
+import re
+import shlex
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+from mallory.errors import MalloryError  # noqa: E402
 from mallory.harness.sut_make import make_with_mallory_cc  # noqa: E402
-EXAMPLE_SPEC = REPO / "suts" / "example" / "example.toml"
+from mallory.report.campaign_data import CampaignData, PlotRow, load_campaign  # noqa: E402
+from mallory.report.sources import sut_catalogue  # noqa: E402
+from mallory.report.stats import mann_whitney_greater, spread, vargha_delaney_a12  # noqa: E402
+from mallory.suts.raft_kv.adapter import build as build_raft_kv  # noqa: E402
+from mallory.suts.redis.build import ensure_redis_built  # noqa: E402
+from mallory.timeline.codec import MalformedRecord, decode  # noqa: E402
+from mallory.timeline.event import Batch, ClockPair, Kind  # noqa: E402
+
+EXAMPLE_DIR = REPO / "suts" / "example"
+#: the example SUT's seeded bugs, by the label of the annotation on each bug's code
+EXAMPLE_SEEDED_BUGS = ("sticky-leader-kept-term", "stall-catchup-applied")
 
 
-def curve(plot_data: Path) -> list[tuple[float, int, int]]:
-    """(relative time s, distinct states, bugs) per step."""
-    rows = []
-    for line in plot_data.read_text().splitlines():
-        if line.startswith("#") or not line.strip():
+def build_example_sut() -> None:
+    """Build the example SUT with mallory-cc (its specs run build/example-sut: never a stale one)."""
+    make_with_mallory_cc(EXAMPLE_DIR, None, "the example SUT")
+
+
+@dataclass(frozen=True)
+class SutTarget:
+    """An SUT to fuzz: `sut` is what `mallory fuzz --sut` gets, `workload` the workload it
+    runs (None: fuzz's default), `prepare` builds it before any campaign starts (so that
+    campaigns started side by side do not race to build it; None: nothing to build), and
+    `seeded_bugs` are the annotation labels of its seeded bugs, whose first firing is timed."""
+
+    name: str
+    sut: str
+    workload: str | None
+    prepare: Callable[[], object] | None = None
+    seeded_bugs: tuple[str, ...] = ()
+
+
+KNOWN_SUTS = {
+    target.name: target
+    for target in (
+        SutTarget("example", str(EXAMPLE_DIR / "example.toml"), "register", build_example_sut),
+        SutTarget("example-bugs", str(EXAMPLE_DIR / "example-bugs.toml"), "register", build_example_sut,
+                  EXAMPLE_SEEDED_BUGS),
+        SutTarget("raft-kv", "raft-kv", "list-append", build_raft_kv),
+        SutTarget("etcd", "etcd", "list-append"),
+        SutTarget("redis-sentinel", "redis-sentinel", "list-append", ensure_redis_built),
+    )
+}
+
+#: the variants compared when none is given: Jepsen-style random faults, Mallory's learner,
+#: and the Mallory paper's learner as published
+DEFAULT_VARIANTS = {
+    "random": ("--policy", "random"),
+    "qlearning": ("--policy", "qlearning"),
+    "paper": ("--preset", "paper"),
+}
+
+# -- running campaigns ------------------------------------------------------------------------
+
+
+def sut_target(text: str) -> SutTarget:
+    """A known SUT's target, by name or by its spec's path, else a spec file's (named by the
+    file's stem, with fuzz's default workload); argparse.ArgumentTypeError if it is neither."""
+    if text in KNOWN_SUTS:
+        return KNOWN_SUTS[text]
+    path = Path(text).resolve()
+    if not path.is_file():
+        raise argparse.ArgumentTypeError(f"{text!r} is neither a known SUT ({', '.join(KNOWN_SUTS)}) nor a spec file")
+    known = [target for target in KNOWN_SUTS.values() if target.sut == str(path)]
+    return known[0] if known else SutTarget(path.stem, str(path), None)
+
+
+def parse_variant(text: str) -> tuple[str, tuple[str, ...]]:
+    """`NAME=ARGS` as (NAME, the arguments of ARGS split as a shell would);
+    argparse.ArgumentTypeError for anything else. NAME names directories: letters, digits,
+    `_`, `.`, `-`."""
+    name, equals, args = text.partition("=")
+    if not equals or not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
+        raise argparse.ArgumentTypeError(f"{text!r}: use NAME=ARGS, NAME of letters, digits, _ . -")
+    try:
+        return name, tuple(shlex.split(args))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r}: {exc}") from None
+
+
+def campaign_dir(root: Path, sut: str, variant: str, seed: int) -> Path:
+    """Where one campaign of the evaluation lives: ROOT/<sut>/<variant>-<seed>."""
+    return root / sut / f"{variant}-{seed}"
+
+
+@dataclass(frozen=True)
+class Job:
+    """One campaign to run: what to call it, its directory, and its command line."""
+
+    label: str
+    out: Path
+    argv: tuple[str, ...]
+
+    @property
+    def log(self) -> Path:
+        """The campaign's output, beside its directory."""
+        return self.out.with_name(self.out.name + ".log")
+
+
+def fuzz_argv(target: SutTarget, variant_args: Sequence[str], seed: int, out: Path, args: argparse.Namespace) -> tuple[str, ...]:
+    """The `mallory fuzz` command line of one campaign. The variant's arguments come last:
+    an option it gives wins over the bench's (argparse keeps the last)."""
+    argv = [sys.executable, "-m", "mallory.cli", "fuzz", "--plain", "--sut", target.sut, "--nodes", str(args.nodes),
+            "--duration", args.duration, "--seed", str(seed), "--out", str(out)]
+    workload = args.workload or target.workload
+    if workload:
+        argv += ["--workload", workload]
+    if args.faults:
+        argv += ["--faults", args.faults]
+    return (*argv, *variant_args)
+
+
+def run_batch(jobs: Sequence[Job]) -> None:
+    """Run the jobs' campaigns at the same time, from the repository (a variant's relative
+    paths resolve there), each writing its log; once all have ended, exit naming those that
+    failed with their logs' tails."""
+    running = []
+    for job in jobs:
+        print(f"== {job.label}: {job.out}", flush=True)
+        job.out.parent.mkdir(parents=True, exist_ok=True)
+        with open(job.log, "w") as log:
+            running.append((job, subprocess.Popen(job.argv, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)))
+    failed = []
+    for job, process in running:
+        code = process.wait()
+        output = job.log.read_text(errors="replace").strip()
+        if code != 0:
+            failed.append(f"{job.label}: campaign failed (exit {code}, {job.log}):\n{output[-3000:]}")
+        else:
+            print(f"{job.label}: {output.splitlines()[-1] if output else ''}", flush=True)
+    if failed:
+        sys.exit("\n\n".join(failed))
+
+
+def run_campaigns(args: argparse.Namespace, root: Path) -> None:
+    """Every (SUT, seed, variant) campaign under `root`: all variants of one (SUT, seed) at
+    once with --side-by-side, else one after the other. Refuses before starting anything if
+    one of the campaign directories already holds a campaign."""
+    batches = []
+    for target in args.sut:
+        for seed in args.seeds:
+            batch = []
+            for name, extra in args.variants.items():
+                out = campaign_dir(root, target.name, name, seed)
+                batch.append(Job(f"{target.name} {name} seed {seed}", out, fuzz_argv(target, extra, seed, out, args)))
+            batches += [batch] if args.side_by_side else [[job] for job in batch]
+    taken = [str(job.out) for batch in batches for job in batch if (job.out / "campaign.json").exists()]
+    if taken:
+        sys.exit("these campaign directories already hold campaigns (use --analyze, or another --out):\n  "
+                 + "\n  ".join(taken))
+    for target in {t.name: t for t in args.sut}.values():
+        if target.prepare is not None:
+            target.prepare()
+    for batch in batches:
+        run_batch(batch)
+
+
+# -- reading campaigns ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Run:
+    """One campaign of the evaluation, as the analysis needs it."""
+
+    variant: str
+    seed: int
+    root: Path
+    plot: tuple[PlotRow, ...]
+    #: how the campaign counted states: its abstraction and (calibrated) similarity threshold
+    abstraction: str
+    threshold: float
+    #: fuzzer_stats' waypoints_reached: waypoint name -> schedules that reached it
+    waypoints_reached: Mapping[str, int]
+    #: seeded bug label -> seconds from the campaign's start to its first firing (those that fired)
+    seeded_fires: Mapping[str, float] = field(default_factory=dict)
+
+
+def parse_waypoints_reached(text: str) -> dict[str, int]:
+    """fuzzer_stats' `waypoints_reached` ("name:count,..." or "-") as {name: count}."""
+    if text in ("", "-"):
+        return {}
+    return {name: int(count) for name, _, count in (item.rpartition(":") for item in text.split(","))}
+
+
+def campaign_origin_ns(data: CampaignData) -> int:
+    """The campaign's start on the recording's real-time axis (Unix ns): the first
+    schedule's `started_ns` (the loop reads it from the same clock right after starting the
+    campaign's clock), else fuzzer_stats' `start_time` (whole seconds); MalloryError if the
+    campaign has neither."""
+    if data.schedules:
+        return int(data.schedules[0]["started_ns"])
+    if data.start_time is None:
+        raise MalloryError(f"{data.root}: no schedule and no start_time in fuzzer_stats: when did it start?")
+    return int(data.start_time * 1e9)
+
+
+def first_fires(recordings: Sequence[Path], labels: Mapping[int, str], origin_ns: int) -> dict[str, float]:
+    """Seconds from `origin_ns` (real time, ns) to the first code event with each id of
+    `labels` (id -> label) in the recordings, by label; events before the origin do not
+    count, labels that never fired are absent. Event times are mapped to real time through
+    the node's latest clock pair. A malformed line (the torn last line of a killed
+    campaign) ends the reading of its file."""
+    # Only lines holding one of the ids (as text) are decoded: a recording has millions of
+    # events, a few of them seeded bugs'.
+    needles = [str(ident).encode() for ident in labels]
+    first: dict[str, float] = {}
+    for path in recordings:
+        clocks: dict[str, ClockPair] = {}
+        with open(path, "rb") as stream:
+            for lineno, line in enumerate(stream, start=1):
+                if not (line.startswith(b'{"clock"') or any(needle in line for needle in needles)):
+                    continue
+                try:
+                    record = decode(line, lineno, str(path))
+                except MalformedRecord:
+                    break
+                if isinstance(record, ClockPair):
+                    clocks[record.node] = record
+                elif isinstance(record, Batch) and record.node in clocks:
+                    for event in record.events:
+                        label = labels.get(event.id) if event.kind in (Kind.FUNC, Kind.BLOCK) else None
+                        if label is None:
+                            continue
+                        real_ns = clocks[record.node].to_real(event.ts)
+                        if real_ns >= origin_ns:
+                            first[label] = min(first.get(label, float("inf")), (real_ns - origin_ns) / 1e9)
+    return first
+
+
+def read_run(root: Path, variant: str, seed: int, seeded_bugs: Sequence[str]) -> Run:
+    """One campaign directory as a Run, its seeded bugs timed through the annotation
+    catalogue next to the SUT's program; MalloryError if the directory is not a campaign,
+    has no plot rows, or a seeded bug cannot be named (no catalogue, or not in it)."""
+    data = load_campaign(root)
+    if not data.plot:
+        raise MalloryError(f"{root}: no plot_data rows (did the campaign fail? see {root}.log); remove it or rerun it")
+    fires: dict[str, float] = {}
+    if seeded_bugs:
+        catalogue = sut_catalogue(data.config.sut)
+        if catalogue is None:
+            raise MalloryError(f"{root}: no annotation catalogue next to the program of {data.config.sut}: "
+                               "build the SUT to name its seeded bugs")
+        labels = {event.id: event.label for event in catalogue if event.label in seeded_bugs}
+        unnamed = set(seeded_bugs) - set(labels.values())
+        if unnamed:
+            raise MalloryError(f"{root}: the catalogue of {data.config.sut}'s program has no annotation "
+                               f"{', '.join(sorted(unnamed))}")
+        fires = first_fires(data.recordings(), labels, campaign_origin_ns(data))
+    return Run(variant, seed, root, tuple(data.plot), data.config.abstraction, data.config.threshold,
+               parse_waypoints_reached(data.stats.get("waypoints_reached", "-")), fires)
+
+
+def find_runs(root: Path) -> dict[str, list[tuple[str, int, Path]]]:
+    """The campaigns under `root` by SUT: ROOT/<sut>/<variant>-<seed>/ holding a
+    campaign.json, as (variant, seed, directory) sorted by variant then seed."""
+    found: dict[str, list[tuple[str, int, Path]]] = {}
+    for sut_dir in sorted(p for p in root.iterdir() if p.is_dir()):
+        for directory in sut_dir.iterdir():
+            variant, _, seed = directory.name.rpartition("-")
+            if variant and seed.isdigit() and (directory / "campaign.json").is_file():
+                found.setdefault(sut_dir.name, []).append((variant, int(seed), directory))
+    return {sut: sorted(runs) for sut, runs in found.items()}
+
+
+# -- arithmetic (pure) ------------------------------------------------------------------------
+
+#: a count after each step: (x, count) with x ascending (seconds or steps done)
+Curve = list[tuple[float, float]]
+
+
+def curve_of(plot: Sequence[PlotRow], x: str, y: str) -> Curve | None:
+    """The points (row.x, row.y) of a campaign's plot rows, by PlotRow field names; None if
+    a row has no y (a column written only by later versions of Mallory)."""
+    points = [(float(getattr(row, x)), getattr(row, y)) for row in plot]
+    if any(value is None for _, value in points):
+        return None
+    return [(at, float(value)) for at, value in points]
+
+
+def value_at(curve: Curve, x: float) -> float:
+    """The count at x: that of the last point at or before x; 0 before the first point
+    (nothing was counted before the first step)."""
+    i = bisect.bisect_right(curve, x, key=lambda point: point[0])
+    return curve[i - 1][1] if i else 0.0
+
+
+def mean_curve(curves: Sequence[Curve], until: float) -> Curve:
+    """The pointwise mean of the curves from their first steps up to `until`, exactly: a
+    point wherever one of them steps, and one at `until` (the mean of their final counts)."""
+    xs = sorted({x for curve in curves for x, _ in curve if x <= until} | {until})
+    return [(x, sum(value_at(curve, x) for curve in curves) / len(curves)) for x in xs]
+
+
+def time_to_reach(curve: Curve, count: float) -> float | None:
+    """The first x where the curve is at least `count`; None if it never is."""
+    return next((x for x, value in curve if value >= count), None)
+
+
+def speedup(baseline_mean: Curve, variant_mean: Curve) -> float | None:
+    """How many times sooner the variant's mean curve reached the baseline's final mean
+    count than the baseline's mean curve did (> 1: sooner); None if it never reached it
+    (or reached it at x = 0, which no campaign does)."""
+    target = baseline_mean[-1][1]
+    reached = time_to_reach(variant_mean, target)
+    if not reached:
+        return None
+    return time_to_reach(baseline_mean, target) / reached
+
+
+@dataclass(frozen=True)
+class Bend:
+    """New states per hour in the first and the last third of the horizon, and whether the
+    last third found fewer (the curve bends)."""
+
+    first_third_per_h: float
+    last_third_per_h: float
+    bends: bool = field(init=False)
+
+    def __post_init__(self) -> None:
+        """Derive `bends` (kept as a field so that the JSON has it)."""
+        object.__setattr__(self, "bends", self.last_third_per_h < self.first_third_per_h)
+
+
+def bend(curve: Curve, horizon_s: float) -> Bend:
+    """The new counts per hour of a curve over time in [0, h/3] and [2h/3, h], h the horizon
+    in seconds."""
+    third = horizon_s / 3
+    per_hour = 3600 / third
+    return Bend((value_at(curve, third) - value_at(curve, 0.0)) * per_hour,
+                (value_at(curve, horizon_s) - value_at(curve, 2 * third)) * per_hour)
+
+
+def mean_bend(bends: Sequence[Bend]) -> Bend:
+    """The mean rates of several runs' bends."""
+    return Bend(sum(b.first_third_per_h for b in bends) / len(bends), sum(b.last_third_per_h for b in bends) / len(bends))
+
+
+def by_horizon(t: float | None, horizon: float) -> float | None:
+    """`t` if the event happened by the horizon, else None: runs are compared up to it only."""
+    return t if t is not None and t <= horizon else None
+
+
+@dataclass(frozen=True)
+class CensoredMedian:
+    """The median time to an event over runs, where a run without it by the horizon counts
+    as the horizon. `lower_bound`: a censored run is in the middle, so the true median is
+    at least `value`. `happened` of `runs` had the event by the horizon."""
+
+    value: float
+    lower_bound: bool
+    happened: int
+    runs: int
+
+
+def censored_median(times: Sequence[float | None], horizon: float) -> CensoredMedian:
+    """The median of `times` (None: never happened), a time after `horizon` (or None)
+    counting as `horizon`; ValueError for no times."""
+    if not times:
+        raise ValueError("the median of no times")
+    ordered = sorted((horizon, True) if by_horizon(t, horizon) is None else (t, False) for t in times)
+    middle = ordered[(len(ordered) - 1) // 2: len(ordered) // 2 + 1]
+    return CensoredMedian(sum(t for t, _ in middle) / len(middle), any(censored for _, censored in middle),
+                          sum(not censored for _, censored in ordered), len(ordered))
+
+
+def median_ratio(baseline: CensoredMedian, variant: CensoredMedian) -> tuple[float | None, str]:
+    """baseline median / variant median (> 1: the variant is faster) and what the number is:
+    "=" exact, ">=" a lower bound (the baseline's median is censored: it is really later),
+    "<=" an upper bound (the variant's is); (None, "n/a") when both are censored or the
+    variant's median is 0."""
+    if (baseline.lower_bound and variant.lower_bound) or variant.value == 0:
+        return None, "n/a"
+    bound = ">=" if baseline.lower_bound else "<=" if variant.lower_bound else "="
+    return baseline.value / variant.value, bound
+
+
+# -- analysis ---------------------------------------------------------------------------------
+
+#: the two axes runs are compared on: the PlotRow field that is the axis
+AXES = {"time": "time_s", "step": "steps_done"}
+#: the counts compared with the baseline's: name -> PlotRow field
+COMPARED = {"states": "distinct_states", "pairs": "pairs_covered"}
+#: the counts shown beside them on each axis: name -> PlotRow field
+SHOWN = {"time": {"steps": "steps_done", "schedules": "schedules_done"},
+         "step": {"seconds": "time_s", "schedules": "schedules_done"}}
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A variant's count against the baseline's at the horizon: the ratio of the means (None
+    when the baseline's is 0), Vargha-Delaney A12 (variant vs baseline), the one-sided
+    Mann-Whitney p-value (variant > baseline), the baseline's final mean count `target`,
+    and the speed-up to it (None: the variant's mean curve never reached it)."""
+
+    ratio: float | None
+    a12: float
+    p_greater: float
+    target: float
+    speedup: float | None
+
+
+@dataclass(frozen=True)
+class Measure:
+    """One count of one variant at the horizon: per seed (in the variant's seed order), its
+    mean, min and max, and against the baseline (None for the baseline and for counts
+    shown, not compared)."""
+
+    values: list[float]
+    mean: float
+    low: float
+    high: float
+    vs_baseline: Comparison | None = None
+
+
+@dataclass(frozen=True)
+class TimeToEvent:
+    """When an event (the first bug bundle, a seeded bug's first firing) happened in each of
+    a variant's runs (None: not by the horizon), the censored median, and the baseline's
+    median / this variant's with what the number is (median_ratio)."""
+
+    per_seed: list[float | None]
+    median: CensoredMedian
+    ratio: float | None
+    ratio_bound: str
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """One run's raw values (times in seconds from its start, not cut at the horizon),
+    beside the per-seed values of the measures."""
+
+    seed: int
+    directory: str
+    final_time_s: float
+    final_steps: int
+    abstraction: str
+    threshold: float
+    bend: Bend
+    first_bug_s: float | None
+    seeded_fires: Mapping[str, float]
+    waypoints_reached: Mapping[str, int]
+
+
+@dataclass(frozen=True)
+class VariantResult:
+    """Everything measured of one variant on one SUT."""
+
+    name: str
+    seeds: list[int]
+    runs: list[RunSummary]
+    #: axis ("time", "step") -> count name -> its measure (None: n/a, a run lacks the column)
+    axes: dict[str, dict[str, Measure | None]]
+    bend: Bend
+    first_bug: TimeToEvent
+    #: seeded bug label -> when it first fired
+    seeded_bugs: dict[str, TimeToEvent]
+    #: waypoint name -> schedules that reached it, summed over the runs
+    waypoints_reached: dict[str, int]
+
+
+@dataclass(frozen=True)
+class SutResult:
+    """The evaluation on one SUT: the common horizons, which runs set them, and the variants
+    (the baseline first)."""
+
+    name: str
+    baseline: str
+    horizon_s: float
+    shortest_run: str
+    horizon_steps: int
+    fewest_steps_run: str
+    variants: dict[str, VariantResult]
+
+
+def measure(values: Sequence[float], vs_baseline: Comparison | None = None) -> Measure:
+    """A Measure of per-seed values."""
+    summary = spread(values)
+    return Measure(list(values), summary.mean, summary.low, summary.high, vs_baseline)
+
+
+def compare(values: Sequence[float], baseline_values: Sequence[float], mean: Curve, baseline_mean: Curve) -> Comparison:
+    """A variant's per-seed counts and mean curve against the baseline's."""
+    baseline_average = sum(baseline_values) / len(baseline_values)
+    ratio = sum(values) / len(values) / baseline_average if baseline_average else None
+    return Comparison(ratio, vargha_delaney_a12(values, baseline_values), mann_whitney_greater(values, baseline_values),
+                      baseline_mean[-1][1], speedup(baseline_mean, mean))
+
+
+def axis_measures(runs_by_variant: Mapping[str, Sequence[Run]], baseline: str, axis: str,
+                  horizon: float) -> dict[str, dict[str, Measure | None]]:
+    """Per variant, the measures of one axis at its horizon: the compared counts (against
+    the baseline's) and the shown ones. A count some run did not write is None for all."""
+    out: dict[str, dict[str, Measure | None]] = {name: {} for name in runs_by_variant}
+    for count, column in {**COMPARED, **SHOWN[axis]}.items():
+        curves = {name: [curve_of(run.plot, AXES[axis], column) for run in runs] for name, runs in runs_by_variant.items()}
+        if any(curve is None for runs in curves.values() for curve in runs):
+            for name in runs_by_variant:
+                out[name][count] = None
             continue
-        cols = [c.strip() for c in line.split(",")]
-        rows.append((float(cols[0]), int(cols[3]), int(cols[4])))
-    return rows
+        finals = {name: [value_at(curve, horizon) for curve in runs] for name, runs in curves.items()}
+        means = {name: mean_curve(runs, horizon) for name, runs in curves.items()}
+        for name in runs_by_variant:
+            versus = None
+            if count in COMPARED and name != baseline:
+                versus = compare(finals[name], finals[baseline], means[name], means[baseline])
+            out[name][count] = measure(finals[name], versus)
+    return out
 
 
-def states_at(rows: list[tuple[float, int, int]], t: float) -> int:
-    best = 0
-    for time_s, states, _ in rows:
-        if time_s > t:
-            break
-        best = states
-    return best
+def times_to_event(times: Mapping[str, Sequence[float | None]], horizon: float, baseline: str) -> dict[str, TimeToEvent]:
+    """Per variant, its runs' times to one event (None: never) up to the horizon, against
+    the baseline's."""
+    medians = {name: censored_median(runs, horizon) for name, runs in times.items()}
+    return {name: TimeToEvent([by_horizon(t, horizon) for t in runs], medians[name],
+                              *median_ratio(medians[baseline], medians[name]))
+            for name, runs in times.items()}
 
 
-def time_to_reach(mean_curve: list[tuple[float, float]], count: float) -> float | None:
-    for t, value in mean_curve:
-        if value >= count:
-            return t
-    return None
+def summarize_run(run: Run, horizon_s: float) -> RunSummary:
+    """A run's raw values and its state curve's bend over the horizon."""
+    return RunSummary(run.seed, str(run.root), run.plot[-1].time_s, run.plot[-1].steps_done, run.abstraction,
+                      run.threshold, bend(curve_of(run.plot, "time_s", "distinct_states"), horizon_s),
+                      time_to_reach(curve_of(run.plot, "time_s", "bugs"), 1), dict(run.seeded_fires),
+                      dict(run.waypoints_reached))
 
 
-def a12(xs: list[float], ys: list[float]) -> float:
-    wins = sum((x > y) + 0.5 * (x == y) for x in xs for y in ys)
-    return wins / (len(xs) * len(ys))
+def analyze_sut(name: str, runs: Sequence[Run], baseline: str, seeded_bugs: Sequence[str]) -> SutResult:
+    """The evaluation of one SUT's runs against the `baseline` variant's; MalloryError if it
+    has none."""
+    runs_by_variant: dict[str, list[Run]] = {}
+    for run in runs:
+        runs_by_variant.setdefault(run.variant, []).append(run)
+    if baseline not in runs_by_variant:
+        raise MalloryError(f"{name}: no runs of the baseline variant {baseline!r} (variants: {', '.join(runs_by_variant)})")
+    runs_by_variant = {baseline: runs_by_variant.pop(baseline), **runs_by_variant}
+    shortest = min(runs, key=lambda run: run.plot[-1].time_s)
+    fewest = min(runs, key=lambda run: run.plot[-1].steps_done)
+    horizon_s, horizon_steps = shortest.plot[-1].time_s, fewest.plot[-1].steps_done
+    by_axis = {axis: axis_measures(runs_by_variant, baseline, axis, horizon)
+               for axis, horizon in (("time", horizon_s), ("step", horizon_steps))}
+    summaries = {variant: [summarize_run(run, horizon_s) for run in variant_runs]
+                 for variant, variant_runs in runs_by_variant.items()}
+    first_bug = times_to_event({v: [s.first_bug_s for s in runs] for v, runs in summaries.items()}, horizon_s, baseline)
+    seeded = {label: times_to_event({v: [s.seeded_fires.get(label) for s in runs] for v, runs in summaries.items()},
+                                    horizon_s, baseline)
+              for label in seeded_bugs}
+    variants = {}
+    for variant, runs_summaries in summaries.items():
+        waypoints: dict[str, int] = {}
+        for summary in runs_summaries:
+            for waypoint, count in summary.waypoints_reached.items():
+                waypoints[waypoint] = waypoints.get(waypoint, 0) + count
+        variants[variant] = VariantResult(
+            name=variant,
+            seeds=[summary.seed for summary in runs_summaries],
+            runs=runs_summaries,
+            axes={axis: measures[variant] for axis, measures in by_axis.items()},
+            bend=mean_bend([summary.bend for summary in runs_summaries]),
+            first_bug=first_bug[variant],
+            seeded_bugs={label: by_variant[variant] for label, by_variant in seeded.items()},
+            waypoints_reached=waypoints,
+        )
+    return SutResult(name, baseline, horizon_s, shortest.root.name, horizon_steps, fewest.root.name, variants)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--duration", default="5m")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2])
-    parser.add_argument("--sut", default=str(EXAMPLE_SPEC))
-    parser.add_argument("--nodes", default="3")
-    parser.add_argument("--faults", default=None)
-    parser.add_argument("--workload", default="register")
-    parser.add_argument("--out", type=Path, default=None, help="keep the campaign directories here")
-    parser.add_argument("--side-by-side", action="store_true", help="run a seed's two campaigns at the same time")
-    parser.add_argument("--prior", default=None, help="qlearning's prior (see `mallory fuzz --prior`)")
-    args = parser.parse_args()
+def analyze(root: Path, baseline: str) -> list[SutResult]:
+    """The evaluation of every SUT's campaigns under `root` (ROOT/<sut>/<variant>-<seed>/);
+    an SUT known by name gets its seeded bugs timed. MalloryError if there are none."""
+    found = find_runs(root)
+    if not found:
+        raise MalloryError(f"{root}: no campaigns in <sut>/<variant>-<seed>/ directories")
+    results = []
+    for sut, entries in found.items():
+        seeded_bugs = KNOWN_SUTS[sut].seeded_bugs if sut in KNOWN_SUTS else ()
+        runs = [read_run(directory, variant, seed, seeded_bugs) for variant, seed, directory in entries]
+        results.append(analyze_sut(sut, runs, baseline, seeded_bugs))
+    return results
 
-    if Path(args.sut) == EXAMPLE_SPEC:  # its spec runs build/example-sut: never a stale one
-        make_with_mallory_cc(EXAMPLE_SPEC.parent, None, "the example SUT")
-    root = args.out or Path(tempfile.mkdtemp(prefix="mallory-bench-"))
-    root.mkdir(parents=True, exist_ok=True)
-    runs: dict[str, list[list[tuple[float, int, int]]]] = {"qlearning": [], "random": []}
-    for seed in args.seeds:
-        batches = [("qlearning", "random")] if args.side_by_side else [("qlearning",), ("random",)]
-        for batch in batches:
-            started = {}
-            for policy in batch:
-                out = root / f"{policy}-{seed}"
-                argv = [sys.executable, "-m", "mallory.cli", "fuzz", "--plain", "--sut", args.sut, "--nodes", args.nodes,
-                        "--duration", args.duration, "--policy", policy, "--seed", str(seed), "--out", str(out),
-                        "--workload", args.workload]
-                if args.faults:
-                    argv += ["--faults", args.faults]
-                if args.prior and policy == "qlearning":
-                    argv += ["--prior", args.prior]
-                print(f"== {policy} seed {seed}: {out}", flush=True)
-                log = open(root / f"{policy}-{seed}.log", "w")
-                started[policy] = (out, log, subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, text=True))
-            for policy, (out, log, proc) in started.items():
-                code = proc.wait()
-                log.close()
-                output = (root / f"{policy}-{seed}.log").read_text().strip()
-                if code != 0:
-                    sys.exit(f"{policy} seed {seed}: campaign failed:\n{output[-3000:]}")
-                print(f"{policy} seed {seed}: {output.splitlines()[-1] if output else ''}", flush=True)
-                runs[policy].append(curve(out / "plot_data"))
 
-    horizon = min(rows[-1][0] for rs in runs.values() for rows in rs)
-    grid = [horizon * i / 200 for i in range(201)]
-    mean = {p: [(t, sum(states_at(rows, t) for rows in rs) / len(rs)) for t in grid] for p, rs in runs.items()}
-    final = {p: [states_at(rows, horizon) for rows in rs] for p, rs in runs.items()}
-    print(f"\nsame wall time for all runs: {horizon:.0f} s, seeds {args.seeds}")
-    for p in ("qlearning", "random"):
-        print(f"{p:>10}: final distinct states {final[p]} (mean {sum(final[p]) / len(final[p]):.1f})")
-    q_mean = sum(final["qlearning"]) / len(final["qlearning"])
-    r_mean = sum(final["random"]) / len(final["random"])
-    print(f"ratio of distinct states qlearning / random: {q_mean / max(r_mean, 1e-9):.2f} (target >= 1.5 on 1 h runs)")
-    print(f"Vargha-Delaney A12 (qlearning > random): {a12(final['qlearning'], final['random']):.2f}")
-    t_random = time_to_reach(mean["random"], r_mean)
-    t_q = time_to_reach(mean["qlearning"], r_mean)
-    if t_random is not None and t_q:
-        print(f"speed-up to random's final count ({r_mean:.1f}): {t_random:.0f} s / {t_q:.0f} s = {t_random / t_q:.2f}x")
-    else:
-        print(f"speed-up: qlearning never reached random's final count ({r_mean:.1f})")
-    for p, rs in runs.items():
-        firsts = [next((t for t, _, bugs in rows if bugs > 0), None) for rows in rs]
-        print(f"{p:>10}: time to first bug (s) per seed: {[None if f is None else round(f) for f in firsts]}")
+# -- output -----------------------------------------------------------------------------------
+
+#: how each count is called in the tables
+COUNT_LABELS = {"states": "distinct states", "pairs": "pairs covered", "steps": "steps done",
+                "schedules": "schedules done", "seconds": "wall time (s)"}
+#: how a ratio's bound (median_ratio) is shown before it
+BOUND_SIGNS = {"=": "", ">=": "≥", "<=": "≤"}
+
+#: a table row: (label, one cell per variant), or (section title, None)
+Row = tuple[str, list[str] | None]
+
+
+def format_measure(m: Measure | None) -> str:
+    """"mean (min–max)", or "n/a" when a campaign did not write the count."""
+    return "n/a" if m is None else f"{m.mean:.1f} ({m.low:.0f}–{m.high:.0f})"
+
+
+def format_test(m: Measure | None) -> str:
+    """"ratio / Â12 / p" against the baseline; "—" for the baseline itself."""
+    if m is None:
+        return "n/a"
+    c = m.vs_baseline
+    if c is None:
+        return "—"
+    ratio = "n/a" if c.ratio is None else f"{c.ratio:.2f}x"
+    return f"{ratio} / {c.a12:.2f} / {c.p_greater:.3f}"
+
+
+def format_speedup(m: Measure | None) -> str:
+    """The speed-up to the baseline's final mean: "—" for the baseline, "never" when the
+    variant's mean never reached it, "n/a" when there is nothing to reach (0)."""
+    if m is None:
+        return "n/a"
+    c = m.vs_baseline
+    if c is None:
+        return "—"
+    if c.target <= 0:
+        return "n/a"
+    return "never" if c.speedup is None else f"{c.speedup:.2f}x"
+
+
+def format_time(t: float | None) -> str:
+    """Seconds rounded, "–" for not by the horizon."""
+    return "–" if t is None else f"{t:.0f}"
+
+
+def format_median(m: CensoredMedian) -> str:
+    """"median (happened/runs)", "≥" before a censored median (a lower bound)."""
+    return f"{'≥' if m.lower_bound else ''}{m.value:.0f} ({m.happened}/{m.runs})"
+
+
+def format_ratio(event: TimeToEvent, is_baseline: bool) -> str:
+    """baseline median / variant median with its bound; "—" for the baseline."""
+    if is_baseline:
+        return "—"
+    return "n/a" if event.ratio is None else f"{BOUND_SIGNS[event.ratio_bound]}{event.ratio:.2f}x"
+
+
+def format_table(rows: Sequence[Row], columns: Sequence[str]) -> list[str]:
+    """Aligned lines: the column names, then each row's label (indented) and cells, or a
+    section's title."""
+    cells = [row_cells for _, row_cells in rows if row_cells is not None]
+    label_width = 2 + max(len(label) for label, row_cells in rows if row_cells is not None)
+    widths = [max(len(column), *(len(row_cells[i]) for row_cells in cells)) for i, column in enumerate(columns)]
+    lines = [" " * label_width + "".join(f"  {c:>{w}}" for c, w in zip(columns, widths))]
+    for label, row_cells in rows:
+        if row_cells is None:
+            lines.append(label)
+        else:
+            lines.append(f"  {label:<{label_width - 2}}" + "".join(f"  {c:>{w}}" for c, w in zip(row_cells, widths)))
+    return lines
+
+
+def render_sut(result: SutResult) -> str:
+    """The text report of one SUT: what was run, the horizons, a table with a column per
+    variant, and the waypoints reached."""
+    variants = list(result.variants.values())
+    baseline = result.baseline
+
+    def row(label: str, cell: Callable[[VariantResult], str]) -> Row:
+        """A table row: the label, and `cell` of each variant."""
+        return label, [cell(v) for v in variants]
+
+    def yardstick(v: VariantResult) -> str:
+        """How the variant's runs counted states: abstraction(s), threshold or its range."""
+        thresholds = sorted({r.threshold for r in v.runs})
+        shown = f"{thresholds[0]:.2f}" + (f"–{thresholds[-1]:.2f}" if len(thresholds) > 1 else "")
+        return f"{'/'.join(sorted({r.abstraction for r in v.runs}))} {shown}"
+
+    rows: list[Row] = [row("seeds", lambda v: " ".join(map(str, v.seeds))),
+                       row("state abstraction, threshold", yardstick)]
+    for axis, title in (("time", f"per wall-clock time, at {result.horizon_s:.0f} s"),
+                        ("step", f"per step, at {result.horizon_steps} steps")):
+        rows.append((title, None))
+        rows += [row(COUNT_LABELS[count], lambda v: format_measure(v.axes[axis][count]))
+                 for count in (*COMPARED, *SHOWN[axis])]
+        rows += [row(f"{count}: ratio / Â12 / p, vs {baseline}", lambda v: format_test(v.axes[axis][count]))
+                 for count in COMPARED]
+        for count in COMPARED:
+            final = result.variants[baseline].axes[axis][count]
+            rows.append(row(f"{count}: speed-up to {baseline}'s {'n/a' if final is None else f'{final.mean:.1f}'}",
+                            lambda v: format_speedup(v.axes[axis][count])))
+        if axis == "time":
+            rows.append(row("new states/h, first → last third", lambda v: (
+                f"{v.bend.first_third_per_h:.0f} → {v.bend.last_third_per_h:.0f} "
+                f"({'bends' if v.bend.bends else 'no bend'})")))
+    rows.append((f"time to bug (s), by {result.horizon_s:.0f} s", None))
+    events = [("first bug bundle", "found", lambda v: v.first_bug)]
+    events += [(label, "fired", lambda v, label=label: v.seeded_bugs[label])
+               for label in result.variants[baseline].seeded_bugs]
+    for what, happened, event in events:
+        rows += [row(f"{what}: per seed", lambda v: " ".join(map(format_time, event(v).per_seed))),
+                 row(f"{what}: median ({happened}/seeds)", lambda v: format_median(event(v).median)),
+                 row(f"{what}: {baseline}'s median / variant's", lambda v: format_ratio(event(v), v.name == baseline))]
+    seeds = ", ".join(f"{v.name} {' '.join(map(str, v.seeds))}" for v in variants)
+    lines = [f"== {result.name}: seeds {seeds}; baseline {baseline}",
+             f"common horizon: {result.horizon_s:.0f} s of wall time (the shortest campaign: {result.shortest_run}), "
+             f"{result.horizon_steps} steps (the fewest: {result.fewest_steps_run})",
+             *format_table(rows, [v.name for v in variants]),
+             "waypoints reached (schedules, summed over seeds, at each campaign's end)"]
+    for v in variants:
+        lines.append(f"  {v.name}: {', '.join(f'{n}:{c}' for n, c in v.waypoints_reached.items()) or '-'}")
+    return "\n".join(lines)
+
+
+def write_json(results: Sequence[SutResult], baseline: str, path: Path) -> None:
+    """Every number of the report and every run's raw values, as JSON (the closing note's
+    source): {"baseline": ..., "suts": {name: SutResult as an object}}."""
+    document = {"baseline": baseline, "suts": {result.name: asdict(result) for result in results}}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(document, indent=2, ensure_ascii=False) + "\n")
+
+
+# -- command line -----------------------------------------------------------------------------
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    """The bench's options; the variants end up in `args.variants` (name -> arguments), the
+    defaults when none is given. Exits on a bad option (argparse)."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--variant", type=parse_variant, action="append", metavar="NAME=ARGS",
+                        help="a variant: extra `mallory fuzz` arguments, one shell-quoted string (repeatable; "
+                        f"default: {' '.join(f'{n}={shlex.join(a)!r}' for n, a in DEFAULT_VARIANTS.items())})")
+    parser.add_argument("--sut", type=sut_target, action="append", metavar="NAME|SPEC",
+                        help=f"an SUT: {', '.join(KNOWN_SUTS)}, or a spec file (repeatable; default example)")
+    parser.add_argument("--workload", default=None, help="the workload of every SUT (default: the SUT's own)")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4])
+    parser.add_argument("--duration", default="20m", help="per campaign (default %(default)s)")
+    parser.add_argument("--nodes", type=int, default=3)
+    parser.add_argument("--faults", default=None, help="fault families or labels (default: all the SUT can take)")
+    parser.add_argument("--side-by-side", action="store_true",
+                        help="run all variants of one (SUT, seed) at the same time")
+    parser.add_argument("--out", type=Path, default=None, help="keep the campaigns in DIR/<sut>/<variant>-<seed>/")
+    parser.add_argument("--baseline", default="random", help="the variant the others are compared with (default %(default)s)")
+    parser.add_argument("--analyze", type=Path, metavar="DIR", help="run nothing: analyze the campaigns under DIR")
+    parser.add_argument("--json", type=Path, metavar="FILE", help="write every number, and every run's, as JSON")
+    args = parser.parse_args(argv)
+    args.sut = args.sut or [KNOWN_SUTS["example"]]
+    variants = dict(DEFAULT_VARIANTS)
+    if args.variant:
+        variants = {}
+        for name, extra in args.variant:
+            if name in variants:
+                parser.error(f"--variant {name} given twice")
+            variants[name] = extra
+    args.variants = variants
+    if not args.analyze and args.baseline not in variants:
+        parser.error(f"--baseline {args.baseline} is not a variant ({', '.join(variants)})")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the campaigns (unless --analyze), then print the report per SUT; 1 when an SUT
+    cannot be built or a campaign directory cannot be analyzed, saying why."""
+    args = parse_args(argv)
+    try:
+        root = args.analyze
+        if root is None:
+            root = (args.out or Path(tempfile.mkdtemp(prefix="mallory-policies-"))).resolve()
+            print(f"campaigns in {root} (re-analyze: {Path(__file__).name} --analyze {root})", flush=True)
+            run_campaigns(args, root)
+        results = analyze(root, args.baseline)
+    except MalloryError as exc:
+        print(f"{Path(__file__).name}: {exc}", file=sys.stderr)
+        return 1
+    print("\n\n".join(render_sut(result) for result in results))
+    if args.json:
+        write_json(results, args.baseline, args.json)
+        print(f"\nevery number as JSON: {args.json}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
