@@ -8,8 +8,16 @@ from html import escape
 
 from mallory.report import html
 from mallory.report.campaign_data import BugInfo, CampaignData
-from mallory.report.series import GroupCurve
+from mallory.report.comparison import (
+    BASELINE,
+    Comparison,
+    MetricComparison,
+    group_label,
+)
 from mallory.report.stats import a12_magnitude
+
+#: a plot: its title and its PNG
+Plot = tuple[str, bytes]
 
 
 @dataclass
@@ -18,7 +26,7 @@ class CampaignSection:
 
     data: CampaignData
     anchor: str
-    plots: list[tuple[str, bytes]] = field(default_factory=list)  # (title, png)
+    plots: list[list[Plot]] = field(default_factory=list)  # rows, each drawn side by side
     bug_pages: dict[str, str] = field(default_factory=dict)  # signature -> href
     notes: list[str] = field(default_factory=list)
 
@@ -57,38 +65,57 @@ def bug_rows(section: CampaignSection) -> list[list[object]]:
     return rows
 
 
-def comparison(curves: Sequence[GroupCurve], horizon_s: float, a12: Sequence[tuple[str, str, float]], png: bytes) -> str:
-    parts = ["<h2>Comparison by policy</h2>", html.png_img(png, "distinct states by policy")]
-    parts.append(f"<p class=\"note\">Distinct states at the common horizon, {horizon_s:.1f} s (the shortest "
-                 "campaign's run time), over each policy's campaigns (seeds).</p>")
-    rows = []
-    for c in curves:
-        s = c.final_spread
-        rows.append([c.policy, s.n, s.mean, s.std, s.low, s.high])
-    parts.append(html.table(["policy", "campaigns", "mean states", "std", "min", "max"], rows))
-    if a12:
-        parts.append("<p>Vargha–Delaney Â12: the probability that a campaign of the first policy reaches more "
-                     "distinct states than one of the second (0.5: no difference).</p>")
-        parts.append(html.table(["A", "B", "Â12(A, B)", "effect"], [[a, b, v, a12_magnitude(v)] for a, b, v in a12]))
+def _at_horizon(comparison: MetricComparison, group: str, campaigns: int) -> str:
+    """A group's count at the horizon: mean ± std (min–max), over how many of its campaigns
+    recorded it if not all."""
+    curve = comparison.curve(group)
+    if curve is None:
+        return "n/a"
+    s = curve.final_spread
+    text = f"{s.mean:.4g} ± {s.std:.2g} ({s.low:g}–{s.high:g})"
+    return text + (f", {curve.runs} of {campaigns}" if curve.runs < campaigns else "")
+
+
+def comparison_part(comparison: Comparison, plots: Sequence[Plot]) -> str:
+    """The groups at the common horizon: the overlay plots, each group's steps, states and
+    pairs, and the contrasts between groups."""
+    parts = ["<h2>Comparison by policy</h2>", html.side_by_side(plots)]
+    if not comparison.pairs.curves:
+        parts.append("<p class=\"note\">No pairs covered to compare: every campaign predates event-pair coverage.</p>")
+    parts.append(f"<p class=\"note\">At the common horizon, {comparison.horizon_s:.1f} s (the shortest campaign's "
+                 "run time), over each group's campaigns (seeds): mean ± standard deviation (min–max). A group is "
+                 "a policy or a preset, with /reward when the reward is not the one it implies and +waypoints when "
+                 "a waypoint file guided it. Steps done: a group that spends longer per step (deciding, enacting, "
+                 "waiting for feedback) has taken fewer steps by the horizon.</p>")
+    rows = [[group, n, *(_at_horizon(m, group, n) for m in (comparison.steps, comparison.states, comparison.pairs))]
+            for group, n in comparison.campaigns.items()]
+    parts.append(html.table(["group", "campaigns", "steps done", "distinct states", "pairs covered"], rows))
+    contrasts = [(m.metric.name, c) for m in (comparison.states, comparison.pairs) for c in m.contrasts]
+    if contrasts:
+        parts.append(f"<p>Each measure at the horizon: each group against {BASELINE} when that group has it, else "
+                     "every ordered pair of groups. Vargha–Delaney Â12: the probability that a "
+                     "campaign of A reaches more than one of B (0.5: no difference). p: the one-sided Mann–Whitney "
+                     "U test's p-value for \"A reaches more than B\" (with few campaigns per group it cannot be "
+                     "small: one against one is never below 0.5).</p>")
+        parts.append(html.table(["measure", "A", "B", "Â12(A, B)", "effect", "p (A > B)"],
+                                [[name, c.a, c.b, c.a12, a12_magnitude(c.a12), c.p_greater] for name, c in contrasts]))
     return "\n".join(parts)
 
 
-def index_page(sections: Sequence[CampaignSection], overview: str = "", shared_plots: Sequence[tuple[str, bytes]] = ()) -> str:
+def index_page(sections: Sequence[CampaignSection], overview: str = "", shared_plots: Sequence[Sequence[Plot]] = ()) -> str:
     title = "Mallory campaign report" + (f": {sections[0].data.name}" if len(sections) == 1 else f" ({len(sections)} campaigns)")
     body = [f"<h1>{escape(title)}</h1>"]
     if len(sections) > 1:
-        body.append("<ul>" + "".join(f"<li>{html.link('#' + s.anchor, f'{s.anchor}: {s.data.name}')} ({escape(s.data.config.policy)})</li>"
+        body.append("<ul>" + "".join(f"<li>{html.link('#' + s.anchor, f'{s.anchor}: {s.data.name}')} ({escape(group_label(s.data.config))})</li>"
                                      for s in sections) + "</ul>")
     body.append(overview)
-    for title_, png in shared_plots:
-        body.append(html.png_img(png, title_))
+    body += [html.side_by_side(row) for row in shared_plots]
     for s in sections:
         body.append(f"<h2 id=\"{escape(s.anchor)}\">Campaign {escape(s.anchor)}: {escape(s.data.name)}</h2>")
         body.append(html.key_values(summary_rows(s.data)))
         for note in s.notes:
             body.append(f"<p class=\"note\">{escape(note)}</p>")
-        for title_, png in s.plots:
-            body.append(html.png_img(png, title_))
+        body += [html.side_by_side(row) for row in s.plots]
         body.append(f"<h3>Bugs ({len(s.data.bugs)})</h3>")
         if s.data.bugs:
             body.append(html.table(["signature", "oracle", "message", "first seen", "last seen", "sightings"],
