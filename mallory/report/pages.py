@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from html import escape
 
+from mallory.campaign.config import CampaignConfig
 from mallory.report import html
 from mallory.report.campaign_data import BugInfo, CampaignData
 from mallory.report.comparison import (
@@ -31,26 +32,82 @@ class CampaignSection:
     notes: list[str] = field(default_factory=list)
 
 
+#: what the page says of a count an older campaign did not record
+PREDATES_PAIRS = "n/a: the campaign predates event-pair coverage"
+
+
 def summary_rows(data: CampaignData) -> list[tuple[str, object]]:
     c, s = data.config, data.stats
     return [
         ("directory", str(data.root)),
         ("SUT", c.sut),
-        ("policy", c.policy),
+        ("policy / reward", f"{c.policy} / {c.reward}" + (f" (preset {c.preset})" if c.preset else "")),
         ("seed", c.seed),
         ("nodes", c.nodes),
         ("faults", ", ".join(c.faults) if c.faults else "all the SUT can take"),
         ("workload", c.workload),
         ("steps × window", f"{c.steps} × {c.window_s} s, reset {c.reset_s} s"),
+        ("state abstraction", c.abstraction),
+        *calibration_rows(c),
+        ("waypoints", c.waypoints or "none"),
         ("run time (s)", s.get("run_time")),
         ("schedules", s.get("schedules_done")),
         ("steps (late)", f"{s.get('steps_done', '-')} ({s.get('late_steps', '-')})"),
         ("refused faults", s.get("refused_faults")),
         ("distinct states", s.get("distinct_states")),
         ("states per hour", s.get("states_per_hour")),
+        ("pairs covered", pairs_text(s)),
         ("bugs", len(data.bugs)),
         ("feedback p50 / p99 (ms)", f"{s.get('feedback_ms_p50', '-')} / {s.get('feedback_ms_p99', '-')}"),
     ]
+
+
+def pairs_text(stats: dict[str, str]) -> str:
+    """Pairs covered and when the last new one came, from fuzzer_stats."""
+    pairs, last = stats.get("pairs_covered"), stats.get("last_new_pair", "-")
+    if pairs is None:
+        return PREDATES_PAIRS
+    return pairs + (f" (last new at {last} s)" if last != "-" else "")
+
+
+def calibration_rows(config: CampaignConfig) -> list[tuple[str, str]]:
+    """The similarity threshold and where it came from: a calibration's measurements, or
+    the configuration."""
+    cal = config.calibration
+    if cal is None:
+        # asked for but absent: the campaign stopped before its calibration ended
+        why = (f"not calibrated ({config.calibrate} fault-free windows asked for, none recorded)"
+               if config.calibrate else "not calibrated")
+        return [("similarity threshold", f"{config.threshold:.4g} (threshold from the configuration)"), ("calibration", why)]
+    steady = f"in {cal.steady_states} steady state(s)" if cal.steady_states is not None else "(steady states not recorded)"
+    largest = f"{cal.largest:.4g}" if cal.largest is not None else "not recorded"
+    return [
+        ("similarity threshold", f"{cal.threshold:.4g} (calibrated: the lower of the configured one and the largest)"),
+        ("calibration", f"{cal.windows} fault-free windows {steady}; largest threshold under which 90% of "
+                        f"them coincide: {largest}"),
+    ]
+
+
+def waypoint_part(data: CampaignData) -> str:
+    """The table of how many schedules reached each waypoint ("" without waypoints)."""
+    reached = data.waypoints
+    if reached is None:
+        return ""
+    try:
+        total = int(data.stats["schedules_done"])
+    except (KeyError, ValueError):
+        total = len(data.schedules)
+    counted = sum(n for _, n in reached.counts)
+    rows = [[name, n, f"{n / total:.0%}" if total else "-"] for name, n in reached.counts]
+    rows.append(["(none reached)", total - counted, f"{(total - counted) / total:.0%}" if total else "-"])
+    parts = [f"<h3>Waypoints ({total} schedules)</h3>",
+             "<p class=\"note\">Each schedule counts once, under the deepest waypoint it reached: the last in "
+             "the file that one of its windows satisfied. Deeper waypoints come later.</p>"]
+    if reached.problem:
+        parts.append(f"<p class=\"note\">{escape(reached.problem)}: the waypoints in the order fuzzer_stats "
+                     "records them, those no schedule reached missing.</p>")
+    parts.append(html.table(["waypoint", "schedules", "share"], rows))
+    return "\n".join(parts)
 
 
 def bug_rows(section: CampaignSection) -> list[list[object]]:
@@ -113,6 +170,7 @@ def index_page(sections: Sequence[CampaignSection], overview: str = "", shared_p
     for s in sections:
         body.append(f"<h2 id=\"{escape(s.anchor)}\">Campaign {escape(s.anchor)}: {escape(s.data.name)}</h2>")
         body.append(html.key_values(summary_rows(s.data)))
+        body.append(waypoint_part(s.data))
         for note in s.notes:
             body.append(f"<p class=\"note\">{escape(note)}</p>")
         body += [html.side_by_side(row) for row in s.plots]

@@ -1,13 +1,19 @@
 """What the report says of a campaign's feedback: pairs covered beside distinct states, the
-comparison of groups with Â12 and Mann–Whitney p-values; and that a campaign written
-before these existed still renders, saying what it lacks."""
+comparison of groups with Â12 and Mann–Whitney p-values, the calibration and the waypoints;
+and that a campaign written before these existed still renders, saying what it lacks."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+import pytest
+
+from mallory.campaign.config import Calibration, CampaignConfig
+from mallory.errors import MalloryError
 from mallory.report.build import ReportOptions, build_report
+from mallory.report.campaign_data import parse_waypoints_reached
+from mallory.report.pages import calibration_rows
 from mallory.report.plots import read_series
 from tests.unit.report.campaigns import make_campaign
 from tests.unit.report.report_checks import (
@@ -15,16 +21,37 @@ from tests.unit.report.report_checks import (
     assert_png,
     assert_self_contained,
     series_named,
+    summaries,
     table_headed,
 )
+
+WAYPOINTS = """
+[[waypoint]]
+name = "shallow"
+faults = ["partition"]
+
+[[waypoint]]
+name = "middle"
+events = ["became-leader"]
+
+[[waypoint]]
+name = "deep"
+events = ["truncate"]
+"""
 
 
 def alt_texts(page: Page) -> list[str]:
     return [a["alt"] for t, a in page.tags if t == "img"]
 
 
-def test_one_campaign_shows_pairs_covered_beside_distinct_states(tmp_path):
-    root, _ = make_campaign(tmp_path / "c", "qlearning", [2, 3, 5, 5], pairs=[4, 9, 9, 12])
+def test_one_campaign_shows_pairs_beside_states_its_calibration_and_waypoints(tmp_path):
+    waypoints = tmp_path / "waypoints.toml"
+    waypoints.write_text(WAYPOINTS)
+    calibration = Calibration(windows=20, threshold=0.7, largest=0.81, steady_states=2)
+    root, _ = make_campaign(
+        tmp_path / "c", "qlearning", [2, 3, 5, 5], pairs=[4, 9, 9, 12],
+        stats={"schedules_done": 7, "last_new_pair": 6.0, "waypoints_reached": "deep:2,shallow:3"},
+        waypoints=str(waypoints), calibration=calibration, abstraction="event-history")
     index = build_report([root], ReportOptions())
     page = assert_self_contained(index)
     text = index.read_text()
@@ -33,6 +60,41 @@ def test_one_campaign_shows_pairs_covered_beside_distinct_states(tmp_path):
     pairs = page.images()[1]
     assert_png(pairs)
     assert series_named(pairs, "c")["y"] == [0.0, 4.0, 9.0, 9.0, 12.0]
+    (summary,) = summaries(text)
+    assert summary["pairs covered"] == "12 (last new at 6.0 s)"
+    assert summary["state abstraction"] == "event-history"
+    assert summary["similarity threshold"].startswith("0.7 (calibrated")
+    assert summary["calibration"] == ("20 fault-free windows in 2 steady state(s); "
+                                      "largest threshold under which 90% of them coincide: 0.81")
+    assert summary["waypoints"] == str(waypoints)
+    assert "<h3>Waypoints (7 schedules)</h3>" in text
+    # in the file's order, the one never reached at 0, the schedules that reached none last
+    assert table_headed(text, "waypoint", "schedules") == [
+        ["shallow", "3", "43%"], ["middle", "0", "0%"], ["deep", "2", "29%"], ["(none reached)", "2", "29%"]]
+
+    waypoints.unlink()  # the report read elsewhere than where the campaign ran
+    text = build_report([root], ReportOptions()).read_text()
+    assert "cannot read waypoints" in text
+    assert table_headed(text, "waypoint", "schedules") == [
+        ["deep", "2", "29%"], ["shallow", "3", "43%"], ["(none reached)", "2", "29%"]]
+
+
+def test_waypoints_reached_is_read_by_the_last_colon_of_each_item():
+    assert parse_waypoints_reached("leader:cut-off:2,deep:0") == {"leader:cut-off": 2, "deep": 0}
+    assert parse_waypoints_reached("-") == {} == parse_waypoints_reached("")
+    with pytest.raises(MalloryError, match="'deep' is not name:count"):
+        parse_waypoints_reached("shallow:1,deep")
+
+
+def test_the_threshold_says_whether_a_calibration_chose_it():
+    assert dict(calibration_rows(CampaignConfig(sut="none", calibrate=0, threshold=0.6))) == {
+        "similarity threshold": "0.6 (threshold from the configuration)", "calibration": "not calibrated"}
+    asked = dict(calibration_rows(CampaignConfig(sut="none", calibrate=20)))  # stopped before it ended
+    assert asked["calibration"] == "not calibrated (20 fault-free windows asked for, none recorded)"
+    older = dict(calibration_rows(CampaignConfig(sut="none", threshold=0.55, calibration=Calibration(12, 0.55))))
+    assert older == {"similarity threshold": "0.55 (calibrated: the lower of the configured one and the largest)",
+                     "calibration": "12 fault-free windows (steady states not recorded); largest threshold under "
+                                    "which 90% of them coincide: not recorded"}
 
 
 def test_comparison_gives_each_group_its_mean_and_range_and_p_values_against_random(tmp_path):
@@ -91,6 +153,11 @@ def test_an_old_campaign_renders_saying_what_it_did_not_record(tmp_path):
     assert "pairs covered over time" not in alt_texts(page)
     assert alt_texts(page)[:2] == ["distinct states over time", "new states per hour"]
     assert "this campaign&#x27;s plot_data does not record them (it predates event-pair coverage)" in text
+    (summary,) = summaries(text)
+    assert summary["pairs covered"] == "n/a: the campaign predates event-pair coverage"
+    assert summary["calibration"] == "not calibrated"
+    assert summary["similarity threshold"] == "0.7 (threshold from the configuration)"
+    assert summary["waypoints"] == "none" and "Waypoints (" not in text
 
 
 def test_an_old_campaign_among_new_ones_is_left_out_of_the_pairs_comparison(tmp_path):
