@@ -84,6 +84,8 @@ class MetricComparison:
 
 @dataclass(frozen=True)
 class Comparison:
+    """Groups of campaigns at the common horizon: steps done, distinct states, pairs covered."""
+
     horizon_s: float
     #: group -> how many campaigns it has (with steps recorded), in the order groups first appear
     campaigns: dict[str, int]

@@ -32,10 +32,6 @@ class CampaignSection:
     notes: list[str] = field(default_factory=list)
 
 
-#: what the page says of a count an older campaign did not record
-PREDATES_PAIRS = "n/a: the campaign predates event-pair coverage"
-
-
 def summary_rows(data: CampaignData) -> list[tuple[str, object]]:
     c, s = data.config, data.stats
     return [
@@ -66,7 +62,7 @@ def pairs_text(stats: dict[str, str]) -> str:
     """Pairs covered and when the last new one came, from fuzzer_stats."""
     pairs, last = stats.get("pairs_covered"), stats.get("last_new_pair", "-")
     if pairs is None:
-        return PREDATES_PAIRS
+        return "n/a: the campaign predates event-pair coverage"
     return pairs + (f" (last new at {last} s)" if last != "-" else "")
 
 
