@@ -24,6 +24,7 @@ import tomllib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from mallory.errors import MalloryError
 from mallory.instrument.catalogue import Catalogue
@@ -81,15 +82,7 @@ def parse_waypoints(text: str, source: str, catalogue: Catalogue, log_names: Ite
     """The waypoints of a TOML text; MalloryError naming the file and the entry when it is
     malformed or names an event the SUT does not have (`catalogue` labels, `log_names`) or
     a fault family the campaign does not know (`families`)."""
-    try:
-        raw = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise MalloryError(f"{source}: not valid TOML ({exc})") from None
-    entries = raw.get("waypoint")
-    if set(raw) != {"waypoint"} or not isinstance(entries, list) or not entries:
-        raise MalloryError(f"{source}: expected one or more [[waypoint]] tables and nothing else")
-    if len(entries) > MAX_WAYPOINTS:
-        raise MalloryError(f"{source}: at most {MAX_WAYPOINTS} waypoints, got {len(entries)}")
+    entries = _entries(text, source)
     labels = {e.label for e in catalogue if e.label}
     known_events = labels | set(log_names)
     known_families = set(families)
@@ -121,9 +114,38 @@ def parse_waypoints(text: str, source: str, catalogue: Catalogue, log_names: Ite
     return Waypoints(waypoints, source)
 
 
-def load_waypoints(path: Path, catalogue: Catalogue, log_names: Iterable[str], families: Iterable[str]) -> Waypoints:
+def _entries(text: str, source: str) -> list[Any]:
+    """The [[waypoint]] tables of a file's text, unchecked inside; MalloryError if there
+    are none, too many, or anything else."""
     try:
-        text = Path(path).read_text()
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise MalloryError(f"{source}: not valid TOML ({exc})") from None
+    entries = raw.get("waypoint")
+    if set(raw) != {"waypoint"} or not isinstance(entries, list) or not entries:
+        raise MalloryError(f"{source}: expected one or more [[waypoint]] tables and nothing else")
+    if len(entries) > MAX_WAYPOINTS:
+        raise MalloryError(f"{source}: at most {MAX_WAYPOINTS} waypoints, got {len(entries)}")
+    return entries
+
+
+def _read(path: Path) -> str:
+    try:
+        return Path(path).read_text()
     except OSError as exc:
         raise MalloryError(f"cannot read waypoints {path}: {exc.strerror}") from None
-    return parse_waypoints(text, str(path), catalogue, log_names, families)
+
+
+def load_waypoints(path: Path, catalogue: Catalogue, log_names: Iterable[str], families: Iterable[str]) -> Waypoints:
+    return parse_waypoints(_read(path), str(path), catalogue, log_names, families)
+
+
+def waypoint_names(path: Path) -> list[str]:
+    """The names in a waypoint file, in its order (deeper levels later), without resolving
+    their events, which needs the SUT's catalogue: for readers of a finished campaign such
+    as the report. MalloryError if the file cannot be read or is no waypoint file."""
+    entries = _entries(_read(path), str(path))
+    names = [entry.get("name") if isinstance(entry, dict) else None for entry in entries]
+    if not all(isinstance(name, str) and name for name in names):
+        raise MalloryError(f"{path}: a waypoint has no name")
+    return names

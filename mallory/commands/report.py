@@ -1,13 +1,15 @@
 """`mallory report DIR [DIR...]`: a campaign directory (or several) as an offline HTML report.
 
     mallory report runs/c1                        # -> runs/c1/report/index.html
-    mallory report runs/q1 runs/q2 runs/r1 runs/r2 --out cmp   # overlay, grouped by policy
+    mallory report runs/q1 runs/q2 runs/r1 runs/r2 --out cmp   # overlay, grouped by policy and settings
 
-The page is self-contained (inline CSS and SVG, PNG plots as data: URIs): distinct states
-over time and per hour, with several campaigns their mean and spread by policy and
-Vargha–Delaney Â12; fault mix, feedback latency, observer loss; the bug list, and a page
-per bug with its fault schedule, the Lamport timeline of the schedule around the failure,
-the oracle's explanation and the node logs.
+The page is self-contained (inline CSS and SVG, PNG plots as data: URIs): the summary
+(calibration, abstraction, waypoints reached), distinct states and pairs covered over time,
+new states per hour, with several campaigns their mean and spread by group (policy, preset,
+reward, waypoints) with Vargha–Delaney Â12 and Mann–Whitney p-values; fault mix, feedback
+latency, observer loss; the bug list, and a page per bug with its fault schedule, the
+Lamport timeline of the schedule around the failure, the oracle's explanation and the node
+logs.
 """
 
 from __future__ import annotations

@@ -16,7 +16,8 @@ from pathlib import Path
 
 from mallory.errors import MalloryError
 from mallory.report import pages, plots, series
-from mallory.report.campaign_data import BugInfo, CampaignData, load_campaign
+from mallory.report.campaign_data import BugInfo, CampaignData, PlotRow, load_campaign
+from mallory.report.comparison import compare, group_label
 from mallory.report.names import EventNamer
 from mallory.report.recording import Recording, read_recording
 from mallory.report.shiviz import shiviz_log
@@ -71,19 +72,50 @@ def bug_timeline(bug: BugInfo, recording: Recording | None, span_index: int | No
     return entries, part
 
 
-def _campaign_plots(data: CampaignData, recording: Recording | None, width: float, with_states: bool) -> list[tuple[str, bytes]]:
+def _counts_over_time(runs: dict[str, Sequence[PlotRow]]) -> list[pages.Plot]:
+    """Distinct states over time, and beside it pairs covered over time of the campaigns
+    that recorded them (no pairs plot if none did)."""
+    states = {label: series.over_time(rows, series.STATES) for label, rows in runs.items()}
+    out = [("distinct states over time", plots.cumulative_plot(series.STATES, states))]
+    pairs = {label: series.over_time(rows, series.PAIRS) for label, rows in runs.items() if series.PAIRS.recorded(rows)}
+    if pairs:
+        out.append(("pairs covered over time", plots.cumulative_plot(series.PAIRS, pairs)))
+    return out
+
+
+def _campaign_plots(data: CampaignData, recording: Recording | None, width: float, with_counts: bool) -> list[list[pages.Plot]]:
     out = []
-    if with_states:
-        out.append(("distinct states over time", plots.states_plot({data.name: series.states_over_time(data.plot)})))
-        out.append(("new states per hour", plots.rate_plot({data.name: series.states_per_hour(data.plot, width)}, width)))
+    if with_counts:
+        out.append(_counts_over_time({data.name: data.plot}))
+        out.append([("new states per hour", plots.rate_plot({data.name: series.states_per_hour(data.plot, width)}, width))])
     starts, mix = series.fault_mix(data.plot, width)
-    out.append(("fault mix over time", plots.fault_mix_plot(starts, mix, width)))
+    out.append([("fault mix over time", plots.fault_mix_plot(starts, mix, width))])
     t, fb = series.feedback_series(data.plot)
     lt, late = series.late_series(data.plot)
-    out.append(("feedback latency", plots.feedback_plot(t, fb, lt, late)))
+    out.append([("feedback latency", plots.feedback_plot(t, fb, lt, late))])
     origin = int(data.start_time * 1e9) if data.start_time is not None else None
-    out.append(("observer loss", plots.loss_plot(recording.loss if recording else None, origin)))
+    out.append([("observer loss", plots.loss_plot(recording.loss if recording else None, origin))])
     return out
+
+
+def _comparison(campaigns: Sequence[CampaignData], width: float) -> tuple[str, list[list[pages.Plot]]]:
+    """With several campaigns: the comparison by group, and the plots with a line per campaign."""
+    groups: dict[str, list[list[PlotRow]]] = {}
+    for data in campaigns:
+        groups.setdefault(group_label(data.config), []).append(data.plot)
+    overview = ""
+    compared = compare(groups)
+    if compared is not None:
+        overlays = [(f"{m.metric.name} by group", plots.overlay_plot(m.metric, m.curves, compared.horizon_s))
+                    for m in (compared.states, compared.pairs) if m.curves]
+        overview = pages.comparison_part(compared, overlays)
+    labels = [f"c{k}: {d.name} ({group_label(d.config)})" for k, d in enumerate(campaigns, start=1)]  # names may repeat
+    shared = [
+        _counts_over_time({label: d.plot for label, d in zip(labels, campaigns)}),
+        [("new states per hour", plots.rate_plot({label: series.states_per_hour(d.plot, width)
+                                                  for label, d in zip(labels, campaigns)}, width))],
+    ]
+    return overview, shared
 
 
 def build_report(dirs: Sequence[Path], options: ReportOptions) -> Path:
@@ -115,21 +147,12 @@ def build_report(dirs: Sequence[Path], options: ReportOptions) -> Path:
             stem = f"c{k}-{bug.signature}" if several else bug.signature
             section.bug_pages[bug.signature] = f"bugs/{stem}.html"
             _write_bug_page(out, stem, bug, data, recording, index, namer, options.max_events)
-        section.plots = _campaign_plots(data, recording, width, with_states=not several)
+        section.plots = _campaign_plots(data, recording, width, with_counts=not several)
+        if data.plot and not series.PAIRS.recorded(data.plot):
+            section.notes.append("No pairs covered over time: this campaign's plot_data does not record them "
+                                 "(it predates event-pair coverage).")
         sections.append(section)
-    overview, shared = "", []
-    if several:
-        groups: dict[str, list] = {}
-        for data in campaigns:
-            groups.setdefault(data.config.policy, []).append(data.plot)
-        horizon, curves = series.overlay(groups)
-        if curves:
-            overview = pages.comparison(curves, horizon, series.pairwise_a12(curves), plots.overlay_plot(curves, horizon))
-        labels = [f"c{k}: {d.name} ({d.config.policy})" for k, d in enumerate(campaigns, start=1)]  # names may repeat
-        shared = [
-            ("distinct states over time", plots.states_plot({l: series.states_over_time(d.plot) for l, d in zip(labels, campaigns)})),
-            ("new states per hour", plots.rate_plot({l: series.states_per_hour(d.plot, width) for l, d in zip(labels, campaigns)}, width)),
-        ]
+    overview, shared = _comparison(campaigns, width) if several else ("", [])
     index = out / "index.html"
     index.write_text(pages.index_page(sections, overview, shared))
     return index

@@ -1,6 +1,7 @@
 """Everything the report needs from one campaign directory, read once.
 
-Only reading: `plot_data`, `fuzzer_stats`, `campaign.json`, `schedules/`, `bugs/*/`. The
+Only reading: `plot_data`, `fuzzer_stats`, `campaign.json`, `schedules/`, `bugs/*/`, and the
+waypoint file campaign.json names (for the waypoints' names and order). The
 event recording is read separately (`recording.py`), since only bug pages and the loss plot
 need it and it is the one large file.
 """
@@ -15,6 +16,7 @@ import orjson
 
 from mallory.campaign.config import CampaignConfig
 from mallory.campaign.directory import PLOT_COLUMNS, CampaignDir, read_bundle_file
+from mallory.campaign.waypoints import waypoint_names
 from mallory.errors import MalloryError
 
 
@@ -136,6 +138,48 @@ def recordings(campaign: Path) -> list[Path]:
     return sorted(folder.glob("events*.jsonl"), key=incarnation)
 
 
+def parse_waypoints_reached(text: str, source: str = "fuzzer_stats") -> dict[str, int]:
+    """fuzzer_stats' `waypoints_reached`, "name:count,name:count" ("-" or "": none), as
+    name -> count; MalloryError if an item is not a name and a count."""
+    reached: dict[str, int] = {}
+    for item in text.split(","):
+        if item.strip() in ("", "-"):
+            continue
+        name, _, count = item.strip().rpartition(":")  # a name may hold a colon, a count cannot
+        if not name or not count.isdigit():
+            raise MalloryError(f"{source}: waypoints_reached item {item!r} is not name:count")
+        reached[name] = int(count)
+    return reached
+
+
+@dataclass(frozen=True)
+class WaypointsReached:
+    """How far a campaign's schedules got through its waypoint file.
+
+    `counts` pairs each waypoint with the schedules whose deepest waypoint it was (a
+    schedule counts once, under the last waypoint of the file one of its windows
+    satisfied), in the file's order when it could be read, else in fuzzer_stats' order;
+    `problem` says why the file could not be read (then waypoints no schedule reached are
+    missing)."""
+
+    counts: list[tuple[str, int]]
+    problem: str | None = None
+
+
+def read_waypoints_reached(config: CampaignConfig, stats: dict[str, str]) -> WaypointsReached | None:
+    """The campaign's waypoints and how many schedules reached each; None if it had none."""
+    if config.waypoints is None:
+        return None
+    reached = parse_waypoints_reached(stats.get("waypoints_reached", ""))
+    try:
+        names = waypoint_names(Path(config.waypoints))
+    except MalloryError as exc:
+        return WaypointsReached(list(reached.items()), str(exc))
+    # a name recorded but not in the file: the file changed after the campaign; keep it, last
+    names += [name for name in reached if name not in names]
+    return WaypointsReached([(name, reached.get(name, 0)) for name in names])
+
+
 @dataclass
 class CampaignData:
     root: Path
@@ -144,6 +188,7 @@ class CampaignData:
     plot: list[PlotRow]
     schedules: list[dict[str, Any]]
     bugs: list[BugInfo] = field(default_factory=list)
+    waypoints: WaypointsReached | None = None
 
     @property
     def name(self) -> str:
@@ -202,4 +247,5 @@ def load_campaign(root: Path) -> CampaignData:
             if bundle.is_dir() and not bundle.name.startswith("."):
                 bugs.append(load_bug(bundle))
     bugs.sort(key=lambda b: (b.first_seen is None, b.first_seen or 0.0, b.signature))
-    return CampaignData(root, config, directory.read_stats(), plot, schedules, bugs)
+    stats = directory.read_stats()
+    return CampaignData(root, config, stats, plot, schedules, bugs, read_waypoints_reached(config, stats))

@@ -21,6 +21,8 @@ table { border-collapse: collapse; margin: 0.5em 0; font-size: 0.9em; }
 td, th { border: 1px solid #ddd; padding: 3px 8px; text-align: left; vertical-align: top; }
 th { background: #f4f4f4; }
 img.plot { display: block; margin: 0.6em 0; max-width: 100%; }
+.side-by-side { display: flex; gap: 0.5em; align-items: flex-start; }
+.side-by-side img.plot { flex: 1 1 0; min-width: 0; max-width: 800px; }
 pre { background: #f7f7f7; padding: 0.6em; overflow-x: auto; font-size: 0.85em; }
 .scroll { overflow-x: auto; border: 1px solid #ddd; }
 .note { color: #666; font-size: 0.9em; }
@@ -39,6 +41,11 @@ def page(title: str, body: str) -> str:
 def png_img(png: bytes, alt: str) -> str:
     data = base64.b64encode(png).decode()
     return f'<img class="plot" alt="{escape(alt)}" src="data:image/png;base64,{data}">'
+
+
+def side_by_side(plots: Sequence[tuple[str, bytes]]) -> str:
+    """Plots side by side, each a (title, PNG), shrunk to share the page's width."""
+    return '<div class="side-by-side">' + "".join(png_img(png, title) for title, png in plots) + "</div>"
 
 
 def cell(value: Any) -> str:

@@ -17,7 +17,7 @@ from matplotlib.container import BarContainer
 from matplotlib.figure import Figure
 
 from mallory.report.recording import LossPoint
-from mallory.report.series import GroupCurve
+from mallory.report.series import GroupCurve, Metric
 
 SERIES_KEY = "mallory-series"
 
@@ -67,11 +67,11 @@ def _empty(ax: Axes, what: str) -> None:
     ax.text(0.5, 0.5, what, transform=ax.transAxes, ha="center", va="center", color="#777")
 
 
-def states_plot(runs: dict[str, tuple[list[float], list[int]]]) -> bytes:
-    """Distinct states over time, one step line per campaign (paper, Figure 7)."""
-    fig, ax = _figure("Distinct states over time", "campaign time (s)", "distinct states")
-    for label, (t, states) in runs.items():
-        ax.step(t, states, where="post", label=label)
+def cumulative_plot(metric: Metric, runs: dict[str, tuple[list[float], list[int]]]) -> bytes:
+    """A count over time (distinct states: the paper's Figure 7), one step line per campaign."""
+    fig, ax = _figure(f"{metric.name.capitalize()} over time", "campaign time (s)", metric.name)
+    for label, (t, counts) in runs.items():
+        ax.step(t, counts, where="post", label=label)
     if not runs:
         _empty(ax, "no steps recorded")
     return _png(fig)
@@ -87,12 +87,12 @@ def rate_plot(runs: dict[str, tuple[list[float], list[float]]], width_s: float) 
     return _png(fig)
 
 
-def overlay_plot(curves: Sequence[GroupCurve], horizon_s: float) -> bytes:
-    """Mean distinct states per policy over seeds, with the min–max band."""
-    fig, ax = _figure(f"Distinct states by policy (mean, min–max band; up to {horizon_s:.0f} s)",
-                      "campaign time (s)", "distinct states")
+def overlay_plot(metric: Metric, curves: Sequence[GroupCurve], horizon_s: float) -> bytes:
+    """A count's mean per group over its campaigns (seeds), with the min–max band."""
+    fig, ax = _figure(f"{metric.name.capitalize()} by group (mean, min–max band; up to {horizon_s:.0f} s)",
+                      "campaign time (s)", metric.name)
     for curve in curves:
-        line, = ax.plot(curve.grid, curve.mean, label=f"{curve.policy} (n={curve.runs})")
+        line, = ax.plot(curve.grid, curve.mean, label=f"{curve.group} (n={curve.runs})")
         ax.fill_between(curve.grid, curve.low, curve.high, alpha=0.2, color=line.get_color())
     return _png(fig)
 

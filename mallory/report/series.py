@@ -5,16 +5,38 @@ x is campaign time in seconds (plot_data's relative_time_s, which continues acro
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from mallory.report.campaign_data import PlotRow
-from mallory.report.stats import Spread, spread, vargha_delaney_a12
+from mallory.report.stats import Spread, spread
 
 
-def states_over_time(rows: Sequence[PlotRow]) -> tuple[list[float], list[int]]:
-    """Distinct states after every step, starting from (0, 0)."""
-    return [0.0, *(r.time_s for r in rows)], [0, *(r.distinct_states for r in rows)]
+@dataclass(frozen=True)
+class Metric:
+    """A cumulative count plot_data records after every step, by its PlotRow field."""
+
+    name: str  # what the page calls it
+    field: str
+
+    def of(self, row: PlotRow) -> int | None:
+        """The count after the row's step; None if the campaign did not record it."""
+        return getattr(row, self.field)
+
+    def recorded(self, rows: Sequence[PlotRow]) -> bool:
+        """Whether a campaign's rows hold this count (older campaigns lack some columns)."""
+        return bool(rows) and all(self.of(r) is not None for r in rows)
+
+
+STATES = Metric("distinct states", "distinct_states")
+#: distinct happens-before pairs of code/log events: the campaign's event-pair coverage
+PAIRS = Metric("pairs covered", "pairs_covered")
+STEPS = Metric("steps done", "steps_done")
+
+
+def over_time(rows: Sequence[PlotRow], metric: Metric) -> tuple[list[float], list[int]]:
+    """The count after every step, starting from (0, 0); rows must have it recorded."""
+    return [0.0, *(r.time_s for r in rows)], [0, *(metric.of(r) or 0 for r in rows)]
 
 
 def bin_width(duration_s: float, bins: int = 12) -> float:
@@ -66,52 +88,55 @@ def late_series(rows: Sequence[PlotRow]) -> tuple[list[float], list[int]]:
     return [r.time_s for r in rows], [r.late_steps for r in rows]
 
 
-def states_at(rows: Sequence[PlotRow], t: float) -> int:
-    """Distinct states reached by time t (a step function of the rows)."""
+def value_at(rows: Sequence[PlotRow], t: float, metric: Metric) -> int:
+    """The count reached by time t (a step function of the rows)."""
     value = 0
     for r in rows:
         if r.time_s > t:
             break
-        value = r.distinct_states
+        value = metric.of(r) or 0
     return value
+
+
+def common_horizon(runs: Iterable[Sequence[PlotRow]]) -> float | None:
+    """The shortest campaign's duration (None if no campaign recorded a step): campaigns are
+    compared over the same time, whatever each does per second."""
+    return min((rows[-1].time_s for rows in runs if rows), default=None)
 
 
 @dataclass(frozen=True)
 class GroupCurve:
-    """One policy's distinct states over a common time grid: mean and spread over seeds."""
+    """One group's count over a common time grid: mean and spread over its campaigns (seeds)."""
 
-    policy: str
+    group: str
     runs: int
     grid: list[float]
     mean: list[float]
     low: list[float]
     high: list[float]
-    final: list[int]  # each run's distinct states at the common horizon
+    final: list[int]  # each run's count at the common horizon
 
     @property
     def final_spread(self) -> Spread:
         return spread(self.final)
 
 
-def overlay(groups: dict[str, list[Sequence[PlotRow]]], points: int = 200) -> tuple[float, list[GroupCurve]]:
-    """Curves of several campaigns grouped by policy, on a grid up to the common horizon: the
-    shortest campaign's duration, so that every run is compared over the same time."""
-    runs = [rows for group in groups.values() for rows in group if rows]
-    if not runs:
-        return 0.0, []
-    horizon = min(rows[-1].time_s for rows in runs)
-    grid = [horizon * i / (points - 1) for i in range(points)] if points > 1 else [horizon]
+def overlay(groups: Mapping[str, Sequence[Sequence[PlotRow]]], metric: Metric, horizon_s: float,
+            points: int = 200) -> list[GroupCurve]:
+    """Each group's curve of `metric` on a grid from 0 to `horizon_s`, over those of its
+    campaigns that recorded the metric (a group with none has no curve)."""
+    grid = [horizon_s * i / (points - 1) for i in range(points)] if points > 1 else [horizon_s]
     curves = []
-    for policy, group in groups.items():
-        group = [rows for rows in group if rows]
-        if not group:
+    for group, runs in groups.items():
+        runs = [rows for rows in runs if metric.recorded(rows)]
+        if not runs:
             continue
-        sampled = [[states_at(rows, t) for t in grid] for rows in group]
+        sampled = [[value_at(rows, t, metric) for t in grid] for rows in runs]
         columns = list(zip(*sampled))
         curves.append(
             GroupCurve(
-                policy=policy,
-                runs=len(group),
+                group=group,
+                runs=len(runs),
                 grid=grid,
                 mean=[sum(c) / len(c) for c in columns],
                 low=[min(c) for c in columns],
@@ -119,13 +144,4 @@ def overlay(groups: dict[str, list[Sequence[PlotRow]]], points: int = 200) -> tu
                 final=[s[-1] for s in sampled],
             )
         )
-    return horizon, curves
-
-
-def pairwise_a12(curves: Sequence[GroupCurve]) -> list[tuple[str, str, float]]:
-    """Â12 of final distinct states for every ordered pair of policies (each pair once)."""
-    out = []
-    for i, a in enumerate(curves):
-        for b in curves[i + 1 :]:
-            out.append((a.policy, b.policy, vargha_delaney_a12(a.final, b.final)))
-    return out
+    return curves

@@ -54,16 +54,17 @@ def test_report_of_one_campaign(qlearning_campaign):
     bugs = [p for p in (qlearning_campaign / "bugs").iterdir() if p.is_dir()]
     assert f"Bugs ({len(bugs)})" in text and all(f"bugs/{b.name}.html" in text for b in bugs)
     images = page.images()
-    assert len(images) == 5  # states, states per hour, fault mix, feedback, loss
+    assert len(images) == 6  # states, pairs, states per hour, fault mix, feedback, loss
     for png in images:
         assert_png(png)
-    states, rate, mix, feedback, _loss = images
+    states, pairs, rate, mix, feedback, _loss = images
     rows = plot_rows(qlearning_campaign)
     assert len(rows) == 4, "one schedule of four steps"
     name = qlearning_campaign.resolve().name
     line = series_named(states, name)
     assert line["x"] == [0.0, *(float(r[0]) for r in rows)]
     assert line["y"] == [0.0, *(float(r[3]) for r in rows)]
+    assert series_named(pairs, name)["y"] == [0.0, *(float(r[10]) for r in rows)]  # plot_data's pairs_covered
     width = max(1.0, float(rows[-1][0]) / 12)  # the report's bins: about 12 over the campaign
     assert sum(series_named(rate, name)["y"]) * width / 3600 == pytest.approx(float(rows[-1][3]))
     families = {}

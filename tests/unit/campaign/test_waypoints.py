@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from mallory.campaign.waypoints import event_types, load_waypoints, parse_waypoints
+from mallory.campaign.waypoints import (
+    event_types,
+    load_waypoints,
+    parse_waypoints,
+    waypoint_names,
+)
 from mallory.errors import MalloryError
 from mallory.instrument.catalogue import Catalogue, CodeEvent
 from mallory.observer.log_events import log_event_id
@@ -70,6 +75,17 @@ def test_a_broken_file_is_refused_naming_the_file_and_the_entry(text, message):
     with pytest.raises(MalloryError, match=message) as excinfo:
         load(text)
     assert str(excinfo.value).startswith("w.toml")
+
+
+def test_the_names_of_a_file_come_in_its_order_without_a_catalogue(tmp_path):
+    path = tmp_path / "w.toml"
+    path.write_text(TEXT.replace("snapshot-installed", "an-event-no-catalogue-knows"))
+    assert waypoint_names(path) == ["cut-off", "new-leader-while-cut-off", "rollback"]
+    path.write_text("[[waypoint]]\nevents = ['truncate']\n")
+    with pytest.raises(MalloryError, match="a waypoint has no name"):
+        waypoint_names(path)
+    with pytest.raises(MalloryError, match="cannot read waypoints"):
+        waypoint_names(tmp_path / "gone.toml")
 
 
 @pytest.mark.parametrize("sut, source, spec", [("example", "example_sut.c", "example.toml"), ("raft", "raft_kv.c", "raft.toml")])

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import base64
+import html
 import io
+import re
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -75,4 +77,24 @@ def series_named(png: bytes, label: str) -> dict:
     (found,) = [s for s in read_series(png) if s["label"] == label]
     return found
 
+
+def tables(text: str) -> list[list[list[str]]]:
+    """Every table of a page, as rows of cell texts (tags stripped, entities unescaped)."""
+    out = []
+    for table in re.findall(r"<table>(.*?)</table>", text, re.S):
+        rows = re.findall(r"<tr>(.*?)</tr>", table, re.S)
+        out.append([[html.unescape(re.sub(r"<[^>]+>", "", c)) for c in re.findall(r"<t[hd]>(.*?)</t[hd]>", r, re.S)]
+                    for r in rows])
+    return out
+
+
+def table_headed(text: str, *header: str) -> list[list[str]]:
+    """The rows below the header of the page's one table whose header starts with `header`."""
+    (found,) = [t for t in tables(text) if t and t[0][: len(header)] == list(header)]
+    return found[1:]
+
+
+def summaries(text: str) -> list[dict[str, str]]:
+    """Each campaign's summary (the key-value tables that start with its directory)."""
+    return [{k: v for k, v in t} for t in tables(text) if t and t[0][0] == "directory"]
 

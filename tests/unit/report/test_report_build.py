@@ -1,63 +1,24 @@
-"""The whole report build, without root: a campaign directory written through CampaignDir
-(the campaign's own writer) around a synthetic event recording, with one bug bundle."""
+"""The whole report build, without root, on campaign directories made by hand (campaigns.py):
+plots, bug pages, timelines, the overlay of two campaigns."""
 
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 
-from mallory.campaign.config import CampaignConfig
-from mallory.campaign.directory import CampaignDir
 from mallory.errors import MalloryError
 from mallory.report.build import ReportOptions, build_report
 from mallory.report.campaign_data import BugInfo
 from mallory.report.timeline_view import head_by_time
-from mallory.timeline.codec import write_records
-from mallory.timeline.synthetic import synthetic_stream
+from tests.unit.report.campaigns import make_campaign
 from tests.unit.report.report_checks import (
     assert_png,
     assert_self_contained,
     plot_rows,
     series_named,
 )
-from tests.unit.report.timeline_checks import (
-    assert_view_matches,
-    committed,
-    parse_shiviz,
-)
-
-STREAM = dict(n_events=3000, n_nodes=3, packet_share=0.4, events_per_s=500, seed=4)
-
-
-def make_campaign(root: Path, policy: str, states: list[int]) -> tuple[Path, list]:
-    d = CampaignDir(root)
-    d.create(CampaignConfig(policy=policy, seed=1, nodes=3, sut="none", steps=3, window_s=1.0, reset_s=1.0))
-    (root / "events").mkdir()
-    with open(root / "events" / "events.jsonl", "wb") as f:
-        write_records(f, synthetic_stream(**STREAM))
-    entries = committed(synthetic_stream(**STREAM))
-    t0 = min(e.real_ns for e in entries)
-    second = 1_000_000_000
-    steps = [{"step": i, "action": a, "report": {"nodes": ["n2"], "started_ns": t0 + i * second} if a != "heal" else None,
-              "refused": None, "window_ns": [t0 + i * second, t0 + i * second + 900_000_000], "late": False,
-              "state": i, "new": True, "reward": 0.0}
-             for i, a in enumerate(["partition:one", "pause:one", "heal"])]
-    schedule = {"index": 0, "seed": 1, "started_ns": t0, "steps": steps, "ended_ns": t0 + 4 * second}
-    for i, n in enumerate(states):
-        d.append_plot({"relative_time_s": 1.5 * (i + 1), "schedules_done": 0, "steps_done": i + 1, "distinct_states": n,
-                       "bugs": 0, "late_steps": 0, "action": steps[i % 3]["action"], "state": i, "new_state": 1,
-                       "feedback_ms": 90 + i})
-    d.write_stats({"start_time": t0 // 10**9, "run_time": 1.5 * len(states), "distinct_states": states[-1]})
-    d.write_schedule(0, schedule)
-    run = d.run_dir(0)
-    (run / "logs").mkdir()
-    (run / "logs" / "n2-sut.log").write_text("assertion failed: two leaders in term 3\n")
-    d.record_bug("log-assertion-0123456789ab", {"oracle": "log", "kind": "assertion", "node": "n2",
-                                                "message": "assertion failed: two leaders in term 3", "details": {"line": 1}},
-                 schedule, [run], d.config())
-    return root, entries
+from tests.unit.report.timeline_checks import assert_view_matches, parse_shiviz
 
 
 def test_report_build_end_to_end(tmp_path):

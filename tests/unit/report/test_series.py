@@ -6,13 +6,15 @@ import pytest
 
 from mallory.errors import MalloryError
 from mallory.report.campaign_data import parse_plot_data
+from mallory.report.comparison import contrasts
 from mallory.report.series import (
+    STATES,
+    common_horizon,
     fault_mix,
+    over_time,
     overlay,
-    pairwise_a12,
-    states_at,
-    states_over_time,
     states_per_hour,
+    value_at,
 )
 
 HEADER = "# relative_time_s, schedules_done, steps_done, distinct_states, bugs, late_steps, action, state, new_state, feedback_ms\n"
@@ -57,12 +59,13 @@ def test_overlay_mean_spread_and_a12_at_the_common_horizon():
     q1 = rows("10, 0, 1, 4, 0, 0, a, 1, 1, 1", "20, 0, 2, 8, 0, 0, a, 1, 1, 1")
     q2 = rows("10, 0, 1, 2, 0, 0, a, 1, 1, 1", "30, 0, 2, 10, 0, 0, a, 1, 1, 1")  # 10 states only after 20 s
     r1 = rows("10, 0, 1, 1, 0, 0, a, 1, 1, 1", "20, 0, 2, 3, 0, 0, a, 1, 1, 1")
-    horizon, curves = overlay({"qlearning": [q1, q2], "random": [r1]}, points=3)
+    horizon = common_horizon([q1, q2, r1])
     assert horizon == 20.0
+    curves = overlay({"qlearning": [q1, q2], "random": [r1]}, STATES, horizon, points=3)
     q, r = curves
     assert q.grid == [0.0, 10.0, 20.0]
     assert q.final == [8, 2] and r.final == [3]
     assert q.mean == [0.0, 3.0, 5.0] and q.low == [0, 2, 2] and q.high == [0, 4, 8]
     # 8 > 3, 2 < 3 -> 1 / 2
-    assert pairwise_a12(curves) == [("qlearning", "random", 0.5)]
-    assert states_at(q2, 29.9) == 2 and states_over_time(q1) == ([0.0, 10.0, 20.0], [0, 4, 8])
+    assert [(c.a, c.b, c.a12) for c in contrasts(curves)] == [("qlearning", "random", 0.5)]
+    assert value_at(q2, 29.9, STATES) == 2 and over_time(q1, STATES) == ([0.0, 10.0, 20.0], [0, 4, 8])
