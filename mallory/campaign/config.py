@@ -233,7 +233,7 @@ class CampaignConfig:
 #: keys whose default changed after campaigns without them were written: absent from a
 #: campaign.json, they mean what they meant when it was written (a campaign from before
 #: calibration existed did not calibrate)
-ABSENT_MEANS: dict[str, Any] = {"calibrate": 0}
+ABSENT_MEANS: dict[str, Any] = {"calibrate": 0, "abstraction": "event-history"}
 
 #: campaign.json's keys this version knows
 _KNOWN_KEYS = frozenset(f.name for f in fields(CampaignConfig)) - {"extra"}

@@ -80,6 +80,7 @@ class CampaignDir:
 
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
+        self._plot_columns: list[str] | None = None  # plot_data's, read at the first append
 
     # -- creation and resume -------------------------------------------------------------
 
@@ -147,8 +148,22 @@ class CampaignDir:
         path.mkdir(parents=True, exist_ok=True)
         return path
 
+    def plot_columns(self) -> list[str]:
+        """The columns of this campaign's plot_data, as its header names them: a campaign
+        resumed by a newer Mallory keeps writing the columns it started with (PLOT_COLUMNS
+        when there is no header)."""
+        try:
+            with open(self.root / "plot_data") as f:
+                header = f.readline()
+        except FileNotFoundError:
+            return list(PLOT_COLUMNS)
+        return [c.strip() for c in header[1:].split(",")] if header.startswith("#") else list(PLOT_COLUMNS)
+
     def append_plot(self, row: Mapping[str, Any]) -> None:
-        line = ", ".join(str(row.get(c, "")) for c in PLOT_COLUMNS)
+        """One line of plot_data: `row`'s values in the file's columns ("" for a missing one)."""
+        if self._plot_columns is None:
+            self._plot_columns = self.plot_columns()
+        line = ", ".join(str(row.get(c, "")) for c in self._plot_columns)
         with open(self.root / "plot_data", "a") as f:
             f.write(line + "\n")
             f.flush()

@@ -94,8 +94,8 @@ def parse_waypoints(text: str, source: str, catalogue: Catalogue, log_names: Ite
         name = entry.get("name")
         events = entry.get("events", [])
         faults = entry.get("faults", [])
-        if not isinstance(name, str) or not name:
-            raise MalloryError(f"{where}: needs a name")
+        if not isinstance(name, str) or not name or "," in name or ":" in name:
+            raise MalloryError(f"{where}: needs a name, without ',' or ':' (fuzzer_stats lists them as name:count,...)")
         for field, values in (("events", events), ("faults", faults)):
             if not isinstance(values, list) or not all(isinstance(v, str) and v for v in values):
                 raise MalloryError(f"{where} ({name}): {field} must be a list of names")

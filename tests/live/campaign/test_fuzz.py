@@ -41,7 +41,7 @@ def campaign_args(spec: Path, out: Path, schedules: int, steps: int = 3) -> list
     return [
         "--sut", str(spec), "--nodes", "3", "--schedules", str(schedules), "--steps", str(steps),
         "--window", "1.5", "--reset", "1", "--workload", "register", "--rate", "20",
-        "--faults", FAULTS, "--seed", "7", "--out", str(out),
+        "--faults", FAULTS, "--seed", "7", "--calibrate", "0", "--out", str(out),
     ]
 
 

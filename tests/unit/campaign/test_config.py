@@ -181,7 +181,8 @@ def test_unknown_keys_may_not_stand_in_for_known_fields():
 
 
 def test_numbers_are_normalised_so_equal_configurations_compare_equal():
-    from_json = CampaignConfig.from_json({"sut": "redis-replication", "rate": 50, "faults": ["kill"], "calibrate": 20}, "c")
+    from_json = CampaignConfig.from_json({"sut": "redis-replication", "rate": 50, "faults": ["kill"], "calibrate": 20,
+                                          "abstraction": "code-history"}, "c")
     assert from_json == CampaignConfig(sut="redis-replication", rate=50.0, faults=("kill",))
     assert isinstance(from_json.rate, float) and from_json.faults == ("kill",)
 
@@ -218,3 +219,22 @@ def test_a_key_whose_default_changed_means_what_it_meant_when_absent():
     assert CampaignConfig.from_json({"sut": "etcd"}, "c").calibrate == 0
     assert CampaignConfig(sut="etcd").calibrate == 20
     assert CampaignConfig.from_json({"sut": "etcd", "calibrate": 20}, "c").calibrate == 20
+
+
+def test_a_resumed_campaign_keeps_writing_the_plot_columns_it_started_with(tmp_path):
+    """A campaign from before pairs_covered existed has a 10-column plot_data: lines
+    appended after a resume by this version must still parse by that header."""
+    from mallory.report.campaign_data import parse_plot_data
+
+    root = tmp_path / "old"
+    write_campaign_json(root, OLD_CAMPAIGN_JSON)
+    old_columns = [c for c in PLOT_COLUMNS if c not in ("pairs_covered", "waypoint")]
+    (root / "plot_data").write_text("# " + ", ".join(old_columns) + "\n")
+    directory = CampaignDir(root)
+    directory.append_plot({c: 1 for c in PLOT_COLUMNS} | {"action": "noop", "relative_time_s": 2.5})
+    rows = parse_plot_data((root / "plot_data").read_text())
+    assert len(rows) == 1 and rows[0].pairs_covered is None and rows[0].time_s == 2.5
+    fresh = CampaignDir(tmp_path / "new")
+    fresh.create(CampaignConfig(sut="etcd"))
+    fresh.append_plot({c: 1 for c in PLOT_COLUMNS} | {"action": "noop"})
+    assert parse_plot_data((tmp_path / "new" / "plot_data").read_text())[0].pairs_covered == 1
