@@ -301,9 +301,14 @@ class Behaviour:
     """What a window showed of the system's behaviour, whatever the state abstraction.
 
     types: the code and log event types that occurred ("FUNC:1a2b", "LOG:9f00...");
-    pairs: "a>b" for every such a that happens before such a b, on any nodes (a may be b:
-           a type that repeats). The campaign's union of these is its event-pair coverage,
-           AFL's edge coverage for a distributed system.
+    pairs: for every such a that happens before such a b, "a>b" when a ran on b's node and
+           "a~>b" when it ran on another node and reached b's through messages (a may be
+           b: a type that repeats). The campaign's union of these is its event-pair
+           coverage, AFL's edge coverage for a distributed system. Telling local from
+           cross-node causality matters for the measure as much as for the systems: a
+           leader's election that a follower's append follows is not the follower's own
+           succession of events, and without the distinction the pairs of the 12-label
+           example SUT saturated at 128 in ten minutes whatever the policy.
     """
 
     types: frozenset[str]
@@ -311,10 +316,46 @@ class Behaviour:
 
 
 def behaviour(entries: list[Committed]) -> Behaviour:
-    """The window's `Behaviour` (one code-history pass)."""
-    history = CodeHistory()
-    history.run(entries)
-    return Behaviour(frozenset(history.type_names()), frozenset(f"{a}>{b}" for _, a, b in history.pairs()))
+    """The window's `Behaviour`: event-history over code and log events whose types also
+    carry the node they ran on, so each pair knows whether it crossed nodes. Packets carry
+    causality (a RECV takes in its SEND's history, if the SEND is in the window) but are no
+    types, as in code-history."""
+    types: dict[tuple[Kind, int, str], int] = {}  # (kind, id, node) -> bit
+    keys: list[tuple[Kind, int, str]] = []
+    history: dict[str, int] = {}  # node -> bits of (type, node) in its causal past
+    preds: dict[int, int] = {}  # bit of b -> bits of the a's before it
+    snapshots: dict[int, int] = {}
+    for entry in entries:
+        event = entry.event
+        kind = event.kind
+        if kind in IGNORED_KINDS:
+            continue
+        node = event.node
+        h = history.get(node, 0)
+        send = entry.send
+        if send is not None:
+            h |= snapshots.get(id(send), 0)
+        if kind in _BY_ID:
+            key = (kind, event.id, node)
+            bit = types.get(key)
+            if bit is None:
+                bit = types[key] = len(keys)
+                keys.append(key)
+            preds[bit] = preds.get(bit, 0) | h
+            h |= 1 << bit
+        history[node] = h
+        if kind is Kind.SEND:
+            snapshots[id(entry)] = h
+    names = [type_name((kind, ident)) for kind, ident, _ in keys]
+    pairs = set()
+    for b, bits in preds.items():
+        b_node = keys[b][2]
+        while bits:
+            low = bits & -bits
+            a = low.bit_length() - 1
+            pairs.add(f"{names[a]}{'>' if keys[a][2] == b_node else '~>'}{names[b]}")
+            bits ^= low
+    return Behaviour(frozenset(names), frozenset(pairs))
 
 
 class VectorClock(Abstraction):

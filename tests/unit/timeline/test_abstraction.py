@@ -130,7 +130,15 @@ def test_code_history_equals_behaviour_pairs_and_links_by_definition(seed, n_nod
     assert got.links() == links
     assert got.summary() == frozenset(f"{n}|{a}|{b}" for n, a, b in expected) | {f"link|{a}>{b}" for a, b in links}
     seen = behaviour(entries)
-    assert seen.pairs == frozenset(f"{a}>{b}" for _, a, b in expected)
+    crossing = {
+        f"{event_type(a.event)}{'>' if a.event.node == b.event.node else '~>'}{event_type(b.event)}"
+        for i, a in enumerate(entries)
+        for j in hb[i]
+        for b in [entries[j]]
+        if a.event.kind in BEHAVIOUR and b.event.kind in BEHAVIOUR
+    }
+    assert seen.pairs == crossing
+    assert {p.replace("~>", ">") for p in seen.pairs} == frozenset(f"{a}>{b}" for _, a, b in expected)
     assert seen.types == frozenset(event_type(e.event) for e in entries if e.event.kind in BEHAVIOUR)
 
 
