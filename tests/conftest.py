@@ -49,7 +49,7 @@ NEEDS: dict[str, tuple[str, ...]] = {
     "live/report/": ("root", "clang"),
     "live/shrink/": ("root", "clang"),
     "unit/cluster/test_compose.py": ("clang",),
-    "unit/instrument/test_auto_and_coverage.py": ("clang",),
+    "unit/instrument/test_auto.py": ("clang",),
     "unit/instrument/test_build_events.py": ("clang",),
     "unit/instrument/test_llvm22.py": ("clang",),
     "unit/instrument/test_ring_stress.py": ("clang",),

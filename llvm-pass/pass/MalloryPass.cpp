@@ -4,8 +4,7 @@
 // the first instruction of annotated statements (BLOCK = 2), locating them through debug-info
 // line numbers. Targets come from the annotation scanner via the file named by
 // MALLORY_TARGETS (written by the mallory-cc wrapper); with MALLORY_AUTO=1 the pass also picks
-// points itself (error paths, switches over enums, functions matching MALLORY_AUTO_FUNCS);
-// with MALLORY_COV=1 it adds AFL-style edge coverage.
+// points itself (error paths, switches over enums, functions matching MALLORY_AUTO_FUNCS).
 //
 // It runs at pipeline start, before any inlining, so an annotated function inlined elsewhere
 // carries its hook along. Every instrumented point is described by one JSON line placed in
@@ -124,8 +123,6 @@ public:
       Changed |= placeAnnotations();
     if (getEnv("MALLORY_AUTO") == "1")
       Changed |= placeAuto();
-    if (getEnv("MALLORY_COV") == "1")
-      Changed |= addEdgeCoverage();
     emitCatalogue();
     warnUnplaced();
     return Changed;
@@ -388,43 +385,6 @@ private:
       }
       for (auto &Pick : Picks)
         Changed |= autoBlock(*Pick.first, firstLine(*Pick.first), Pick.second);
-    }
-    return Changed;
-  }
-
-  // ---- AFL-style edge coverage ------------------------------------------------------
-
-  bool addEdgeCoverage() {
-    Type *I8 = Type::getInt8Ty(Ctx), *I32 = Type::getInt32Ty(Ctx);
-#if LLVM_VERSION_MAJOR >= 17
-    PointerType *AreaPtrTy = PointerType::getUnqual(Ctx);
-#else
-    PointerType *AreaPtrTy = PointerType::getUnqual(I8);
-#endif
-    auto *Area = cast<GlobalVariable>(M.getOrInsertGlobal("__mallory_cov_area", AreaPtrTy));
-    auto *Prev = cast<GlobalVariable>(M.getOrInsertGlobal("__mallory_cov_prev", I32));
-    Prev->setThreadLocalMode(GlobalValue::GeneralDynamicTLSModel);
-    bool Changed = false;
-    for (Function &F : M) {
-      if (F.isDeclaration())
-        continue;
-      std::string Rel = relPath(fileOf(F));
-      unsigned Index = 0;
-      for (BasicBlock &BB : F) {
-        // A block id stable across builds: hash of (file, function, block index).
-        uint32_t Cur = static_cast<uint32_t>(
-                           fnv1a64((Rel + ":" + F.getName() + ":" + Twine(Index++)).str())) &
-                       0xffff;
-        IRBuilder<> B(&*BB.getFirstInsertionPt());
-        Value *PrevV = B.CreateLoad(I32, Prev);
-        Value *Idx = B.CreateXor(PrevV, B.getInt32(Cur));
-        Value *Base = B.CreateLoad(AreaPtrTy, Area);
-        Value *Cell = B.CreateGEP(I8, Base, B.CreateZExt(Idx, B.getInt64Ty()));
-        Value *Count = B.CreateLoad(I8, Cell);
-        B.CreateStore(B.CreateAdd(Count, B.getInt8(1)), Cell);
-        B.CreateStore(B.getInt32(Cur >> 1), Prev);
-        Changed = true;
-      }
     }
     return Changed;
   }

@@ -24,13 +24,6 @@ static struct mallory_ring_header *rt_header;
 static struct mallory_ring_slot *rt_slots;
 static uint64_t rt_mask;
 
-/* AFL-style edge coverage (instrumented with MALLORY_COV=1): a 64 KiB hit-count bitmap,
- * shared when MALLORY_COV_SHM names a segment, a private scratch area otherwise. */
-#define MALLORY_COV_SIZE 65536u
-static uint8_t cov_scratch[MALLORY_COV_SIZE];
-HIDDEN uint8_t *__mallory_cov_area = cov_scratch;
-HIDDEN __thread uint32_t __mallory_cov_prev;
-
 static const char *shm_path_name(const char *env, char *buf, size_t len) {
     if (env[0] == '/')
         return env;
@@ -90,9 +83,6 @@ static void rt_init(void) {
             munmap(mem, size);
         }
     }
-    void *cov = map_existing("MALLORY_COV_SHM", MALLORY_COV_SIZE, &size);
-    if (cov != NULL)
-        __mallory_cov_area = cov;
     __atomic_store_n(&rt_state, state, __ATOMIC_RELEASE);
 }
 

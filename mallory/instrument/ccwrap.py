@@ -12,11 +12,10 @@ Every argument is passed through to clang (of the LLVM chosen by toolchain.py). 
 Invocations that neither compile a source nor link (-E, -M, -fsyntax-only, --version,
 -print-*, no inputs) run unchanged, so configure's probes see plain clang.
 
-Environment (or the wrapper-only switches --asan, --auto, --cov):
+Environment (or the wrapper-only switches --asan, --auto):
   MALLORY_ASAN=1          build and link with AddressSanitizer (for the ASan oracle)
   MALLORY_AUTO=1          also instrument error paths, enum switch cases, and functions
                           whose names match the regex MALLORY_AUTO_FUNCS
-  MALLORY_COV=1           AFL-style edge coverage into the MALLORY_COV_SHM bitmap
   MALLORY_BUILD_ROOT      the root ids' paths are relative to (default: see build_root)
   MALLORY_LLVM_CONFIG     which LLVM (default llvm-config-14)
 """
@@ -163,7 +162,7 @@ def _scan(inv: Invocation, root: str, targets_path: str) -> None:
 
 
 #: Wrapper-only switches (clang has none of these), the same as setting the variable to 1.
-_SWITCHES = {"--auto": "MALLORY_AUTO", "--asan": "MALLORY_ASAN", "--cov": "MALLORY_COV"}
+_SWITCHES = {"--auto": "MALLORY_AUTO", "--asan": "MALLORY_ASAN"}
 
 
 def run(lang: str, args: list[str]) -> int:

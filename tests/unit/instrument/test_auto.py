@@ -1,22 +1,11 @@
-"""--auto finds error paths and enum switch cases without annotations; edge coverage bitmap."""
+"""--auto finds error paths and enum switch cases without annotations."""
 
 from __future__ import annotations
 
-import uuid
 
-import numpy as np
-import pytest
 
 from mallory.instrument.catalogue import Catalogue, catalogue_path
 from mallory.instrument.event_ids import event_id
-from mallory.observer.coverage import (
-    MAP_SIZE,
-    create_coverage_map,
-    new_edges,
-    read_coverage,
-    reset_coverage,
-    unlink_coverage_map,
-)
 from mallory.observer.ring import RingReader, create_ring
 from mallory.timeline.event import Kind
 from tests.unit.instrument.llvm_helpers import copy_sample, run
@@ -64,31 +53,3 @@ def test_without_auto_nothing_is_instrumented_and_the_switch_turns_it_on(tmp_pat
     run(["mallory-cc", "--auto", "-O1", "-o", "auto", "auto.c"], proj, build_env)
     labels = {e.label for e in Catalogue.load(catalogue_path(proj / "auto"))}
     assert "auto:error-path:perror" in labels and "auto:enum-case:role::LEADER" in labels
-
-
-@pytest.fixture
-def cov_name():
-    name = f"mallory-test-cov-{uuid.uuid4().hex[:10]}"
-    create_coverage_map(name)
-    yield name
-    unlink_coverage_map(name)
-
-
-def test_edge_coverage_bitmap_tells_inputs_apart(tmp_path, build_env, cov_name):
-    proj = copy_sample("auto", tmp_path)
-    run(["mallory-cc", "-O0", "-o", "auto", "auto.c"], proj, {**build_env, "MALLORY_COV": "1"})
-    env = {**build_env, "MALLORY_COV_SHM": cov_name}
-    virgin = np.zeros(MAP_SIZE, np.uint8)
-    maps = {}
-    for role in ("0", "2", "2"):
-        reset_coverage(cov_name)
-        run([str(proj / "auto"), role], proj, env)
-        maps.setdefault(role, []).append(read_coverage(cov_name))
-    assert np.count_nonzero(maps["0"][0]) > 5
-    assert (maps["2"][0] == maps["2"][1]).all()  # deterministic
-    assert not (maps["0"][0] == maps["2"][0]).all()
-    assert new_edges(maps["0"][0], virgin) > 0
-    assert new_edges(maps["2"][0], virgin) > 0  # the LEADER case is a new edge
-    assert new_edges(maps["2"][1], virgin) == 0
-    # Without the segment the program still runs and prints the same.
-    assert run([str(proj / "auto"), "1"], proj, build_env).stdout == "step 2 vote 2\n"
