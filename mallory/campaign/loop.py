@@ -217,6 +217,7 @@ class Campaign:
         self.on_action = on_action or (lambda action, report: None)
         #: predicates over windows that give schedules levels (None: no waypoints)
         self.waypoints = waypoints
+        self._families: list[str] = []  # the fault families in force, for the waypoints
         self._restore_progress()
 
     def _restore_progress(self) -> None:
@@ -280,7 +281,7 @@ class Campaign:
         record["initial_state"] = None if observed is None else observed[0].state_id
         self.progress.pairs_covered = len(self.learner.coverage)
         active: list[Any] = []
-        self._families: list[str] = []  # fault families of `active`, for waypoints
+        self._families.clear()
         level = 0
         try:
             for step in range(cfg.steps if script is None else len(script)):
