@@ -194,26 +194,29 @@ class CampaignDir:
         schedule: Mapping[str, Any],
         files: Iterable[Path] = (),
         config: CampaignConfig | None = None,
+        sighting: Mapping[str, Any] | None = None,
     ) -> Path:
         """Write (or update the sightings of) a bug's bundle.
 
         The first sighting writes the whole bundle into a temporary directory and renames it,
         so a bundle is either complete or absent. Later sightings only append to
-        `sightings.jsonl`: one bug found a hundred times is one bundle.
+        `sightings.jsonl`: one bug found a hundred times is one bundle. Each sighting's line
+        holds its schedule, its time and what the checks saw then (`sighting`: occurrences,
+        nodes, a history's anomaly types).
         """
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in signature)[:120]
         bundle = self.root / "bugs" / safe
-        sighting = {"schedule": schedule.get("index"), "time": time.time()}
+        line = {"schedule": schedule.get("index"), "time": time.time(), **(sighting or {})}
         if bundle.exists():
             with open(bundle / "sightings.jsonl", "ab") as f:
-                f.write(orjson.dumps(sighting) + b"\n")
+                f.write(orjson.dumps(line) + b"\n")
             return bundle
         tmp = self.root / "bugs" / f".{safe}.tmp"
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
         (tmp / "report.json").write_bytes(orjson.dumps(dict(report), option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
         (tmp / "schedule.json").write_bytes(orjson.dumps(dict(schedule), option=orjson.OPT_INDENT_2))
-        (tmp / "sightings.jsonl").write_bytes(orjson.dumps(sighting) + b"\n")
+        (tmp / "sightings.jsonl").write_bytes(orjson.dumps(line) + b"\n")
         if config is not None:  # what `mallory replay` needs to rebuild the cluster
             (tmp / "campaign.json").write_bytes(_config_json(config))
         for f in files:

@@ -71,11 +71,13 @@ class Nemesis(Protocol):
 
 @dataclass
 class BugEvidence:
-    """A bug found by a check: the signature deduplicates, the report explains."""
+    """A bug found by a check: the signature deduplicates, the report explains, `sighting`
+    says what this schedule saw of it (its line of the bundle's sightings.jsonl)."""
 
     signature: str
     report: dict[str, Any]
     files: list = field(default_factory=list)
+    sighting: dict[str, Any] = field(default_factory=dict)
 
 
 class Checker(Protocol):
@@ -410,7 +412,8 @@ class Campaign:
             record["restart"] = report_json(self.nemesis.restart_all())
         known = self.dir.known_bugs()
         for finding in findings:
-            bundle = self.dir.record_bug(finding.signature, finding.report, record, finding.files, self.dir.config())
+            bundle = self.dir.record_bug(finding.signature, finding.report, record, finding.files, self.dir.config(),
+                                         finding.sighting)
             if bundle.name not in known:
                 known.add(bundle.name)
                 p.bugs += 1

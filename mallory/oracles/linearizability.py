@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mallory.history.ops import Call, Op, pair_calls
-from mallory.oracles.models import LinOp, Model
+from mallory.oracles.models import INF, LinOp, Model
 from mallory.oracles.result import CheckResult
 
 DEFAULT_MAX_STATES = 5_000_000
@@ -185,6 +185,37 @@ def _op_words(model: Model, op: LinOp) -> str:
     return f"process {inv.process} {model.describe(op)} (invoked at {where}{end})"
 
 
+#: ops of the longest prefix (the last in linearization order) drawn before the stuck op
+AROUND_PREFIX = 10
+#: at most this many ops are described around the point where the search got stuck
+AROUND_MAX = 40
+
+
+def around_stuck(model: Model, r: PartitionResult, partition: list[LinOp]) -> list[dict[str, Any]]:
+    """The ops of a failed partition around the point where no linearization exists, for a
+    Knossos/Porcupine-style diagram: every op that overlaps the span from the invocation
+    of the earliest of the prefix's last AROUND_PREFIX ops (and the stuck op) to the stuck
+    op's completion; the AROUND_MAX invoked nearest the stuck op when there are more.
+
+    Each: history positions `call` and `ret` (None: never completed), `index` (the invoke's),
+    process, status, the model's words, and `linearized`: its place in the prefix's
+    linearization order (None: not linearized).
+    """
+    assert r.stuck is not None
+    place = {op.id: k for k, op in enumerate(r.prefix)}
+    shown = r.prefix[-AROUND_PREFIX:] + [r.stuck]
+    start = min(op.call for op in shown)
+    end = r.stuck.ret if r.stuck.ret != INF else max(op.call for op in shown)
+    overlapping = [op for op in partition if op.call <= end and op.ret >= start]
+    nearest = sorted(overlapping, key=lambda op: abs(op.call - r.stuck.call))[:AROUND_MAX]
+    return [
+        {"index": op.source.invoke.index, "process": op.source.invoke.process, "status": op.source.status,
+         "call": int(op.call), "ret": None if op.ret == INF else int(op.ret), "op": model.describe(op),
+         "linearized": place.get(op.id), "stuck": op is r.stuck}
+        for op in sorted(nearest, key=lambda op: op.call)
+    ]
+
+
 def check_linearizable(
     history: list[Op],
     model: Model,
@@ -255,6 +286,7 @@ def check_linearizable(
                 "op": model.describe(r.stuck),
                 "line": r.stuck.source.invoke.line,
             },
+            "around": around_stuck(model, r, partitions[r.key]),
         }
         return CheckResult(False, model.name, ["nonlinearizable"], {"nonlinearizable": [case]}, explanation,
                            not_models=["linearizable"], stats=stats)

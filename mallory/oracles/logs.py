@@ -8,7 +8,8 @@ numbers, addresses, ids blanked), so the same message from another node, term or
 the same bug.
 
 `death_finding` turns a process's exit into a finding when it died by a signal the
-harness did not send (by default SIGKILL/SIGTERM/SIGINT are the harness's own).
+harness did not send (by default SIGKILL/SIGTERM/SIGINT are the harness's own), signed by
+the signal and the last line the process logged.
 """
 
 from __future__ import annotations
@@ -72,12 +73,14 @@ def scan_log(lines: Iterable[str], node: str | None = None,
 HARNESS_SIGNALS = frozenset({signal.SIGKILL, signal.SIGTERM, signal.SIGINT})
 
 
-def death_finding(returncode: int | None, node: str | None = None,
+def death_finding(returncode: int | None, node: str | None = None, *, log: str = "",
                   expected: frozenset[int] = HARNESS_SIGNALS) -> Finding | None:
     """A finding when a process died by an unexpected signal.
 
     returncode as subprocess reports it (negative = killed by that signal) or a shell's
-    exit status (128 + signal number).
+    exit status (128 + signal number). `log`: what the process wrote to its log during the
+    schedule; its last line, normalised, joins the signal in the key, so crashes at
+    different places are different bugs and one crash seen again is the same.
     """
     if returncode is None:
         return None
@@ -93,5 +96,7 @@ def death_finding(returncode: int | None, node: str | None = None,
         name = signal.Signals(signum).name
     except ValueError:
         name = f"signal {signum}"
-    return Finding("signal", f"killed-by-{name}", (name,), f"process died by {name}", node,
-                   {"signal": signum})
+    last = next((line.strip() for line in reversed(log.splitlines()) if line.strip()), "")
+    message = f"process died by {name}" + (f" after: {last[:300]}" if last else "")
+    return Finding("signal", f"killed-by-{name}", (name, normalise(last, KEY_CHARS)), message, node,
+                   {"signal": signum, "last_line": last})

@@ -1,11 +1,20 @@
-"""Findings and bug signatures: one bug found a hundred times is one bug.
+"""Findings and bug signatures: one root cause found a hundred times is one bug.
 
-Every oracle (ASan, log patterns, death by signal, the history checkers) reports
-`Finding`s. A finding's signature is a short, filesystem-safe name built from what
-identifies the bug and nothing that varies between occurrences: the ASan kind and top
-frames (not addresses), a log pattern and its normalised message (numbers, addresses,
-ids and timestamps blanked), an anomaly type and the shape of its witness (edge kinds,
-number of keys), never the values or op indices. `deduplicate` groups findings by it.
+Every oracle reports `Finding`s. A finding's signature is a short, filesystem-safe name
+built from its oracle family, its class and the parts that identify its root cause, and
+nothing that varies between sightings of that cause:
+
+- a history checker gives at most one finding per history, however many anomalies of
+  however many types it saw (`findings_from_result`). Its class is, for the Elle-style
+  checkers, the weakest model of `HISTORY_CLASSES` the history violates; for the
+  linearizability checkers, "nonlinearizable". The anomalies (types, cases, models ruled
+  out) are the finding's details and the sighting's record, never its signature;
+- a log pattern: its name and the normalised line (`logs.scan_log`);
+- an ASan report: its kind and top program frames, not addresses (`asan.parse_asan`);
+- a death by signal: the signal and the node's last log line, normalised
+  (`logs.death_finding`).
+
+`deduplicate` groups findings by signature.
 """
 
 from __future__ import annotations
@@ -18,17 +27,34 @@ from typing import Any
 
 from mallory.oracles.result import CheckResult
 
+#: The classes of an Elle-style history's finding, weakest model first: a history is
+#: classed by the first of these models it violates. "serializable": the data alone
+#: contradict every serial order (lost, reordered or dirty writes, broken isolation);
+#: "strong-session-serializable" / "strict-serializable": some serial order explains the
+#: data, but none that keeps each process's order / real-time order (stale reads).
+#: Finer classes (the anomaly types, or the weakest model of Elle's whole lattice) split one
+#: root cause into many bugs: whether a reader happened to see an acknowledged append
+#: before a failover lost it decides between incompatible-order, G1c, G-single or G2-item,
+#: and each schedule's mix differs.
+HISTORY_CLASSES = ("serializable", "strong-session-serializable", "strict-serializable")
+
+#: the anomaly type, and class, of the linearizability checkers' findings
+NONLINEARIZABLE = "nonlinearizable"
+
 
 @dataclass
 class Finding:
     """One observation of a (possible) bug.
 
     oracle:    "asan", "log", "signal", or the checker name ("list-append", "kv", ...).
-    kind:      what it is within that oracle ("heap-use-after-free", "panic", "G1c"...).
-    key:       the parts that identify the bug (frames, normalised message, shape).
+    kind:      its class within that oracle ("heap-use-after-free", "panic",
+               "not-serializable", "nonlinearizable"...).
+    key:       the parts that identify the bug within its class (frames, normalised
+               message); empty when the class says it all.
     message:   the human-readable line (first line of the report, the log line...).
     node:      where it was seen, when known.
-    details:   anything else worth keeping (full report text, the case dict).
+    details:   anything else worth keeping (full report text, the checker's result).
+    seen:      what this sighting saw beyond its class: a history's anomaly types.
     """
 
     oracle: str
@@ -37,6 +63,7 @@ class Finding:
     message: str
     node: str | None = None
     details: dict[str, Any] = field(default_factory=dict)
+    seen: tuple[str, ...] = ()
 
     @property
     def signature(self) -> str:
@@ -54,6 +81,11 @@ class Bug:
     count: int = 0
     nodes: set[str] = field(default_factory=set)
 
+    def sighting(self) -> dict[str, Any]:
+        """What these findings, all of one schedule, say about the sighting: how often the
+        bug showed, on which nodes, and what it saw (a history's anomaly types)."""
+        return {"occurrences": self.count, "nodes": sorted(self.nodes), "seen": list(self.first.seen)}
+
 
 def deduplicate(findings: Iterable[Finding]) -> dict[str, Bug]:
     """Group findings by signature, in order of first appearance."""
@@ -69,36 +101,30 @@ def deduplicate(findings: Iterable[Finding]) -> dict[str, Bug]:
     return bugs
 
 
-_REL_ORDER = ("ww", "wr", "rw", "process", "realtime")
+def history_class(result: CheckResult) -> str:
+    """The class of an invalid history's finding: "nonlinearizable", or "not-" the weakest
+    model of HISTORY_CLASSES the result rules out (from Elle's :not and :also-not)."""
+    if NONLINEARIZABLE in result.anomaly_types:
+        return NONLINEARIZABLE
+    ruled_out = set(result.not_models) | set(result.also_not)
+    weakest = next((m for m in HISTORY_CLASSES if m in ruled_out), None)
+    # None only for anomalies no model proscribes (Elle's GSIa/GSIb, which no checker here finds)
+    return "invalid" if weakest is None else f"not-{weakest}"
 
 
-def _cycle_shape(case: dict[str, Any]) -> str:
-    rels = [step["rel"] for step in case.get("cycle", [])]
-    if not rels:
-        return ""
-    rotations = [tuple(rels[i:] + rels[:i]) for i in range(len(rels))]
-    return "-".join(min(rotations))
+def findings_from_result(result: CheckResult) -> list[Finding]:
+    """The finding of an invalid history: one, whatever anomalies it showed (none when the
+    history is valid or the check could not tell).
 
-
-def findings_from_result(result: CheckResult, node: str | None = None) -> list[Finding]:
-    """One finding per anomaly type a checker reported (none when valid or unknown).
-
-    Keyed by anomaly type plus the shape of its first witness: a cycle's edge kinds up to
-    rotation, or the kind of operation that cannot be linearized. Keys, values, op
-    indices and counts are left out, so the same anomaly on other keys and values in
-    another run has the same signature.
+    Signed by checker and class only (`history_class`), so another mix of anomalies, on
+    other keys and values, over any number of transactions, is the same bug. The whole
+    result (every anomaly type and its cases) is its details; the types are what it `seen`.
     """
     if result.valid is not False:
         return []
-    out = []
-    for kind in result.anomaly_types:
-        cases = result.anomalies.get(kind, [])
-        first = cases[0] if cases else {}
-        if "stuck_op" in first:
-            shape = "stuck=" + first["stuck_op"]["op"].split()[0]
-        else:
-            shape = _cycle_shape(first)
-        text = first.get("text", kind)
-        out.append(Finding(result.checker, kind, (shape,), text.splitlines()[0] if text else kind, node,
-                           {"case": first, "cases": len(cases)}))
-    return out
+    kind = history_class(result)
+    if kind == NONLINEARIZABLE:
+        message = result.explanation[0] if result.explanation else f"{result.checker} history not linearizable"
+    else:
+        message = f"{result.checker} history {kind.replace('-', ' ', 1)}: {', '.join(result.anomaly_types)}"
+    return [Finding(result.checker, kind, (), message, None, result.to_json(), tuple(result.anomaly_types))]

@@ -234,7 +234,9 @@ def _explain_cycle(analysis: TxnAnalysis, kind: str, cycle: list[Step]) -> dict[
         lines.append(f"  - {lead}T{a} < T{b}, because {analysis.explain(a, rel, b)}{end}")
     return {
         "type": kind,
-        "cycle": [{"from": a, "rel": REL_NAMES[rel], "to": b, "op": op_ref(analysis.txns[a])} for a, rel, b in cycle],
+        # each step names its source transaction: which op it is and its micro-ops
+        "cycle": [{"from": a, "rel": REL_NAMES[rel], "to": b, "op": op_ref(analysis.txns[a]),
+                   "mops": mops_text(analysis.txns[a].mops, 80)} for a, rel, b in cycle],
         "text": "\n".join(lines),
     }
 

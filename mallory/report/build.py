@@ -1,7 +1,8 @@
 """`mallory report`'s work: read campaign directories, compute, write the report's files.
 
     OUT/index.html                 summary, plots (PNG data: URIs), bug lists
-    OUT/bugs/<signature>.html      one page per bug: schedule, timeline SVG, explanation, logs
+    OUT/bugs/<signature>.html      one page per bug: schedule, explanation, each anomaly with its
+                                   picture, sightings, latency plot, timeline SVG, logs
     OUT/bugs/<signature>.shiviz    the bug's timeline slice in ShiViz's log format
 
 With several campaigns, bug files are prefixed by the campaign's position (c1-, c2-...).
@@ -15,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mallory.errors import MalloryError
+from mallory.history.ops import read_history
+from mallory.pictures.latency import latency_svg
 from mallory.report import pages, plots, series
 from mallory.report.campaign_data import BugInfo, CampaignData, PlotRow, load_campaign
 from mallory.report.comparison import compare, group_label
@@ -33,6 +36,7 @@ from mallory.report.timeline_view import (
     schedule_sections,
     timeline_svg,
 )
+from mallory.report.verdict_view import LatencyPart
 from mallory.timeline.builder import Committed
 
 
@@ -70,6 +74,19 @@ def bug_timeline(bug: BugInfo, recording: Recording | None, span_index: int | No
         svg = timeline_svg(shown, namer, faults, recording.nodes) if shown else None
         part.sections.append(pages.TimelineSection(title, svg, opened=i >= len(sections) - 2, start_ns=section.start_ns))
     return entries, part
+
+
+def bug_latency(bug: BugInfo) -> LatencyPart:
+    """The latency plot of the bug's schedule, from the history in its bundle."""
+    path = bug.history_path()
+    if path is None:
+        return LatencyPart(None, "The bundle holds no client history (the campaign ran no workload).")
+    try:
+        _, ops = read_history(path)
+        svg = latency_svg(ops, str(path))
+    except MalloryError as exc:
+        return LatencyPart(None, f"The history could not be read: {exc}")
+    return LatencyPart(svg, "" if svg is not None else "No client operation of the history has times.")
 
 
 def _counts_over_time(runs: dict[str, Sequence[PlotRow]]) -> list[pages.Plot]:
@@ -166,5 +183,5 @@ def _write_bug_page(out: Path, stem: str, bug: BugInfo, data: CampaignData, reco
         timeline.shiviz_href = f"{stem}.shiviz"
     bugs_dir = out / "bugs"
     logs = [(p.name, os.path.relpath(p, bugs_dir)) for p in bug.log_files()]
-    html_text = pages.bug_page(bug, data.start_time, "../index.html", timeline, logs)
+    html_text = pages.bug_page(bug, data.start_time, "../index.html", timeline, logs, bug_latency(bug))
     (bugs_dir / f"{stem}.html").write_text(html_text)

@@ -117,6 +117,11 @@ class BugInfo:
                 return path
         return None
 
+    def history_path(self) -> Path | None:
+        """The schedule's client history in the bundle (history.edn), if it recorded one."""
+        run = self.run_dir()
+        return run / "history.edn" if run is not None and (run / "history.edn").is_file() else None
+
     def log_files(self) -> list[Path]:
         run = self.run_dir()
         if run is None or not (run / "logs").is_dir():

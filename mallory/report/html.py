@@ -27,6 +27,8 @@ pre { background: #f7f7f7; padding: 0.6em; overflow-x: auto; font-size: 0.85em; 
 .scroll { overflow-x: auto; border: 1px solid #ddd; }
 .note { color: #666; font-size: 0.9em; }
 svg.timeline circle:hover { stroke: #000; stroke-width: 2; }
+.picture svg { display: block; margin: 0.4em 0; }
+details.anomaly { margin: 0.4em 0; } details.anomaly > summary { font-weight: bold; cursor: pointer; }
 svg.timeline line.msg:hover { stroke: #d62728; stroke-width: 2; }
 """
 
@@ -84,15 +86,13 @@ def when(unix_s: float | None, origin_s: float | None = None) -> str:
 
 
 def explanation(report: dict[str, Any]) -> str:
-    """The oracle's explanation: the anomaly's text (cycle, non-linearizable op), the
-    sanitizer's report (stack), or the log line; then every detail it recorded."""
+    """The oracle's explanation: its message, the sanitizer's report (stack) or where the
+    log line was; then every detail it recorded. (A history's anomalies have their own
+    part: `verdict_view.anomalies_part`.)"""
     details = report.get("details") or {}
     parts = [f"<p><b>{escape(str(report.get('oracle', '?')))}</b> / {escape(str(report.get('kind', '?')))}"
              + (f" on {escape(str(report['node']))}" if report.get("node") else "") + "</p>"]
     parts.append(f"<pre>{escape(str(report.get('message', '')))}</pre>")
-    case = details.get("case") if isinstance(details, dict) else None
-    if isinstance(case, dict) and case.get("text"):
-        parts.append(f"<p>Anomaly</p><pre>{escape(str(case['text']))}</pre>")
     if isinstance(details, dict) and details.get("report"):
         parts.append(f"<p>Sanitizer report</p><pre>{escape(str(details['report']))}</pre>")
     if isinstance(details, dict) and isinstance(details.get("line"), int) and report.get("node"):

@@ -16,6 +16,12 @@ from mallory.report.comparison import (
     group_label,
 )
 from mallory.report.stats import a12_magnitude
+from mallory.report.verdict_view import (
+    LatencyPart,
+    anomalies_part,
+    latency_part,
+    sightings_part,
+)
 
 #: a plot: its title and its PNG
 Plot = tuple[str, bytes]
@@ -199,8 +205,8 @@ class TimelinePart:
 
 
 def bug_page(bug: BugInfo, origin_s: float | None, index_href: str, timeline: TimelinePart,
-             logs: Sequence[tuple[str, str]]) -> str:
-    """logs: (name, href) of the schedule's node logs."""
+             logs: Sequence[tuple[str, str]], latency: LatencyPart) -> str:
+    """logs: (name, href) of the schedule's node logs; latency: the schedule's latency plot."""
     r = bug.report
     body = [
         f"<p>{html.link(index_href, 'back to the report')}</p>",
@@ -218,6 +224,9 @@ def bug_page(bug: BugInfo, origin_s: float | None, index_href: str, timeline: Ti
         html.schedule_table(bug.schedule),
         "<h2>The oracle's explanation</h2>",
         html.explanation(r),
+        anomalies_part(r),
+        sightings_part(bug.sightings, origin_s),
+        latency_part(latency),
         "<h2>Lamport timeline</h2>",
         f"<p class=\"note\">{escape(timeline.note)}</p>",
     ]

@@ -28,6 +28,7 @@ RANKS = {
     "mallory.learner": 1,
     "mallory.history": 1,
     "mallory.oracles": 1,
+    "mallory.pictures": 1,
     "mallory.instrument": 2,
     "mallory.observer": 2,
     "mallory.cluster": 2,
@@ -43,7 +44,7 @@ RANKS = {
     "mallory.cli": 7,
 }
 #: the pure core: no sockets, processes or native calls
-PURE = ("mallory.timeline", "mallory.learner", "mallory.history", "mallory.oracles")
+PURE = ("mallory.timeline", "mallory.learner", "mallory.history", "mallory.oracles", "mallory.pictures")
 IO_MODULES = {"socket", "subprocess", "multiprocessing", "http", "urllib", "ctypes", "select", "asyncio"}
 
 

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -70,16 +71,22 @@ def test_short_campaign_writes_a_complete_directory_and_leaves_nothing(spec, tmp
     schedules = d.read_schedules()
     for record in schedules:
         assert record["reset"]["healthy"], record["reset"]
-        # every schedule's history is checked; an invalid one is a recorded bug
+        # every schedule's history is checked; an invalid one is one recorded bug, whatever
+        # its anomalies
         assert record["history"]["valid"] in (True, False, "unknown")
         if record["history"]["valid"] is False:
             assert record["findings"] and set(record["findings"]) <= d.known_bugs(), record
+            history_bugs = [f for f in record["findings"] if f.startswith(record["history"]["checker"] + "-")]
+            assert len(history_bugs) == 1, record["findings"]
         for step in record["steps"]:
             if step["report"] is not None:
                 assert step["report"]["verified"], step["report"]
             if not step["late"]:
                 assert step["events"] > 0 and step["state"] is not None
-        assert (out / "runs" / f"{record['index']:06d}" / "history.edn").stat().st_size > 0
+        run = out / "runs" / f"{record['index']:06d}"
+        assert (run / "history.edn").stat().st_size > 0
+        # the verdict's pictures beside results.edn: at least the latency plot
+        assert ET.parse(run / "latency-raw.svg").getroot().get("class") == "latency"
     enacted = {s["action"].split(":")[0] for r in schedules for s in r["steps"]}
     assert enacted - {"heal", "noop"}, "at least one real fault was enacted"
     assert (out / "events" / "events.jsonl").stat().st_size > 0

@@ -70,6 +70,21 @@ def test_demo_fuzzes_instrumented_redis_and_cleans_up(tmp_path: Path) -> None:
     assert calibration["windows"] >= 3 and calibration["steady_states"] <= 3
     assert schedules >= 1 and steps >= 10 and states >= 3
     assert bundles == len(list((out / "bugs").iterdir()))
+    # one root cause, one bug: Redis losing acknowledged appends in a failover is at most two
+    # bugs (the data contradict every serial order; or only real time is broken), each
+    # listing its anomalies, its run's pictures beside results.edn
+    history_bugs = sorted(p for p in (out / "bugs").iterdir() if p.name.startswith("list-append-"))
+    assert len(history_bugs) <= 2, [p.name for p in history_bugs]
+    for bundle in history_bugs:
+        assert bundle.name.startswith(("list-append-not-serializable-", "list-append-not-strict-serializable-"))
+        report = json.loads((bundle / "report.json").read_text())
+        assert report["details"]["anomaly_types"], report
+        sightings = [json.loads(line) for line in (bundle / "sightings.jsonl").read_text().splitlines()]
+        assert all(s["seen"] for s in sightings), sightings
+        run = bundle / f"{report['schedule']:06d}"
+        assert (run / "results.edn").exists() and (run / "latency-raw.svg").exists()
+    assert all((run / "latency-raw.svg").exists() for run in (out / "runs").iterdir()
+               if (run / "history.edn").exists() and run.name.isdigit())
     for bug_dir in re.findall(r"^  bug \S+: (\S+)$", text, re.MULTILINE):
         assert Path(bug_dir).is_dir()
     assert "[0d 00h 00m" in text  # the status lines

@@ -7,9 +7,11 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
 
 import pytest
 
+from mallory.history.ops import pair_calls, read_history
 from mallory.instrument.catalogue import Catalogue
 from mallory.report.names import EventNamer
 from mallory.report.plots import read_series
@@ -24,6 +26,7 @@ from mallory.report.timeline_view import (
 )
 from mallory.report.vclock import happened_before
 from mallory.timeline.codec import read_records
+from tests.unit.pictures.svg_checks import SVG
 from tests.unit.report.report_checks import (
     assert_png,
     assert_self_contained,
@@ -75,6 +78,12 @@ def test_report_of_one_campaign(qlearning_campaign):
     timely = [(float(r[0]), float(r[9])) for r in rows if r[9]]
     fb = series_named(feedback, "feedback ms")
     assert list(zip(fb["x"], fb["y"])) == timely
+    # the register workload's run: its latency plot beside results.edn, one dot per completed op
+    run = qlearning_campaign / "runs" / "000000"
+    _, ops = read_history(run / "history.edn")
+    latency = ET.parse(run / "latency-raw.svg").getroot()
+    drawn = sum(int(p.get("data-count")) for p in latency.iter(f"{SVG}path") if p.get("class") == "points")
+    assert drawn == sum(c.done is not None for c in pair_calls(ops)) > 0
 
 
 def test_report_of_two_campaigns_overlays_them_by_policy(qlearning_campaign, random_campaign, tmp_path):
@@ -110,6 +119,8 @@ def test_bug_pages_draw_the_recorded_timeline_and_link_the_logs(bug_campaign):
     text = bug_page.read_text()
     assert "assertion failed: resumed after a pause" in text, "the oracle's explanation"
     assert "pause:" in text, "the fault schedule"
+    assert "<h2>Sightings</h2>" in text
+    assert "The bundle holds no client history" in text, "a campaign without a workload has no latency plot"
     logs = [a["href"] for t, a in page.tags if t == "a" and a["href"].endswith(".log")]
     assert logs and all((bug_page.parent / href).is_file() for href in logs)
 

@@ -186,7 +186,8 @@ class FakeChecker:
 
     def check_schedule(self, index, record):
         if sum(s["action"] == "novel" for s in record["steps"]) >= 2:
-            return [BugEvidence("log:two-leaders", {"explanation": "two leaders in term 3", "time": index})]
+            return [BugEvidence("log:two-leaders", {"explanation": "two leaders in term 3", "time": index},
+                                sighting={"occurrences": index + 1})]
         return []
 
 
@@ -197,7 +198,8 @@ def test_a_bug_found_many_times_is_one_bundle(tmp_path):
     assert len(flagged) >= 2
     bundle = campaign.dir.root / "bugs" / "log_two-leaders"
     assert campaign.dir.known_bugs() == {"log_two-leaders"}
-    assert len((bundle / "sightings.jsonl").read_text().splitlines()) == len(flagged)
+    lines = [orjson.loads(line) for line in (bundle / "sightings.jsonl").read_bytes().splitlines()]
+    assert [(line["schedule"], line["occurrences"]) for line in lines] == [(s["index"], s["index"] + 1) for s in flagged]
     assert orjson.loads((bundle / "report.json").read_bytes())["explanation"] == "two leaders in term 3"
     assert campaign.dir.read_stats()["bugs_found"] == "1"
 

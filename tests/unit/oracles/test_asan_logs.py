@@ -14,15 +14,13 @@ import pytest
 
 from mallory.errors import MalloryError
 from mallory.oracles.asan import parse_asan
-from mallory.oracles.check import check_history
 from mallory.oracles.logs import (
     DEFAULT_PATTERNS,
     death_finding,
     parse_pattern,
     scan_log,
 )
-from mallory.oracles.triage import deduplicate, findings_from_result
-from tests.unit.oracles.txn_histories import concurrent
+from mallory.oracles.triage import deduplicate
 
 BUGGY_C = r"""
 #include <stdlib.h>
@@ -167,14 +165,3 @@ def test_death_by_signal_from_a_real_process():
     assert death_finding(-signal.SIGKILL) is None  # the harness's own kill
     assert death_finding(128 + signal.SIGABRT).kind == "killed-by-SIGABRT"  # shell exit status
     assert death_finding(0) is None and death_finding(1) is None
-
-
-def test_checker_findings_keyed_by_anomaly_shape_not_values():
-    a = check_history(concurrent("ax1ry1", "ax2ay1", "rx12"), "edn")
-    b = check_history(concurrent("ay5rx7", "ay6ax7", "ry56"), "edn")  # same anomaly, other keys/values
-    fa, fb = findings_from_result(a), findings_from_result(b)
-    assert [f.kind for f in fa] == ["G1c"]
-    assert fa[0].signature == fb[0].signature
-    c = check_history(concurrent("rx_ay1", "ry_ax1"), "edn")
-    assert findings_from_result(c)[0].signature != fa[0].signature
-    assert findings_from_result(check_history(concurrent("ax1", "rx1"), "edn")) == []
