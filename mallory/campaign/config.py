@@ -24,6 +24,7 @@ from typing import Any
 from mallory.errors import MalloryError
 from mallory.harness.workload import WORKLOADS
 from mallory.learner.calibration import MAX_WINDOWS
+from mallory.learner.learner import CONTEXTS
 from mallory.learner.policies import POLICIES, PRIORS
 from mallory.learner.rewards import REWARDS
 from mallory.timeline.abstraction import ABSTRACTIONS
@@ -42,7 +43,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     # the Mallory paper's learner as published (CCS'23): threshold 0.7 without calibration,
     # the event-history abstraction, reward -1 seen / 0 new, Q-learning with alpha 0.1 and
     # gamma 0.6, softmax, untried actions at 0, 12 steps of 2.5 s
-    "paper": {"policy": "qlearning", "reward": "paper", "prior": "optimistic", "abstraction": "event-history",
+    "paper": {"policy": "qlearning", "reward": "paper", "prior": "optimistic", "context": "state",
+              "abstraction": "event-history",
               "threshold": 0.7, "calibrate": 0, "steps": 12, "window_s": 2.5},
 }
 
@@ -126,6 +128,9 @@ class CampaignConfig:
     temperature: float | None = None
     #: where an untried fault starts in a state, one of PRIORS (None: the policy's default)
     prior: str | None = None
+    #: what the policy learns values for: the window's "state" or the "faults" in force
+    #: (learner/learner.py CONTEXTS)
+    context: str = "state"
     #: the root seed; each schedule's seed derives from it
     seed: int = 0
     #: the enabled fault families or labels (None: every fault the SUT can take)
@@ -171,6 +176,7 @@ class CampaignConfig:
             _number(self, "temperature", positive=True)
         if self.prior is not None:
             _choice(self, "prior", PRIORS)
+        _choice(self, "context", CONTEXTS)
         _integer(self, "seed")
         if self.faults is not None:
             _texts(self, "faults")

@@ -279,7 +279,7 @@ class Campaign:
         # Orient: where does the schedule start from?
         end = self.source.now_ns()
         first = self._feedback(end - window_ns, end)
-        observed = self.learner.observe_window(first.summary if first.complete else None, first.pairs)
+        observed = self.learner.observe_window(first.summary if first.complete else None, first.pairs)  # no faults yet
         record["initial_state"] = None if observed is None else observed[0].state_id
         self.progress.pairs_covered = len(self.learner.coverage)
         active: list[Any] = []
@@ -368,7 +368,9 @@ class Campaign:
         if self.waypoints is not None and window.complete:
             waypoint = self.waypoints.level(window.types, self._families)
         covered = len(self.learner.coverage)
-        observed = self.learner.observe_window(window.summary if window.complete else None, window.pairs, waypoint)
+        observed = self.learner.observe_window(
+            window.summary if window.complete else None, window.pairs, waypoint, self._families
+        )
         if observed is not None:
             match, reward = observed
             new_pairs = len(self.learner.coverage) - covered

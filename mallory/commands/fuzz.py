@@ -40,7 +40,7 @@ from mallory.campaign.waypoints import Waypoints, load_waypoints
 from mallory.errors import MalloryError
 from mallory.harness.workload import WORKLOADS
 from mallory.learner.calibration import calibrate_threshold
-from mallory.learner.learner import Learner
+from mallory.learner.learner import CONTEXTS, Learner
 from mallory.learner.policies import POLICIES, PRIORS
 from mallory.learner.rewards import REWARDS
 from mallory.learner.states import StateStore
@@ -74,6 +74,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prior", choices=PRIORS, default=defaults.prior,
                         help="where an untried fault starts in a state: optimistic (0: try each once there "
                         "first) or shared (its mean value over the states where it was tried; the default)")
+    parser.add_argument("--context", choices=CONTEXTS, default=defaults.context,
+                        help="what the policy learns fault values for: the window's state (the paper's) or the "
+                        "fault families in force (default %(default)s)")
     parser.add_argument("--out", type=Path, help="campaign directory (new)")
     parser.add_argument("--resume", type=Path, metavar="DIR", help="continue the campaign in DIR")
     parser.add_argument("--seed", type=int, default=defaults.seed, help="root seed (each schedule's seed derives from it)")
@@ -140,6 +143,7 @@ def config_from_args(args: argparse.Namespace) -> CampaignConfig:
             reward=args.reward,
             temperature=args.temperature,
             prior=args.prior,
+            context=args.context,
             seed=args.seed,
             faults=tuple(args.faults.split(",")) if args.faults else None,
             workload=args.workload,
@@ -166,7 +170,7 @@ def _learner(directory: CampaignDir, config: CampaignConfig) -> Learner:
     params = {key: value for key, value in (("temperature", config.temperature), ("prior", config.prior))
               if value is not None}
     return Learner.create(policy=config.policy, reward=config.reward, seed=config.seed,
-                          threshold=config.threshold, policy_params=params)
+                          threshold=config.threshold, policy_params=params, context=config.context)
 
 
 def _calibrate(config: CampaignConfig, directory: CampaignDir, live: LiveParts) -> CampaignConfig:

@@ -15,6 +15,13 @@ the actions available in the next state, or at `end_schedule`, where the next st
 terminal (no bootstrap). Further windows observed before the next action only move the
 current state.
 
+Context: what the policy learns action values for. "state" (the paper's) is the window's
+state; "faults" is the multiset of fault families in force when the window ended (what the
+fuzzer has done so far in the schedule; `faults` of `observe`). Most window states are met
+once, so a table over them learns little per entry; the fault configurations recur, so
+"which fault, on top of these, led to new behaviour" is learnt from every schedule. The
+reward is the window's either way.
+
 Waypoints (WaypointRL): the schedule's level is the highest waypoint any of its windows
 reached so far. The policy sees the pair (level, state), packed into one integer, so it
 keeps a Q-table per level; a window that raises the level earns `WAYPOINT_REWARD` on top
@@ -44,6 +51,16 @@ WAYPOINT_REWARD = 2.0
 #: a waypoint level shifted this far packs (level, state) into the policy's integer state
 LEVEL_STRIDE = 1 << 40
 MAX_LEVEL = 1000
+#: what the policy's state is (see the module docstring)
+CONTEXTS = ("state", "faults")
+
+
+def _checked_context(document: dict[str, Any]) -> str:
+    """A checkpoint's context; one saved before contexts existed learnt over states."""
+    context = ckpt.field(document, "context", str, "checkpoint") if "context" in document else "state"
+    if context not in CONTEXTS:
+        raise ckpt.CheckpointError(f"checkpoint.context {context!r} is not one of {', '.join(CONTEXTS)}")
+    return context
 
 
 def policy_state(level: int, state: int) -> int:
@@ -52,11 +69,23 @@ def policy_state(level: int, state: int) -> int:
 
 
 class Learner:
-    def __init__(self, store: StateStore, reward: Reward, policy: Policy, coverage: PairCoverage | None = None) -> None:
+    def __init__(
+        self,
+        store: StateStore,
+        reward: Reward,
+        policy: Policy,
+        coverage: PairCoverage | None = None,
+        context: str = "state",
+    ) -> None:
+        if context not in CONTEXTS:
+            raise MalloryError(f"unknown learner context {context!r}; choose one of: {', '.join(CONTEXTS)}")
         self.store = store
         self.reward = reward
         self.policy = policy
         self.coverage = coverage if coverage is not None else PairCoverage()
+        self.context = context
+        #: fault configurations (sorted families) in the order first met: their ids
+        self.configurations: dict[tuple[str, ...], int] = {}
         self.state: int | None = None
         #: the current schedule's waypoint level (0: no waypoint reached)
         self.level = 0
@@ -76,17 +105,22 @@ class Learner:
         minhash_seed: int = 1,
         policy_params: dict[str, Any] | None = None,
         reward_params: dict[str, Any] | None = None,
+        context: str = "state",
     ) -> Learner:
         """A learner from names and parameters (the campaign's configuration)."""
         return cls(
             StateStore(num_perm=num_perm, threshold=threshold, seed=minhash_seed),
             make_reward(reward, **(reward_params or {})),
             make_policy(policy, seed=seed, **(policy_params or {})),
+            context=context,
         )
 
-    def observe(self, summary: Iterable[str], pairs: Iterable[str] = (), waypoint: int = 0) -> tuple[StateMatch, float]:
+    def observe(
+        self, summary: Iterable[str], pairs: Iterable[str] = (), waypoint: int = 0, faults: Iterable[str] = ()
+    ) -> tuple[StateMatch, float]:
         """The state of the window that just ended, and the reward it earns. `pairs` go into
-        the coverage; `waypoint` (0..MAX_LEVEL) may raise the schedule's level."""
+        the coverage; `waypoint` (0..MAX_LEVEL) may raise the schedule's level; `faults`,
+        the families of the faults in force (one per fault), are the "faults" context."""
         if isinstance(waypoint, bool) or not isinstance(waypoint, int) or not 0 <= waypoint <= MAX_LEVEL:
             raise MalloryError(f"a waypoint level is an integer in [0, {MAX_LEVEL}], got {waypoint!r}")
         match = self.store.lookup(summary)
@@ -94,7 +128,7 @@ class Learner:
         if waypoint > self.level:
             reward += WAYPOINT_REWARD
             self.level = waypoint
-        state = policy_state(self.level, match.state_id)
+        state = policy_state(self.level, match.state_id if self.context == "state" else self._configuration(faults))
         if self._acted and self.state is not None:
             self._pending = (self.state, self._action, reward, state)
             self._acted = False
@@ -102,7 +136,7 @@ class Learner:
         return match, reward
 
     def observe_window(
-        self, summary: Iterable[str] | None, pairs: Iterable[str] = (), waypoint: int = 0
+        self, summary: Iterable[str] | None, pairs: Iterable[str] = (), waypoint: int = 0, faults: Iterable[str] = ()
     ) -> tuple[StateMatch, float] | None:
         """`observe` for a window the timeline may not have completed in time: `summary` is
         None then (the window is late). A late window teaches nothing and is not folded into
@@ -110,10 +144,19 @@ class Learner:
         with none yet (a schedule's start), takes the idle state of the empty summary
         instead of guessing. None when late."""
         if summary is not None:
-            return self.observe(summary, pairs, waypoint)
+            return self.observe(summary, pairs, waypoint, faults)
         if self.state is None:
-            self.observe(frozenset())
+            self.observe(frozenset(), faults=faults)
         return None
+
+    def _configuration(self, faults: Iterable[str]) -> int:
+        """The id of a fault configuration (a multiset of families), numbered in the order
+        the campaign first met each."""
+        key = tuple(sorted(faults))
+        found = self.configurations.get(key)
+        if found is None:
+            found = self.configurations[key] = len(self.configurations)
+        return found
 
     def next_action(self, actions: Iterable[Action]) -> Action:
         """Learn from the last transition, then choose the action for the current state."""
@@ -155,6 +198,8 @@ class Learner:
                 "policy": self.policy.to_state(),
                 "state": self.state,
                 "level": self.level,
+                "context": self.context,
+                "configurations": [list(key) for key in self.configurations],
                 "action": [ckpt.encode_action(self._action)] if self._acted else None,
                 "pending": pending,
             }
@@ -171,12 +216,20 @@ class Learner:
             reward_from_state(ckpt.field(document, "reward", dict, "checkpoint"), "reward"),
             policy_from_state(ckpt.field(document, "policy", dict, "checkpoint"), "policy"),
             None if coverage is None else PairCoverage.from_state(coverage, "coverage"),
+            context=_checked_context(document),
         )
-        known = len(learner.store)
+        configurations = document.get("configurations", [])
+        if not isinstance(configurations, list) or not all(
+            isinstance(c, list) and all(isinstance(f, str) for f in c) for c in configurations
+        ):
+            raise ckpt.CheckpointError("checkpoint.configurations is not a list of fault families lists")
+        learner.configurations = {tuple(c): i for i, c in enumerate(configurations)}
         level = document.get("level", 0)
         if isinstance(level, bool) or not isinstance(level, int) or not 0 <= level <= MAX_LEVEL:
             raise ckpt.CheckpointError(f"checkpoint.level {level!r} is not a waypoint level")
         learner.level = level
+
+        known = len(learner.store) if learner.context == "state" else len(learner.configurations)
 
         def known_state(value: int) -> bool:
             return value // LEVEL_STRIDE <= MAX_LEVEL and 0 <= value % LEVEL_STRIDE < known

@@ -28,7 +28,8 @@ from tests.unit.campaign.test_loop import (
 
 #: campaign.json's keys, in order, as `mallory fuzz` has written them since --backend
 #: (older code and the report read these)
-KEYS = ["version", "command", "sut", "port", "nodes", "policy", "reward", "temperature", "prior", "seed", "faults",
+KEYS = ["version", "command", "sut", "port", "nodes", "policy", "reward", "temperature", "prior", "context", "seed",
+        "faults",
         "workload", "concurrency", "rate", "steps", "window_s", "reset_s", "abstraction", "threshold", "calibrate",
         "backend", "waypoints", "preset"]
 
@@ -80,8 +81,8 @@ def test_an_old_campaign_json_loads_with_defaults_and_resumes(tmp_path):
     directory = CampaignDir(root)
     config = directory.config()
     assert (config.prior, config.calibrate, config.backend, config.calibration, config.extra) == (None, 0, "netns", None, {})
-    assert config.to_json() == {**OLD_CAMPAIGN_JSON, "prior": None, "calibrate": 0, "backend": "netns",
-                                "waypoints": None, "preset": None}
+    assert config.to_json() == {**OLD_CAMPAIGN_JSON, "prior": None, "context": "state", "calibrate": 0,
+                                "backend": "netns", "waypoints": None, "preset": None}
 
     # Resume, as `mallory fuzz --resume` does: the loop runs from the directory's configuration.
     clock, nemesis = FakeClock(), FakeNemesis()

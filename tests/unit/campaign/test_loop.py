@@ -334,3 +334,23 @@ def test_the_loop_counts_coverage_and_waypoints_in_steps_stats_and_plot(tmp_path
                        nemesis, LoopConfig(seed=1), sleeper=clock, waypoints=waypoints)
     assert resumed.progress.pairs_covered == campaign.progress.pairs_covered
     assert resumed.progress.waypoints_reached == campaign.progress.waypoints_reached
+
+
+def test_the_faults_context_sees_the_families_in_force_and_a_heal_empties_them(tmp_path):
+    clock, nemesis = FakeClock(), FakeNemesis()
+    directory = CampaignDir(tmp_path / "campaign")
+    directory.create(CampaignConfig(sut="fake", seed=2, context="faults"))
+    learner = Learner.create(policy="random", seed=2, context="faults")
+    campaign = Campaign(directory, learner, FakeTimeline(clock, nemesis), nemesis,
+                        LoopConfig(steps=12, window_s=2.5, reset_s=5.0, seed=2), sleeper=clock)
+    campaign.run(schedules=3)
+    expected = {()}
+    for record in directory.read_schedules():
+        active: list[str] = []
+        for step in record["steps"]:
+            if step["action"] == HEAL:
+                active = []
+            elif step["action"] != NOOP and step["refused"] is None:
+                active.append(step["action"])
+            expected.add(tuple(sorted(active)))
+    assert set(learner.configurations) == expected

@@ -254,3 +254,40 @@ def test_waypoints_raise_the_level_once_and_give_the_policy_a_table_per_level():
     assert learner.level == 0
     with pytest.raises(MalloryError, match="waypoint level"):
         learner.observe(a, waypoint=-1)
+
+
+def test_the_faults_context_learns_over_fault_configurations_not_window_states():
+    """With context "faults" the policy's state is the multiset of fault families in
+    force: two different windows under the same faults are one context, and the same
+    window under other faults another; the store still counts the windows' states."""
+    rng = random.Random(3)
+    a, b = random_summary(rng, 40), random_summary(rng, 40)
+    learner = Learner.create(policy="qlearning", seed=1, context="faults")
+    learner.observe(a, faults=[])
+    assert learner.state == 0
+    first = learner.next_action(ACTIONS)
+    learner.observe(a, faults=["partition"])  # a seen window: reward -1
+    assert learner.state == 1 and len(learner.store) == 1
+    learner.next_action(ACTIONS)
+    assert learner.policy.q_value(0, first) == 0.1 * -1.0  # learnt for (no faults) -> first
+    learner.observe(a, faults=["kill", "partition"])
+    learner.observe(b, faults=["partition", "kill"])  # order does not matter
+    assert learner.state == 2 and learner.configurations == {(): 0, ("partition",): 1, ("kill", "partition"): 2}
+    restored = Learner.from_checkpoint(learner.to_checkpoint())
+    assert (restored.context, restored.configurations, restored.state) == ("faults", learner.configurations, 2)
+    assert restored.next_action(ACTIONS) == learner.next_action(ACTIONS)
+    with pytest.raises(MalloryError, match="unknown learner context 'mood'"):
+        Learner.create(context="mood")
+    document = orjson.loads(learner.to_checkpoint())
+    document["context"] = "mood"
+    with pytest.raises(MalloryError, match="bad learner checkpoint: checkpoint.context 'mood'"):
+        Learner.from_checkpoint(orjson.dumps(document))
+
+
+def test_a_checkpoint_from_before_contexts_learns_over_states():
+    learner = Learner.create(seed=3)
+    drive(learner, windows(5, 20))
+    document = orjson.loads(learner.to_checkpoint())
+    del document["context"], document["configurations"]
+    restored = Learner.from_checkpoint(orjson.dumps(document))
+    assert restored.context == "state" and restored.next_action(ACTIONS) == learner.next_action(ACTIONS)
