@@ -5,9 +5,12 @@ Each subcommand lives in its own module under `mallory/commands/` and exposes:
     NAME: str                       # the subcommand word
     HELP: str                       # one line for `mallory --help`
     def configure(parser) -> None   # add its arguments to an argparse parser
-    def run(args) -> int            # do the work, return the exit code
+    def run(args) -> int            # do the work, return ExitCode.OK, FAILED or UNKNOWN
 
-Modules are discovered, so adding a command never means editing this file.
+Modules are discovered, so adding a command never means editing this file. `main` maps
+every other outcome to its exit code (mallory/errors.py `ExitCode`), here and nowhere else:
+a usage error or a MalloryError is BAD_INPUT, any other exception INTERNAL_ERROR with its
+traceback, Ctrl-C INTERRUPTED.
 """
 
 from __future__ import annotations
@@ -17,11 +20,13 @@ import gc
 import importlib
 import pkgutil
 import sys
+import traceback
 from types import ModuleType
+from typing import NoReturn
 
 import mallory.commands
 from mallory import __version__
-from mallory.errors import MalloryError
+from mallory.errors import ExitCode, MalloryError
 
 
 def _command_modules() -> list[ModuleType]:
@@ -35,10 +40,31 @@ def _command_modules() -> list[ModuleType]:
     return sorted(modules, key=lambda m: m.NAME)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+#: the epilog of `mallory --help`: what each exit code means (README has it per command)
+EXIT_CODES_HELP = f"""exit codes (every command):
+  {ExitCode.OK:<4} ok: done; check: valid; fuzz: no bug found; replay: the bug came back
+  {ExitCode.FAILED:<4} check: invalid; fuzz: bugs found; replay, shrink: the bug did not come back
+  {ExitCode.UNKNOWN:<4} check: unknown (the checker's budget ran out)
+  {ExitCode.INTERRUPTED:<4} interrupted (Ctrl-C)
+  {ExitCode.BAD_INPUT:<4} bad arguments or input (the message says what)
+  {ExitCode.INTERNAL_ERROR:<4} internal error: a bug in Mallory (the traceback is printed)"""
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse's parser, but a usage error exits BAD_INPUT, not argparse's 2: for `mallory
+    check` 2 means "unknown"."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(ExitCode.BAD_INPUT, f"{self.prog}: error: {message}\n")
+
+
+def build_parser() -> ArgumentParser:
+    parser = ArgumentParser(
         prog="mallory",
         description="Greybox fuzzer for distributed systems.",
+        epilog=EXIT_CODES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"mallory {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -61,22 +87,31 @@ def tune_gc() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; its exit code (ExitCode)."""
     tune_gc()
     parser = build_parser()
-    args = parser.parse_args(argv)
-    if not hasattr(args, "_run"):
-        parser.print_help()
-        return 2
     try:
-        return int(args._run(args) or 0)
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, --version, a usage error: argparse exits
+        return ExitCode.OK if exc.code is None else int(exc.code)
+    if not hasattr(args, "_run"):
+        parser.print_help(sys.stderr)
+        return ExitCode.BAD_INPUT
+    try:
+        return int(args._run(args) or ExitCode.OK)
     except MalloryError as exc:
         print(f"mallory {args.command}: error: {exc}", file=sys.stderr)
-        return exc.exit_code
+        return ExitCode.BAD_INPUT
     except KeyboardInterrupt:
         print(f"mallory {args.command}: interrupted", file=sys.stderr)
-        return 130
+        return ExitCode.INTERRUPTED
     except BrokenPipeError:
-        return 0
+        return ExitCode.OK
+    except Exception:
+        traceback.print_exc()
+        print(f"mallory {args.command}: internal error (a bug in Mallory: please report it with the traceback above)",
+              file=sys.stderr)
+        return ExitCode.INTERNAL_ERROR
 
 
 if __name__ == "__main__":

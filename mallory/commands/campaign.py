@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from mallory import paths
-from mallory.errors import MalloryError
+from mallory.errors import ExitCode, MalloryError
 
 NAME = "campaign"
 HELP = "run a fuzz campaign in a compose project: up, status, down, logs, fetch (see `mallory compose`)"
@@ -235,7 +235,8 @@ def fuzz_argv(env: dict[str, str], resume: bool) -> list[str]:
 
 def run_inside() -> int:
     """`mallory fuzz` with the project's settings (its errors reach `mallory campaign run`'s
-    own handler, which prints them and exits as fuzz would)."""
+    own handler, which prints them and exits as fuzz would). A campaign that found bugs
+    exits OK here: the container's restart policy would start a finished campaign again."""
     from mallory.commands import fuzz
 
     directory = Path(os.environ.get("MALLORY_CAMPAIGN_DIR", "/campaign"))
@@ -244,7 +245,8 @@ def run_inside() -> int:
     print("mallory " + " ".join(argv), flush=True)
     parser = argparse.ArgumentParser(prog="mallory fuzz")
     fuzz.configure(parser)
-    return fuzz.run(parser.parse_args(argv[1:]))
+    code = fuzz.run(parser.parse_args(argv[1:]))
+    return ExitCode.OK if code == ExitCode.FAILED else code
 
 
 def _offloads_off() -> None:

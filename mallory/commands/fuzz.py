@@ -8,6 +8,8 @@ node, starts the SUT through its adapter (clock and disk fault controls preloade
 workload during every schedule, and lets the campaign loop pick faults. Ctrl-C (or SIGTERM)
 ends the campaign after the current step, resets the cluster and removes it; after a kill -9,
 `mallory cleanup` removes what is left and `--resume DIR` continues from the checkpoint.
+Exits 1 when the campaign holds a bug (as Jepsen's test command does for an invalid
+history), 0 when it holds none.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from mallory.campaign.live import LiveParts, live_parts
 from mallory.campaign.loop import Campaign, RealSleeper, steady_summaries
 from mallory.campaign.status import StatusScreen
 from mallory.campaign.waypoints import Waypoints, load_waypoints
-from mallory.errors import MalloryError
+from mallory.errors import ExitCode, MalloryError
 from mallory.harness.workload import WORKLOADS
 from mallory.learner.calibration import calibrate_threshold
 from mallory.learner.learner import Learner
@@ -247,6 +249,7 @@ def run(args: argparse.Namespace) -> int:
         f"{progress.states} distinct states, {progress.pairs_covered} event pairs covered, {progress.bugs} bugs "
         f"({len(directory.known_bugs())} bundles in {directory.root / 'bugs'})"
     )
-    for bug in sorted(directory.known_bugs()):
+    bugs = sorted(directory.known_bugs())
+    for bug in bugs:
         print(f"  bug {bug}: {directory.root / 'bugs' / bug}")
-    return 0
+    return ExitCode.FAILED if bugs else ExitCode.OK
