@@ -184,3 +184,11 @@ documents = st.recursive(
 @given(st.dictionaries(st.text(min_size=1, max_size=10), documents, min_size=1, max_size=5))
 def test_to_yaml_round_trips(doc):
     assert yaml.safe_load(to_yaml(doc)) == doc
+
+
+def test_the_cli_starts_without_pyyaml():
+    """The containers' image has no PyYAML and runs `mallory campaign run`: discovering the
+    commands must not import it (only writing a compose file does)."""
+    code = "import sys; sys.modules['yaml'] = None; from mallory.cli import build_parser; build_parser()"
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
