@@ -10,7 +10,7 @@ import sys
 import time
 from typing import IO
 
-from mallory.campaign.loop import Progress
+from mallory.campaign.progress import Progress
 
 
 def _dur(seconds: float | None) -> str:

@@ -15,7 +15,6 @@ history), 0 when it holds none.
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import secrets
 import signal
@@ -238,7 +237,7 @@ def run(args: argparse.Namespace) -> int:
             campaign = Campaign(
                 directory, _learner(directory, config), live.windows, live.nemesis, config.loop_config(),
                 checker=live.checks, on_update=screen.update, on_action=live.record_action,
-                info={"cluster_run": run_name, "fuzzer_pid": os.getpid()}, waypoints=_waypoints(config, live),
+                info={"cluster_run": run_name}, waypoints=_waypoints(config, live),
             )
             progress = campaign.run(schedules=args.schedules, duration_s=duration, stop=stopping.is_set)
     finally:
