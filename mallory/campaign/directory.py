@@ -99,14 +99,18 @@ class CampaignDir:
     # -- creation and resume -------------------------------------------------------------
 
     def create(self, config: CampaignConfig) -> None:
-        """A new campaign: refuse a directory that already holds one (use --resume)."""
+        """A new campaign: refuse a directory that already holds one (use --resume), or
+        one that cannot be made (MalloryError)."""
         if (self.root / "campaign.json").exists():
             raise MalloryError(f"{self.root} already holds a campaign; use --resume to continue it")
-        for sub in ("schedules", "bugs", "runs"):
-            (self.root / sub).mkdir(parents=True, exist_ok=True)
-        self.write_config(config)
-        with open(self.root / "plot_data", "w") as f:
-            f.write("# " + ", ".join(PLOT_COLUMNS) + "\n")
+        try:
+            for sub in ("schedules", "bugs", "runs"):
+                (self.root / sub).mkdir(parents=True, exist_ok=True)
+            self.write_config(config)
+            with open(self.root / "plot_data", "w") as f:
+                f.write("# " + ", ".join(PLOT_COLUMNS) + "\n")
+        except OSError as exc:
+            raise MalloryError(f"cannot create the campaign directory {self.root}: {exc.strerror}") from None
 
     def config(self) -> CampaignConfig:
         """The campaign's configuration, or MalloryError: there is no campaign here, or its

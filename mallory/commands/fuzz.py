@@ -45,8 +45,9 @@ from mallory.learner.learner import Learner
 from mallory.learner.policies import POLICIES, PRIORS
 from mallory.learner.rewards import REWARDS
 from mallory.learner.states import StateStore
-from mallory.suts.registry import BUILTIN_SUTS, resolve_sut
+from mallory.suts.registry import BUILTIN_SUTS, check_workload, resolve_sut
 from mallory.timeline.abstraction import ABSTRACTIONS
+from nemesis.nemesis import check_fault_names
 
 NAME = "fuzz"
 HELP = "run a fuzz campaign against a real cluster (learns which fault to inject next)"
@@ -218,6 +219,12 @@ def run(args: argparse.Namespace) -> int:
     else:
         config = config_from_args(args)
         directory = CampaignDir(args.out)
+    # before anything is made: a workload the SUT cannot run would fail in a worker thread,
+    # a misspelt fault once the cluster is up
+    check_workload(config.sut, config.workload)
+    if config.faults:
+        check_fault_names(config.faults)
+    if not args.resume:
         directory.create(config)
 
     stopping = threading.Event()

@@ -10,6 +10,8 @@ from mallory import paths
 from mallory.errors import MalloryError
 
 BUILD_SCRIPT = paths.SUTS / "redis" / "build.sh"
+#: where build.sh caches its builds, one directory each, finished ones marked by `.done`
+BUILDS = paths.BUILD / "redis"
 
 
 def ensure_redis_built(asan: bool = False, timeout: float = 1800.0) -> Path:
@@ -27,3 +29,10 @@ def ensure_redis_built(asan: bool = False, timeout: float = 1800.0) -> Path:
     if out is None or not (out / "bin" / "redis-server").is_file():
         raise MalloryError(f"{BUILD_SCRIPT} did not name a build with bin/redis-server (stdout: {result.stdout!r})")
     return out
+
+
+def finished_redis_builds() -> list[Path]:
+    """Every build directory build.sh finished, found without building (none yet: []).
+    Event ids name the source file by its path under the repository, which holds the build
+    directory's name, so each build has its own ids and its own catalogue."""
+    return sorted(done.parent for done in BUILDS.glob("*/.done"))

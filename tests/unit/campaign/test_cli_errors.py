@@ -8,8 +8,11 @@ import sys
 
 import pytest
 
+from mallory import paths
 from mallory.commands.fuzz import parse_duration
 from mallory.errors import MalloryError
+
+EXAMPLE = paths.SUTS / "example" / "example.toml"
 
 
 def mallory(*args: str) -> subprocess.CompletedProcess:
@@ -24,6 +27,12 @@ def mallory(*args: str) -> subprocess.CompletedProcess:
         (["fuzz", "--out", "{tmp}/c", "--sut", "{tmp}/missing.toml"], "no such spec file"),
         (["fuzz", "--out", "{tmp}/c", "--sut", "redis-replication", "--duration", "soon"], "use e.g. 90s"),
         (["fuzz", "--out", "{tmp}/c"], "--sut is required"),
+        (["fuzz", "--out", "{tmp}/c", "--sut", str(EXAMPLE)],
+         "cannot run the list-append workload: its clients run register; choose with --workload (register or none)"),
+        (["fuzz", "--out", "{tmp}/c", "--sut", str(EXAMPLE), "--workload", "register", "--faults", "partition,kil"],
+         "unknown fault family 'kil'"),
+        (["fuzz", "--out", "/proc/no-such-dir/c", "--sut", str(EXAMPLE), "--workload", "register"],
+         "cannot create the campaign directory /proc/no-such-dir/c"),
         (["replay", "{tmp}"], "is not a bug bundle"),
         (["replay", "{tmp}", "--attempts", "0"], "--attempts must be at least 1"),
     ],

@@ -32,6 +32,7 @@ def spec(tmp_path) -> Path:
     (sut / "bin" / "server").write_text("#!/bin/sh\n")
     (sut / "s.toml").write_text(
         'name = "s"\n[start]\ncommand = ["bin/server", "{address}", "{port}"]\n[ports]\nclient = 7000\n'
+        '[client]\nkind = "line"\n'
     )
     return sut / "s.toml"
 
@@ -114,6 +115,12 @@ def test_env_file_and_image_context(spec, tmp_path):
 def test_broken_inputs(spec, tmp_path, kwargs, message):
     with pytest.raises(MalloryError, match=message):
         write(spec, tmp_path / "proj", **kwargs)
+
+
+def test_a_workload_the_spec_client_cannot_run_is_refused(spec, tmp_path):
+    with pytest.raises(MalloryError, match="cannot run the list-append workload: its clients run register"):
+        generate(sut=spec, nodes=3, out=tmp_path / "proj", settings={**SETTINGS, "workload": "list-append"})
+    assert not (tmp_path / "proj").exists()
 
 
 def test_broken_spec_unbuilt_sut_and_used_out_dir(spec, tmp_path):
