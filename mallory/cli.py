@@ -7,7 +7,8 @@ Each subcommand lives in its own module under `mallory/commands/` and exposes:
     def configure(parser) -> None   # add its arguments to an argparse parser
     def run(args) -> int            # do the work, return ExitCode.OK, FAILED or UNKNOWN
 
-Modules are discovered, so adding a command never means editing this file. `main` maps
+Modules are discovered, so adding a command never means editing this file. Options before
+the command are the CLI's own: `--log-level`/`-v` (mallory's `logging`). `main` maps
 every other outcome to its exit code (mallory/errors.py `ExitCode`), here and nowhere else:
 a usage error or a MalloryError is BAD_INPUT, any other exception INTERNAL_ERROR with its
 traceback, Ctrl-C INTERRUPTED.
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import gc
 import importlib
+import logging
 import pkgutil
 import sys
 import traceback
@@ -59,6 +61,48 @@ class ArgumentParser(argparse.ArgumentParser):
         self.exit(ExitCode.BAD_INPUT, f"{self.prog}: error: {message}\n")
 
 
+#: --log-level's choices, most to least said
+LOG_LEVELS = ("debug", "info", "warning", "error")
+#: the loggers whose records --log-level sets (other libraries' show from WARNING up)
+OWN_LOGGERS = ("mallory", "nemesis")
+
+
+class _Stderr(logging.Handler):
+    """Writes each record to whatever sys.stderr is when it comes (tests swap it)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            sys.stderr.write(self.format(record) + "\n")
+            sys.stderr.flush()
+        except Exception:
+            self.handleError(record)
+
+
+class _Formatter(logging.Formatter):
+    """"12:00:01 message", with the level from warnings up and the logger's name at debug."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        when = self.formatTime(record, "%H:%M:%S")
+        text = super().format(record)
+        if record.levelno >= logging.WARNING:
+            return f"{when} {record.levelname.lower()}: {text}"
+        return f"{when} {record.name}: {text}" if record.levelno < logging.INFO else f"{when} {text}"
+
+
+_HANDLER = _Stderr()
+_HANDLER.setFormatter(_Formatter())
+
+
+def configure_logging(level: str) -> None:
+    """Diagnostics and progress go through `logging` to stderr: Mallory's from `level` on,
+    other libraries' from warning on. A command's own result is printed on stdout."""
+    root = logging.getLogger()  # from WARNING up, as Python's default
+    if _HANDLER not in root.handlers:
+        root.addHandler(_HANDLER)
+    for name in OWN_LOGGERS:
+        logging.getLogger(name).setLevel(level.upper())
+
+
 def build_parser() -> ArgumentParser:
     parser = ArgumentParser(
         prog="mallory",
@@ -67,6 +111,10 @@ def build_parser() -> ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"mallory {__version__}")
+    parser.add_argument("--log-level", choices=LOG_LEVELS, default="info",
+                        help="how much progress and diagnostics to show on stderr (default info)")
+    parser.add_argument("-v", "--verbose", dest="log_level", action="store_const", const="debug",
+                        help="the same as --log-level debug")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for module in _command_modules():
         command = sub.add_parser(module.NAME, help=module.HELP, description=module.HELP)
@@ -97,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     if not hasattr(args, "_run"):
         parser.print_help(sys.stderr)
         return ExitCode.BAD_INPUT
+    configure_logging(args.log_level)
     try:
         return int(args._run(args) or ExitCode.OK)
     except MalloryError as exc:

@@ -248,6 +248,7 @@ class Campaign:
         window_ns = int(cfg.window_s * 1e9)
         record: dict[str, Any] = {"index": index, "seed": seed, "started_ns": self.source.now_ns(), "steps": []}
         self.progress.schedule_running = True
+        self._enter("fuzzing")
         if self.checker is not None:
             self.checker.begin_schedule(index)
 
@@ -277,17 +278,23 @@ class Campaign:
                 record["waypoint"] = self.waypoints.names[level - 1]
                 reached = self.progress.waypoints_reached
                 reached[record["waypoint"]] = reached.get(record["waypoint"], 0) + 1
+            self._enter("healing")
             problems = self._heal_all(active)
             if problems:
                 record["heal_problems"] = problems
             self.learner.end_schedule()
             self.progress.current_fault = "reset"
-            self.on_update(self.progress)
+            self._enter("resetting")
             record["reset"] = report_json(self.nemesis.reset())
             self.sleeper.sleep(cfg.reset_s)
             record["ended_ns"] = self.source.now_ns()
             self._finish(index, record)
         return record
+
+    def _enter(self, phase: str) -> None:
+        """Tell the status screen what the loop does now (it may take a while)."""
+        self.progress.phase = phase
+        self.on_update(self.progress)
 
     def _heal_all(self, active: list[Any]) -> list[str]:
         """Heal every active fault; empties `active`. A heal that cannot be done now (say,
@@ -381,10 +388,12 @@ class Campaign:
 
     def _finish(self, index: int, record: dict[str, Any]) -> None:
         p = self.progress
+        self._enter("checking")
         findings = self.checker.check_schedule(index, record) if self.checker else []
         record["findings"] = [f.signature for f in findings]
         if _needs_restart(record):
             # The next schedule must start from a working cluster, not inherit a wedged one.
+            self._enter("restarting every node")
             record["restart"] = report_json(self.nemesis.restart_all())
         known = self.dir.known_bugs()
         for finding in findings:

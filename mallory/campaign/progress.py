@@ -35,6 +35,8 @@ class Progress:
     bugs: int = 0
     last_bug_s: float | None = None
     current_fault: str = "-"
+    #: what the loop is doing: taking a schedule's steps, healing, resetting, checking
+    phase: str = "fuzzing"
     feedback_ms: list[float] = field(default_factory=list)
 
     def elapsed_s(self) -> float:

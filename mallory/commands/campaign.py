@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import logging
 import os
 import shutil
 import subprocess
@@ -32,6 +33,8 @@ from mallory.errors import ExitCode, MalloryError
 
 NAME = "campaign"
 HELP = "run a fuzz campaign in a compose project: up, status, down, logs, fetch (see `mallory compose`)"
+
+log = logging.getLogger(__name__)
 
 BASE_REPOSITORY, BASE_TAG = "mallory-base", "bookworm"
 BUILD_BASE = paths.COMPOSE / "build-base.sh"
@@ -242,7 +245,7 @@ def run_inside() -> int:
     directory = Path(os.environ.get("MALLORY_CAMPAIGN_DIR", "/campaign"))
     _offloads_off()
     argv = fuzz_argv(dict(os.environ), resume=(directory / "campaign.json").exists())
-    print("mallory " + " ".join(argv), flush=True)
+    log.info("mallory %s", " ".join(argv))
     parser = argparse.ArgumentParser(prog="mallory fuzz")
     fuzz.configure(parser)
     code = fuzz.run(parser.parse_args(argv[1:]))

@@ -15,6 +15,7 @@ history), 0 when it holds none.
 from __future__ import annotations
 
 import argparse
+import logging
 import re
 import secrets
 import signal
@@ -51,6 +52,8 @@ from nemesis.nemesis import check_fault_names
 
 NAME = "fuzz"
 HELP = "run a fuzz campaign against a real cluster (learns which fault to inject next)"
+
+log = logging.getLogger(__name__)
 
 
 def parse_duration(text: str) -> float:
@@ -174,7 +177,7 @@ def _learner(directory: CampaignDir, config: CampaignConfig) -> Learner:
 def _calibrate(config: CampaignConfig, directory: CampaignDir, live: LiveParts) -> CampaignConfig:
     """The paper's calibration: fault-free windows under load set the similarity threshold.
     The calibrated configuration is written to the campaign directory before it is used."""
-    print(f"calibrating on {config.calibrate} fault-free windows under load...", flush=True)
+    log.info("calibrating on %d fault-free windows under load...", config.calibrate)
     run_dir = directory.root / "runs" / "calibration"
     run_dir.mkdir(parents=True, exist_ok=True)
     live.checks.start_workload(run_dir, config.seed, key_slot=0)
@@ -192,8 +195,8 @@ def _calibrate(config: CampaignConfig, directory: CampaignDir, live: LiveParts) 
     store = StateStore(threshold=threshold)
     for summary in summaries:
         store.lookup(summary)
-    print(f"calibration: {len(summaries)} fault-free windows fall into {len(store)} state(s) at threshold "
-          f"{threshold:.3f} (90% coincide up to {largest:.3f}; configured {config.threshold})", flush=True)
+    log.info("calibration: %d fault-free windows fall into %d state(s) at threshold %.3f (90%% coincide up to %.3f; "
+             "configured %s)", len(summaries), len(store), threshold, largest, config.threshold)
     calibrated = replace(config, threshold=threshold, calibration=Calibration(
         windows=len(summaries), threshold=threshold, largest=largest, steady_states=len(store)))
     directory.write_config(calibrated)
@@ -236,17 +239,20 @@ def run(args: argparse.Namespace) -> int:
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     run_name = "fz" + secrets.token_hex(3)
-    screen = StatusScreen(f"{config.sut} x{config.nodes} ({config.policy})", plain=args.plain or None)
     try:
-        with live_parts(config, directory, run_name) as live:
-            if config.calibrate and directory.load_learner() is None and config.calibration is None:
-                config = _calibrate(config, directory, live)
-            campaign = Campaign(
-                directory, _learner(directory, config), live.windows, live.nemesis, config.loop_config(),
-                checker=live.checks, on_update=screen.update, on_action=live.record_action,
-                info={"cluster_run": run_name}, waypoints=_waypoints(config, live),
-            )
-            progress = campaign.run(schedules=args.schedules, duration_s=duration, stop=stopping.is_set)
+        with StatusScreen(f"{config.sut} x{config.nodes} ({config.policy})", plain=args.plain or None) as screen:
+            screen.phase("bring-up: cluster, mediator, observers, SUT")
+            with live_parts(config, directory, run_name) as live:
+                if config.calibrate and directory.load_learner() is None and config.calibration is None:
+                    screen.phase("calibration: fault-free windows under load")
+                    config = _calibrate(config, directory, live)
+                campaign = Campaign(
+                    directory, _learner(directory, config), live.windows, live.nemesis, config.loop_config(),
+                    checker=live.checks, on_update=screen.update, on_action=live.record_action,
+                    info={"cluster_run": run_name}, waypoints=_waypoints(config, live),
+                )
+                progress = campaign.run(schedules=args.schedules, duration_s=duration, stop=stopping.is_set)
+                screen.phase("tear-down: SUT, observers, mediator, cluster")
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)

@@ -4,6 +4,8 @@ command's own answer (0, 1, 2) passes through."""
 
 from __future__ import annotations
 
+import logging
+import re
 import subprocess
 import sys
 
@@ -53,3 +55,18 @@ def test_help_and_version_are_ok(capsys):
     assert "exit codes" in help_text and "254" in help_text and "255" in help_text
     assert main(["--version"]) == ExitCode.OK
 
+
+
+@pytest.mark.parametrize("argv, level", [([], logging.INFO), (["-v"], logging.DEBUG),
+                                         (["--log-level", "warning"], logging.WARNING)])
+def test_log_level_options_set_mallorys_loggers(argv, level, tmp_path):
+    assert main([*argv, "synthesize", "--out", str(tmp_path / "e.jsonl"), "--events", "10"]) == ExitCode.OK
+    assert logging.getLogger("mallory").level == logging.getLogger("nemesis").level == level
+
+
+def test_progress_goes_to_stderr_with_the_time_and_results_to_stdout(tmp_path, capsys):
+    assert main(["synthesize", "--out", str(tmp_path / "e.jsonl"), "--events", "10"]) == ExitCode.OK
+    logging.getLogger("mallory.test").info("bringing up the cluster")
+    logging.getLogger("mallory.test").debug("not shown at info")
+    out, err = capsys.readouterr()
+    assert out == "" and re.fullmatch(r"\d\d:\d\d:\d\d bringing up the cluster\n", err), err
