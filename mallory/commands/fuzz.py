@@ -38,7 +38,7 @@ from mallory.campaign.directory import CampaignDir
 from mallory.campaign.live import LiveParts, live_parts
 from mallory.campaign.loop import Campaign, RealSleeper, steady_summaries
 from mallory.campaign.status import StatusScreen
-from mallory.campaign.waypoints import Waypoints, load_waypoints
+from mallory.campaign.waypoints import Waypoints, load_waypoints, waypoint_names
 from mallory.errors import ExitCode, MalloryError
 from mallory.harness.workload import WORKLOADS
 from mallory.learner.calibration import calibrate_threshold
@@ -223,10 +223,13 @@ def run(args: argparse.Namespace) -> int:
         config = config_from_args(args)
         directory = CampaignDir(args.out)
     # before anything is made: a workload the SUT cannot run would fail in a worker thread,
-    # a misspelt fault once the cluster is up
+    # a misspelt fault or a broken waypoint file once the cluster is up (a waypoint's event
+    # names are checked then, against the SUT's catalogue)
     check_workload(config.sut, config.workload)
     if config.faults:
         check_fault_names(config.faults)
+    if config.waypoints:
+        waypoint_names(Path(config.waypoints))
     if not args.resume:
         directory.create(config)
 

@@ -33,6 +33,8 @@ def mallory(*args: str) -> subprocess.CompletedProcess:
          "unknown fault family 'kil'"),
         (["fuzz", "--out", "/proc/no-such-dir/c", "--sut", str(EXAMPLE), "--workload", "register"],
          "cannot create the campaign directory /proc/no-such-dir/c"),
+        (["fuzz", "--out", "{tmp}/c", "--sut", str(EXAMPLE), "--workload", "register", "--waypoints", str(EXAMPLE)],
+         "example.toml: expected one or more [[waypoint]] tables"),
         (["replay", "{tmp}"], "is not a bug bundle"),
         (["replay", "{tmp}", "--attempts", "0"], "--attempts must be at least 1"),
     ],
