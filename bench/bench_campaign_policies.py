@@ -16,7 +16,7 @@ What it measures, per SUT and variant, at a common horizon, from what each campa
   per wall-clock time only:
     - the bend of the state curve: new states per hour in the first and the last third of
       the horizon (mean over seeds); a curve that bends finds fewer in the last third;
-    - time to the first bug bundle per seed (plot_data's bugs column: counted when the
+    - time to the first bug bundle per seed (plot_data's saved_crashes column: counted when the
       schedule's checks end, so up to a schedule after the step that caused it);
     - for an SUT with seeded bugs (example-bugs): when each bug's annotation first fired as
       a code event in the recording, per seed, the median over seeds (a seed where it did

@@ -5,9 +5,13 @@ Each subcommand lives in its own module under `mallory/commands/` and exposes:
     NAME: str                       # the subcommand word
     HELP: str                       # one line for `mallory --help`
     def configure(parser) -> None   # add its arguments to an argparse parser
-    def run(args) -> int            # do the work, return the exit code
+    def run(args) -> int            # do the work, return ExitCode.OK, FAILED or UNKNOWN
 
-Modules are discovered, so adding a command never means editing this file.
+Modules are discovered, so adding a command never means editing this file. Options before
+the command are the CLI's own: `--log-level`/`-v` (mallory's `logging`). `main` maps
+every other outcome to its exit code (mallory/errors.py `ExitCode`), here and nowhere else:
+a usage error or a MalloryError is BAD_INPUT, any other exception INTERNAL_ERROR with its
+traceback, Ctrl-C INTERRUPTED.
 """
 
 from __future__ import annotations
@@ -15,13 +19,16 @@ from __future__ import annotations
 import argparse
 import gc
 import importlib
+import logging
 import pkgutil
 import sys
+import traceback
 from types import ModuleType
+from typing import NoReturn
 
 import mallory.commands
 from mallory import __version__
-from mallory.errors import MalloryError
+from mallory.errors import ExitCode, MalloryError
 
 
 def _command_modules() -> list[ModuleType]:
@@ -35,12 +42,79 @@ def _command_modules() -> list[ModuleType]:
     return sorted(modules, key=lambda m: m.NAME)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+#: the epilog of `mallory --help`: what each exit code means (README has it per command)
+EXIT_CODES_HELP = f"""exit codes (every command):
+  {ExitCode.OK:<4} ok: done; check: valid; fuzz: no bug found; replay: the bug came back
+  {ExitCode.FAILED:<4} check: invalid; fuzz: bugs found; replay, shrink: the bug did not come back
+  {ExitCode.UNKNOWN:<4} check: unknown (the checker's budget ran out)
+  {ExitCode.INTERRUPTED:<4} interrupted (Ctrl-C)
+  {ExitCode.BAD_INPUT:<4} bad arguments or input (the message says what)
+  {ExitCode.INTERNAL_ERROR:<4} internal error: a bug in Mallory (the traceback is printed)"""
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse's parser, but a usage error exits BAD_INPUT, not argparse's 2: for `mallory
+    check` 2 means "unknown"."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(ExitCode.BAD_INPUT, f"{self.prog}: error: {message}\n")
+
+
+#: --log-level's choices, most to least said
+LOG_LEVELS = ("debug", "info", "warning", "error")
+#: the loggers whose records --log-level sets (other libraries' show from WARNING up)
+OWN_LOGGERS = ("mallory", "nemesis")
+
+
+class _Stderr(logging.Handler):
+    """Writes each record to whatever sys.stderr is when it comes (tests swap it)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            sys.stderr.write(self.format(record) + "\n")
+            sys.stderr.flush()
+        except Exception:
+            self.handleError(record)
+
+
+class _Formatter(logging.Formatter):
+    """"12:00:01 message", with the level from warnings up and the logger's name at debug."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        when = self.formatTime(record, "%H:%M:%S")
+        text = super().format(record)
+        if record.levelno >= logging.WARNING:
+            return f"{when} {record.levelname.lower()}: {text}"
+        return f"{when} {record.name}: {text}" if record.levelno < logging.INFO else f"{when} {text}"
+
+
+_HANDLER = _Stderr()
+_HANDLER.setFormatter(_Formatter())
+
+
+def configure_logging(level: str) -> None:
+    """Diagnostics and progress go through `logging` to stderr: Mallory's from `level` on,
+    other libraries' from warning on. A command's own result is printed on stdout."""
+    root = logging.getLogger()  # from WARNING up, as Python's default
+    if _HANDLER not in root.handlers:
+        root.addHandler(_HANDLER)
+    for name in OWN_LOGGERS:
+        logging.getLogger(name).setLevel(level.upper())
+
+
+def build_parser() -> ArgumentParser:
+    parser = ArgumentParser(
         prog="mallory",
         description="Greybox fuzzer for distributed systems.",
+        epilog=EXIT_CODES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"mallory {__version__}")
+    parser.add_argument("--log-level", choices=LOG_LEVELS, default="info",
+                        help="how much progress and diagnostics to show on stderr (default info)")
+    parser.add_argument("-v", "--verbose", dest="log_level", action="store_const", const="debug",
+                        help="the same as --log-level debug")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for module in _command_modules():
         command = sub.add_parser(module.NAME, help=module.HELP, description=module.HELP)
@@ -61,22 +135,32 @@ def tune_gc() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; its exit code (ExitCode)."""
     tune_gc()
     parser = build_parser()
-    args = parser.parse_args(argv)
-    if not hasattr(args, "_run"):
-        parser.print_help()
-        return 2
     try:
-        return int(args._run(args) or 0)
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, --version, a usage error: argparse exits
+        return ExitCode.OK if exc.code is None else int(exc.code)
+    if not hasattr(args, "_run"):
+        parser.print_help(sys.stderr)
+        return ExitCode.BAD_INPUT
+    configure_logging(args.log_level)
+    try:
+        return int(args._run(args) or ExitCode.OK)
     except MalloryError as exc:
         print(f"mallory {args.command}: error: {exc}", file=sys.stderr)
-        return exc.exit_code
+        return ExitCode.BAD_INPUT
     except KeyboardInterrupt:
         print(f"mallory {args.command}: interrupted", file=sys.stderr)
-        return 130
+        return ExitCode.INTERRUPTED
     except BrokenPipeError:
-        return 0
+        return ExitCode.OK
+    except Exception:
+        traceback.print_exc()
+        print(f"mallory {args.command}: internal error (a bug in Mallory: please report it with the traceback above)",
+              file=sys.stderr)
+        return ExitCode.INTERNAL_ERROR
 
 
 if __name__ == "__main__":

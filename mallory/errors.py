@@ -1,18 +1,33 @@
-"""The one exception type that means "the user gave us something wrong".
+"""The one exception type that means "the user gave us something wrong", and the exit codes
+every Mallory entry point uses.
 
 Commands raise `MalloryError` for bad input (a malformed batch, a broken spec, a missing
-tool); the CLI prints its message on stderr and exits with its `exit_code`, no traceback.
+tool); the CLI (mallory/cli.py, which maps every outcome to its code) prints its message on
+stderr and exits `ExitCode.BAD_INPUT`, no traceback.
 """
+
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    """What a Mallory command's exit status means (Jepsen's CLI for 0, 1, 2, 254 and 255,
+    which CI scripts rely on). A command's `run` returns OK, FAILED or UNKNOWN; the CLI
+    gives the others."""
+
+    #: done: valid history, campaign without bugs, the bug came back
+    OK = 0
+    #: the negative answer, as each command defines it: invalid history, bug found, the
+    #: bug did not come back
+    FAILED = 1
+    #: `mallory check` could not decide (its search budget ran out)
+    UNKNOWN = 2
+    #: Ctrl-C
+    INTERRUPTED = 130
+    #: bad arguments or input: a usage error, or a MalloryError (its message says what)
+    BAD_INPUT = 254
+    #: an internal error: an uncaught exception, a bug in Mallory (its traceback is printed)
+    INTERNAL_ERROR = 255
 
 
 class MalloryError(Exception):
     """A user-facing error: the message says what was wrong and where."""
-
-    #: sysexits' EX_DATAERR: input data was incorrect. 2 is argparse's usage error and,
-    #: for `mallory check`, Jepsen's "unknown", so we keep clear of it.
-    exit_code: int = 65
-
-    def __init__(self, message: str, exit_code: int | None = None) -> None:
-        super().__init__(message)
-        if exit_code is not None:
-            self.exit_code = exit_code

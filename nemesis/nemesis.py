@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,6 +55,32 @@ def default_families() -> list[FaultFamily]:
     ]
 
 
+def expand_faults(families: Mapping[str, FaultFamily], enabled: Sequence[str] | None) -> list[tuple[str, str]]:
+    """(family, spec) of every fault `enabled` names, families or single labels (every
+    fault of `families` when None; `noop` names none); MalloryError for a name no family
+    knows, listing those it does."""
+    if enabled is None:
+        return [(f.family, s) for f in families.values() for s in f.specs]
+    out = []
+    for label in enabled:
+        family, _, spec = label.partition(":")
+        if family == NOOP:
+            continue
+        if family not in families:
+            raise MalloryError(f"unknown fault family {family!r} in {label!r} (families: {', '.join(families)})")
+        specs = families[family].specs
+        if spec and spec not in specs:
+            raise MalloryError(f"unknown spec {spec!r} in {label!r} ({family} specs: {', '.join(specs)})")
+        out += [(family, s) for s in ([spec] if spec else specs) if (family, s) not in out]
+    return out
+
+
+def check_fault_names(enabled: Sequence[str]) -> None:
+    """Refuse, before any cluster comes up, a fault name the catalogue does not know
+    (whether the SUT can take a known one is asked of its adapter, once it exists)."""
+    expand_faults({f.family: f for f in default_families()}, enabled)
+
+
 @dataclass
 class ResetReport:
     healed: list[str] = field(default_factory=list)
@@ -78,7 +105,7 @@ class Nemesis:
         self.active: list[FaultReport] = ctx.active  # shared: a heal consults the others
         self._labels: list[str] = []
         explicit = enabled is not None
-        for family, spec in self._expand(enabled):
+        for family, spec in expand_faults(self.families, enabled):
             label = f"{family}:{spec}"
             reason = self._unsupported(family, spec)
             if reason is None:
@@ -98,22 +125,6 @@ class Nemesis:
             return self.families[family].unsupported(self.ctx, spec)
         except MalloryError as exc:
             return str(exc)
-
-    def _expand(self, enabled: list[str] | None) -> list[tuple[str, str]]:
-        if enabled is None:
-            return [(f.family, s) for f in self.families.values() for s in f.specs]
-        out = []
-        for label in enabled:
-            family, _, spec = label.partition(":")
-            if family == NOOP:
-                continue
-            if family not in self.families:
-                raise MalloryError(f"unknown fault family {family!r} in {label!r} (families: {', '.join(self.families)})")
-            specs = self.families[family].specs
-            if spec and spec not in specs:
-                raise MalloryError(f"unknown spec {spec!r} in {label!r} ({family} specs: {', '.join(specs)})")
-            out += [(family, s) for s in ([spec] if spec else specs) if (family, s) not in out]
-        return out
 
     # -- what the learner sees -------------------------------------------------------------
 

@@ -11,6 +11,7 @@ runs as root with every package of .ci/apt installed, so there nothing is skippe
     docker  a docker daemon of the test's own (in a network namespace)
     redis   a Redis server (Debian's, or the instrumented build of suts/redis)
     clang   builds C with clang/LLVM (the pass, mallory-cc, the C SUTs)
+    afl     runs Debian's AFL++ tools (afl-whatsup, afl-plot, which needs gnuplot)
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ TESTS = Path(__file__).parent
 
 NEEDS: dict[str, tuple[str, ...]] = {
     "live/": ("live",),
+    "live/afl/": ("afl",),
     "live/campaign/": ("root", "clang"),
     "live/cluster/": ("root",),
     "live/demo/": ("root", "redis", "clang"),
@@ -69,6 +71,8 @@ def _missing(marker: str) -> str | None:
         return "needs redis-server (apt-get install redis-server)"
     if marker == "clang" and (shutil.which("clang") is None or shutil.which("llvm-config") is None):
         return "needs clang and llvm-dev"
+    if marker == "afl" and not all(shutil.which(tool) for tool in ("afl-whatsup", "afl-plot", "gnuplot")):
+        return "needs afl-whatsup, afl-plot and gnuplot (apt-get install afl++ gnuplot-nox)"
     return None
 
 

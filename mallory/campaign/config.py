@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from mallory.errors import MalloryError
-from mallory.harness.workload import WORKLOADS
+from mallory.harness.workload import NO_WORKLOAD, WORKLOADS
 from mallory.learner.calibration import MAX_WINDOWS
 from mallory.learner.learner import CONTEXTS
 from mallory.learner.policies import POLICIES, PRIORS
@@ -31,8 +31,6 @@ from mallory.timeline.abstraction import ABSTRACTIONS
 
 #: the cluster backends a campaign can run on (mallory/cluster/netns.py, docker.py)
 BACKENDS = ("netns", "docker")
-#: the `workload` that runs no client operations (no history to check)
-NO_WORKLOAD = "none"
 #: fewer fault-free windows than this cannot calibrate the similarity threshold
 MIN_CALIBRATION_WINDOWS = 3
 #: fault-free windows a new campaign calibrates on unless told otherwise (50 s of 2.5 s)

@@ -2,8 +2,10 @@
 
     DIR/campaign.json        the CampaignConfig (config.py): written at creation, read on
                              resume, rewritten only to record a calibration
-    DIR/fuzzer_stats         key: value, rewritten after every step
-    DIR/plot_data            one CSV line per step: time series for plots
+    DIR/fuzzer_stats         key: value, rewritten after every step (AFL++'s keys first,
+                             so afl-whatsup reads it)
+    DIR/plot_data            one line per step, comma-separated: time series for plots
+                             (AFL++'s columns first, so afl-plot draws it)
     DIR/learner              the learner checkpoint (for --resume)
     DIR/schedules/NNNNNN.json every schedule: faults, times, states, rewards, findings
     DIR/bugs/<signature>/    a reproducer bundle per distinct bug: report.json, schedule.json,
@@ -27,24 +29,36 @@ from typing import Any
 
 import orjson
 
+from mallory.campaign.afl import AFL_PLOT_COLUMNS
 from mallory.campaign.config import CampaignConfig
 from mallory.errors import MalloryError
 from mallory.files import atomic_write
 
+#: plot_data's columns: AFL++'s, in its order (afl-plot reads them by position; afl.py says
+#: what each means here), then Mallory's own
 PLOT_COLUMNS = (
-    "relative_time_s",
+    *AFL_PLOT_COLUMNS,
     "schedules_done",
     "steps_done",
-    "distinct_states",
-    "bugs",
     "late_steps",
     "action",
     "state",
     "new_state",
     "feedback_ms",
-    "pairs_covered",
     "waypoint",
 )
+#: the columns campaigns written before plot_data began with AFL++'s had under other names
+#: (old name -> today's): a resumed old campaign writes them, the report reads them
+RENAMED_PLOT_COLUMNS = {
+    "relative_time_s": "relative_time",
+    "distinct_states": "corpus_count",
+    "bugs": "saved_crashes",
+    "pairs_covered": "edges_found",
+}
+#: what fuzzer_stats values never hold: afl-whatsup sources its lines as shell assignments
+#: (key="value"), so a newline or a character the shell expands within double quotes would
+#: break it or run something
+UNSAFE_IN_STATS = str.maketrans({"\n": " ", "\r": " ", '"': "'", "$": "_", "`": "'", "\\": "/"})
 
 
 def read_json_object(path: Path, missing: str) -> dict[str, Any]:
@@ -85,14 +99,18 @@ class CampaignDir:
     # -- creation and resume -------------------------------------------------------------
 
     def create(self, config: CampaignConfig) -> None:
-        """A new campaign: refuse a directory that already holds one (use --resume)."""
+        """A new campaign: refuse a directory that already holds one (use --resume), or
+        one that cannot be made (MalloryError)."""
         if (self.root / "campaign.json").exists():
             raise MalloryError(f"{self.root} already holds a campaign; use --resume to continue it")
-        for sub in ("schedules", "bugs", "runs"):
-            (self.root / sub).mkdir(parents=True, exist_ok=True)
-        self.write_config(config)
-        with open(self.root / "plot_data", "w") as f:
-            f.write("# " + ", ".join(PLOT_COLUMNS) + "\n")
+        try:
+            for sub in ("schedules", "bugs", "runs"):
+                (self.root / sub).mkdir(parents=True, exist_ok=True)
+            self.write_config(config)
+            with open(self.root / "plot_data", "w") as f:
+                f.write("# " + ", ".join(PLOT_COLUMNS) + "\n")
+        except OSError as exc:
+            raise MalloryError(f"cannot create the campaign directory {self.root}: {exc.strerror}") from None
 
     def config(self) -> CampaignConfig:
         """The campaign's configuration, or MalloryError: there is no campaign here, or its
@@ -160,16 +178,19 @@ class CampaignDir:
         return [c.strip() for c in header[1:].split(",")] if header.startswith("#") else list(PLOT_COLUMNS)
 
     def append_plot(self, row: Mapping[str, Any]) -> None:
-        """One line of plot_data: `row`'s values in the file's columns ("" for a missing one)."""
+        """One line of plot_data: `row`'s values (by PLOT_COLUMNS' names) in the file's
+        columns, a renamed column's under its old name ("" for a missing one)."""
         if self._plot_columns is None:
             self._plot_columns = self.plot_columns()
-        line = ", ".join(str(row.get(c, "")) for c in self._plot_columns)
+        line = ", ".join(str(row.get(RENAMED_PLOT_COLUMNS.get(c, c), "")) for c in self._plot_columns)
         with open(self.root / "plot_data", "a") as f:
             f.write(line + "\n")
             f.flush()
 
     def write_stats(self, stats: Mapping[str, Any]) -> None:
-        text = "".join(f"{key:<20}: {value}\n" for key, value in stats.items())
+        """Rewrite fuzzer_stats: a line "key<padding>: value" per item, as AFL++ writes it;
+        `stats`' keys are shell names, and values lose what UNSAFE_IN_STATS names."""
+        text = "".join(f"{key:<18}: {str(value).translate(UNSAFE_IN_STATS)}\n" for key, value in stats.items())
         atomic_write(self.root / "fuzzer_stats", text.encode())
 
     def read_stats(self) -> dict[str, str]:

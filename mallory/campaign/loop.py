@@ -21,13 +21,17 @@ from __future__ import annotations
 
 import hashlib
 import random
+import shlex
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, is_dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
+from mallory.campaign.afl import afl_plot_values, afl_stats
 from mallory.campaign.config import LoopConfig
 from mallory.campaign.directory import CampaignDir
+from mallory.campaign.progress import Progress
 from mallory.campaign.waypoints import Waypoints
 from mallory.errors import MalloryError
 from mallory.learner.learner import Learner
@@ -157,38 +161,6 @@ def report_json(report: Any) -> Any:
     return report
 
 
-@dataclass
-class Progress:
-    """Counters the status screen and fuzzer_stats show."""
-
-    started: float = field(default_factory=time.time)
-    elapsed_before_s: float = 0.0  # from earlier incarnations of a resumed campaign
-    schedules_done: int = 0
-    steps_done: int = 0
-    late_steps: int = 0
-    refused_faults: int = 0
-    states: int = 0
-    last_new_state_s: float | None = None
-    #: distinct happens-before pairs of code/log events seen (the learner's coverage)
-    pairs_covered: int = 0
-    last_new_pair_s: float | None = None
-    #: waypoint name -> schedules that reached it
-    waypoints_reached: dict[str, int] = field(default_factory=dict)
-    bugs: int = 0
-    last_bug_s: float | None = None
-    current_fault: str = "-"
-    feedback_ms: list[float] = field(default_factory=list)
-
-    def elapsed_s(self) -> float:
-        return self.elapsed_before_s + time.time() - self.started
-
-    def feedback_percentile(self, p: float) -> float | None:
-        if not self.feedback_ms:
-            return None
-        ordered = sorted(self.feedback_ms[-10_000:])
-        return round(ordered[min(len(ordered) - 1, int(p * len(ordered)))], 1)
-
-
 class Campaign:
     def __init__(
         self,
@@ -215,6 +187,10 @@ class Campaign:
         self.progress = Progress()
         #: fixed facts shown in fuzzer_stats (e.g. the cluster run, for `mallory cleanup RUN`)
         self.info = dict(info or {})
+        created = directory.config()
+        #: afl-whatsup's and afl-plot's title for the campaign, and the command that made it
+        self.banner = f"{Path(created.sut).name} x{created.nodes}"
+        self.command_line = shlex.join(created.command)
         #: told of every action taken, with its report (e.g. to put it in the timeline and history)
         self.on_action = on_action or (lambda action, report: None)
         #: predicates over windows that give schedules levels (None: no waypoints)
@@ -229,6 +205,7 @@ class Campaign:
             p.schedules_done += 1
             p.steps_done += len(record.get("steps", []))
             p.late_steps += sum(1 for s in record.get("steps", []) if s.get("late"))
+            p.deepest_waypoint = max([p.deepest_waypoint, *(s.get("waypoint") or 0 for s in record.get("steps", []))])
             reached = record.get("waypoint")
             if reached:
                 p.waypoints_reached[reached] = p.waypoints_reached.get(reached, 0) + 1
@@ -273,6 +250,8 @@ class Campaign:
         seed = schedule_seed(cfg.seed, index) if seed is None else seed
         window_ns = int(cfg.window_s * 1e9)
         record: dict[str, Any] = {"index": index, "seed": seed, "started_ns": self.source.now_ns(), "steps": []}
+        self.progress.schedule_running = True
+        self._enter("fuzzing")
         if self.checker is not None:
             self.checker.begin_schedule(index)
 
@@ -281,6 +260,8 @@ class Campaign:
         first = self._feedback(end - window_ns, end)
         observed = self.learner.observe_window(first.summary if first.complete else None, first.pairs)  # no faults yet
         record["initial_state"] = None if observed is None else observed[0].state_id
+        if observed is not None:
+            self.progress.current_state = observed[0].state_id
         self.progress.pairs_covered = len(self.learner.coverage)
         active: list[Any] = []
         self._families.clear()
@@ -300,17 +281,23 @@ class Campaign:
                 record["waypoint"] = self.waypoints.names[level - 1]
                 reached = self.progress.waypoints_reached
                 reached[record["waypoint"]] = reached.get(record["waypoint"], 0) + 1
+            self._enter("healing")
             problems = self._heal_all(active)
             if problems:
                 record["heal_problems"] = problems
             self.learner.end_schedule()
             self.progress.current_fault = "reset"
-            self.on_update(self.progress)
+            self._enter("resetting")
             record["reset"] = report_json(self.nemesis.reset())
             self.sleeper.sleep(cfg.reset_s)
             record["ended_ns"] = self.source.now_ns()
             self._finish(index, record)
         return record
+
+    def _enter(self, phase: str) -> None:
+        """Tell the status screen what the loop does now (it may take a while)."""
+        self.progress.phase = phase
+        self.on_update(self.progress)
 
     def _heal_all(self, active: list[Any]) -> list[str]:
         """Heal every active fault; empties `active`. A heal that cannot be done now (say,
@@ -376,6 +363,8 @@ class Campaign:
             new_pairs = len(self.learner.coverage) - covered
             entry.update(state=match.state_id, new=match.is_new, reward=reward, summary_size=len(window.summary),
                          pairs=len(window.pairs), new_pairs=new_pairs, waypoint=waypoint)
+            p.current_state = match.state_id
+            p.deepest_waypoint = max(p.deepest_waypoint, waypoint)
             if match.is_new:
                 p.last_new_state_s = p.elapsed_s()
             if new_pairs:
@@ -387,17 +376,14 @@ class Campaign:
         p.pairs_covered = len(self.learner.coverage)
         self.dir.append_plot(
             {
-                "relative_time_s": round(p.elapsed_s(), 3),
+                **afl_plot_values(p),
                 "schedules_done": p.schedules_done,
                 "steps_done": p.steps_done,
-                "distinct_states": p.states,
-                "bugs": p.bugs,
                 "late_steps": p.late_steps,
                 "action": action,
                 "state": entry["state"] if entry["state"] is not None else "",
                 "new_state": int(bool(entry["new"])),
                 "feedback_ms": round(p.feedback_ms[-1], 1) if window.complete and p.feedback_ms else "",
-                "pairs_covered": p.pairs_covered,
                 "waypoint": waypoint,
             }
         )
@@ -407,10 +393,12 @@ class Campaign:
 
     def _finish(self, index: int, record: dict[str, Any]) -> None:
         p = self.progress
+        self._enter("checking")
         findings = self.checker.check_schedule(index, record) if self.checker else []
         record["findings"] = [f.signature for f in findings]
         if _needs_restart(record):
             # The next schedule must start from a working cluster, not inherit a wedged one.
+            self._enter("restarting every node")
             record["restart"] = report_json(self.nemesis.restart_all())
         known = self.dir.known_bugs()
         for finding in findings:
@@ -425,15 +413,16 @@ class Campaign:
         self.dir.save_learner(self.learner.to_checkpoint())
         self.dir.write_schedule(index, record)
         p.schedules_done += 1
+        p.schedule_running = False
         self.dir.write_stats(self.stats())
         self.on_update(p)
 
     def stats(self) -> dict[str, Any]:
+        """fuzzer_stats: AFL++'s keys (afl.py), then Mallory's own (times in campaign
+        seconds), then `info`."""
         p = self.progress
         return {
-            "start_time": int(p.started),
-            "last_update": int(time.time()),
-            "run_time": round(p.elapsed_s(), 1),
+            **afl_stats(p, self.banner, self.command_line),
             "schedules_done": p.schedules_done,
             "steps_done": p.steps_done,
             "late_steps": p.late_steps,

@@ -6,6 +6,7 @@ how its mediator and observers are invoked."""
 
 from __future__ import annotations
 
+import logging
 import signal
 from pathlib import Path
 from typing import Any, Callable, Self
@@ -17,6 +18,8 @@ from mallory.harness.adapter import LogWatching
 from mallory.mediator.client import MediatorClient
 from mallory.observer.log_events import write_watch_file
 from mallory.polling import wait_until
+
+log = logging.getLogger(__name__)
 
 
 class ObservedStack:
@@ -60,12 +63,14 @@ class ObservedStack:
         argv = [*self._mediator_command(), "--token", self.token, "--ready-file", str(ready), "--skew-ms", str(skew_ms)]
         if record_dir is not None:
             argv += ["--record", str(record_dir)]
+        log.info("starting the mediator in the gateway")
         self.mediator_proc = self.cluster.spawn(GATEWAY, argv, name="mediator")
         wait_until(lambda: ready.exists() or not self.cluster.is_running(self.mediator_proc), self.start_timeout, "the mediator")
         if not ready.exists():
             raise MalloryError(f"the mediator did not start; see {self.mediator_proc.log_path}")
 
     def _start_observers(self) -> None:
+        log.info("starting an observer on each node")
         for node in self.cluster.nodes:
             argv = self._observer_command(node)
             watched = self.adapter.log_watch(node) if isinstance(self.adapter, LogWatching) else []
@@ -79,9 +84,11 @@ class ObservedStack:
             reported = self.client.metrics()["ingest"]["nodes"]
             return all(reported.get(n, {}).get("batches", 0) > 0 for n in self.cluster.nodes)
 
+        log.info("waiting for every observer's first batch")
         wait_until(all_reporting, self.start_timeout, "batches from every observer")
 
     def close(self) -> None:
+        log.info("stopping the observers and the mediator, removing the cluster")
         procs = [*self.observers, *([self.mediator_proc] if self.mediator_proc else [])]
         for proc in procs:
             if self.cluster.is_running(proc):

@@ -11,7 +11,6 @@ controls). deploy/compose/README.md says why it looks like this.
 from __future__ import annotations
 
 import ipaddress
-import json
 import re
 import secrets
 from pathlib import Path
@@ -24,8 +23,6 @@ PROJECT_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,40}$")
 IMAGE_SUT_DIR = "/opt/sut"
 RUN_ROOT = "/var/lib/mallory"  # node data, logs, fault controls: the `run` volume
 CAMPAIGN_DIR = "/campaign"  # the `campaign` volume
-PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
-YAML_WORDS = {"yes", "no", "true", "false", "on", "off", "null", "y", "n"}  # read back as bools/None
 
 
 # -- checks ------------------------------------------------------------------------------
@@ -155,48 +152,10 @@ def env_file(project: str, settings: dict[str, Any], docker_socket: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def to_yaml(value: Any, indent: int = 0) -> str:
-    """YAML for dicts, lists and scalars (strings always double-quoted, so no value is
-    ever read back as another type)."""
-    pad = "  " * indent
-    if isinstance(value, dict):
-        if not value:
-            return " {}\n"
-        out = "\n"
-        for key, item in value.items():
-            plain = PLAIN_KEY.fullmatch(key) and key.lower() not in YAML_WORDS
-            name = key if plain else _quote(key)
-            out += f"{pad}{name}:{to_yaml(item, indent + 1)}"
-        return out
-    if isinstance(value, list):
-        if not value:
-            return " []\n"
-        out = "\n"
-        for item in value:
-            text = to_yaml(item, indent + 1)
-            out += f"{pad}-{text}" if not isinstance(item, dict) or not item else f"{pad}- {text.lstrip()}"
-        return out
-    if isinstance(value, bool):
-        return f" {'true' if value else 'false'}\n"
-    if isinstance(value, str):
-        return f" {_quote(value)}\n"
-    if isinstance(value, float):  # YAML 1.1 wants a dot in the mantissa: 1.0e+16, not 1e+16
-        mantissa, e, exponent = repr(value).partition("e")
-        return f" {mantissa if '.' in mantissa else mantissa + '.0'}{e}{exponent}\n"
-    return f" {json.dumps(value)}\n"
+def to_yaml(model: dict[str, Any]) -> str:
+    """The YAML of a compose model: PyYAML's safe_dump (only plain types, strings quoted
+    where they would read back as another type), keys in the model's order (services,
+    networks, volumes read top-down), and no line folded however long its command."""
+    import yaml  # only when writing: the containers' image runs this CLI without PyYAML
 
-
-def _quote(text: str) -> str:
-    """A YAML double-quoted scalar: printable ASCII as is, everything else escaped."""
-    out = []
-    for ch in text:
-        code = ord(ch)
-        if ch in '"\\':
-            out.append("\\" + ch)
-        elif 0x20 <= code < 0x7F:
-            out.append(ch)
-        elif code <= 0xFFFF:
-            out.append(f"\\u{code:04x}")
-        else:
-            out.append(f"\\U{code:08x}")
-    return '"' + "".join(out) + '"'
+    return yaml.safe_dump(model, sort_keys=False, default_flow_style=False, width=float("inf"))

@@ -39,6 +39,7 @@ MALLORY_NODE, MALLORY_SHM and MALLORY_DATA_DIR set, stdout and stderr appended t
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 from dataclasses import asdict, dataclass
@@ -54,6 +55,8 @@ from mallory.cluster.registry import (
     register_run,
 )
 from mallory.errors import MalloryError
+
+log = logging.getLogger(__name__)
 
 MAX_NODES = 250
 NODE_INTERFACE = "eth0"
@@ -182,6 +185,7 @@ class NetnsCluster(JournaledCluster):
         if not 1 <= nodes <= MAX_NODES:
             raise MalloryError(f"--nodes {nodes}: a cluster has 1..{MAX_NODES} nodes")
         record = register_run(run, state_root, data_root, index_free=lambda i: not _host_link_exists(i))
+        log.info("creating cluster %s: a gateway and %d node network namespaces, links, routes", run, nodes)
         try:
             layout = ClusterLayout.plan(run, record.index, nodes)
             cluster = cls(record, layout)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import logging
 import os
 import shutil
 import subprocess
@@ -28,10 +29,12 @@ from pathlib import Path
 from typing import Any
 
 from mallory import paths
-from mallory.errors import MalloryError
+from mallory.errors import ExitCode, MalloryError
 
 NAME = "campaign"
 HELP = "run a fuzz campaign in a compose project: up, status, down, logs, fetch (see `mallory compose`)"
+
+log = logging.getLogger(__name__)
 
 BASE_REPOSITORY, BASE_TAG = "mallory-base", "bookworm"
 BUILD_BASE = paths.COMPOSE / "build-base.sh"
@@ -235,16 +238,18 @@ def fuzz_argv(env: dict[str, str], resume: bool) -> list[str]:
 
 def run_inside() -> int:
     """`mallory fuzz` with the project's settings (its errors reach `mallory campaign run`'s
-    own handler, which prints them and exits as fuzz would)."""
+    own handler, which prints them and exits as fuzz would). A campaign that found bugs
+    exits OK here: the container's restart policy would start a finished campaign again."""
     from mallory.commands import fuzz
 
     directory = Path(os.environ.get("MALLORY_CAMPAIGN_DIR", "/campaign"))
     _offloads_off()
     argv = fuzz_argv(dict(os.environ), resume=(directory / "campaign.json").exists())
-    print("mallory " + " ".join(argv), flush=True)
+    log.info("mallory %s", " ".join(argv))
     parser = argparse.ArgumentParser(prog="mallory fuzz")
     fuzz.configure(parser)
-    return fuzz.run(parser.parse_args(argv[1:]))
+    code = fuzz.run(parser.parse_args(argv[1:]))
+    return ExitCode.OK if code == ExitCode.FAILED else code
 
 
 def _offloads_off() -> None:

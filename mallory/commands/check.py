@@ -3,7 +3,7 @@
 Reads Jepsen EDN, elle-cli JSON (or JSON lines), Porcupine etcd logs or Porcupine kv
 lines, runs the chosen (or inferred) checker, prints the verdict and its explanation, and
 exits 0 valid, 1 invalid, 2 unknown, as Jepsen's CLI does. A malformed history is a
-MalloryError naming the line (exit 65).
+MalloryError naming the line (exit 254).
 """
 
 from __future__ import annotations

@@ -39,6 +39,7 @@ from mallory.cluster.compose import (
 from mallory.errors import MalloryError
 from mallory.harness.spec import load_spec
 from mallory.mediator import API_PORT
+from mallory.suts.registry import check_workload
 from nemesis.faults.controls import SHIM_NAME, fault_shim
 
 NAME = "compose"
@@ -104,6 +105,7 @@ def generate(
     project = check_project_name(project or out.resolve().name)
     subnet = check_subnet(subnet)
     spec = load_spec(sut)  # a broken spec fails here, naming the file and the field
+    check_workload(str(sut), str(settings["workload"]))
     if run_dir is not None and not run_dir.is_absolute():
         raise MalloryError(f"--run-dir {run_dir}: give an absolute path (it is mounted at the same path)")
     if out.exists() and (not out.is_dir() or any(out.iterdir())):

@@ -10,6 +10,7 @@ ShiViz's parser expression `(?<event>.*)\\n(?<host>\\S*) (?<clock>{.*})`, the se
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from pathlib import Path
 
@@ -24,6 +25,8 @@ from mallory.report.timeline_view import tail_by_time
 
 NAME = "export"
 HELP = "export a recorded timeline for other tools (--shiviz: ShiViz's vector-clock log)"
+
+log = logging.getLogger(__name__)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -72,10 +75,10 @@ def run(args: argparse.Namespace) -> int:
         raise MalloryError(f"{source}: no committed events to export" + (f" ({'; '.join(warnings)})" if warnings else ""))
     text = shiviz_log(entries, EventNamer(catalogue))
     for warning in warnings:
-        print(f"mallory export: warning: {warning}", file=sys.stderr)
+        log.warning("mallory export: %s", warning)
     if args.out:
         args.out.write_text(text)
-        print(f"{len(entries)} events -> {args.out}", file=sys.stderr)
+        log.info("%d events -> %s", len(entries), args.out)
     else:
         sys.stdout.write(text)
     return 0

@@ -8,12 +8,14 @@ node, starts the SUT through its adapter (clock and disk fault controls preloade
 workload during every schedule, and lets the campaign loop pick faults. Ctrl-C (or SIGTERM)
 ends the campaign after the current step, resets the cluster and removes it; after a kill -9,
 `mallory cleanup` removes what is left and `--resume DIR` continues from the checkpoint.
+Exits 1 when the campaign holds a bug (as Jepsen's test command does for an invalid
+history), 0 when it holds none.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
+import logging
 import re
 import secrets
 import signal
@@ -36,19 +38,22 @@ from mallory.campaign.directory import CampaignDir
 from mallory.campaign.live import LiveParts, live_parts
 from mallory.campaign.loop import Campaign, RealSleeper, steady_summaries
 from mallory.campaign.status import StatusScreen
-from mallory.campaign.waypoints import Waypoints, load_waypoints
-from mallory.errors import MalloryError
+from mallory.campaign.waypoints import Waypoints, load_waypoints, waypoint_names
+from mallory.errors import ExitCode, MalloryError
 from mallory.harness.workload import WORKLOADS
 from mallory.learner.calibration import calibrate_threshold
 from mallory.learner.learner import CONTEXTS, Learner
 from mallory.learner.policies import POLICIES, PRIORS
 from mallory.learner.rewards import REWARDS
 from mallory.learner.states import StateStore
-from mallory.suts.registry import BUILTIN_SUTS, resolve_sut
+from mallory.suts.registry import BUILTIN_SUTS, check_workload, resolve_sut
 from mallory.timeline.abstraction import ABSTRACTIONS
+from nemesis.nemesis import check_fault_names
 
 NAME = "fuzz"
 HELP = "run a fuzz campaign against a real cluster (learns which fault to inject next)"
+
+log = logging.getLogger(__name__)
 
 
 def parse_duration(text: str) -> float:
@@ -176,7 +181,7 @@ def _learner(directory: CampaignDir, config: CampaignConfig) -> Learner:
 def _calibrate(config: CampaignConfig, directory: CampaignDir, live: LiveParts) -> CampaignConfig:
     """The paper's calibration: fault-free windows under load set the similarity threshold.
     The calibrated configuration is written to the campaign directory before it is used."""
-    print(f"calibrating on {config.calibrate} fault-free windows under load...", flush=True)
+    log.info("calibrating on %d fault-free windows under load...", config.calibrate)
     run_dir = directory.root / "runs" / "calibration"
     run_dir.mkdir(parents=True, exist_ok=True)
     live.checks.start_workload(run_dir, config.seed, key_slot=0)
@@ -194,8 +199,8 @@ def _calibrate(config: CampaignConfig, directory: CampaignDir, live: LiveParts) 
     store = StateStore(threshold=threshold)
     for summary in summaries:
         store.lookup(summary)
-    print(f"calibration: {len(summaries)} fault-free windows fall into {len(store)} state(s) at threshold "
-          f"{threshold:.3f} (90% coincide up to {largest:.3f}; configured {config.threshold})", flush=True)
+    log.info("calibration: %d fault-free windows fall into %d state(s) at threshold %.3f (90%% coincide up to %.3f; "
+             "configured %s)", len(summaries), len(store), threshold, largest, config.threshold)
     calibrated = replace(config, threshold=threshold, calibration=Calibration(
         windows=len(summaries), threshold=threshold, largest=largest, steady_states=len(store)))
     directory.write_config(calibrated)
@@ -221,6 +226,15 @@ def run(args: argparse.Namespace) -> int:
     else:
         config = config_from_args(args)
         directory = CampaignDir(args.out)
+    # before anything is made: a workload the SUT cannot run would fail in a worker thread,
+    # a misspelt fault or a broken waypoint file once the cluster is up (a waypoint's event
+    # names are checked then, against the SUT's catalogue)
+    check_workload(config.sut, config.workload)
+    if config.faults:
+        check_fault_names(config.faults)
+    if config.waypoints:
+        waypoint_names(Path(config.waypoints))
+    if not args.resume:
         directory.create(config)
 
     stopping = threading.Event()
@@ -232,17 +246,20 @@ def run(args: argparse.Namespace) -> int:
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     run_name = "fz" + secrets.token_hex(3)
-    screen = StatusScreen(f"{config.sut} x{config.nodes} ({config.policy})", plain=args.plain or None)
     try:
-        with live_parts(config, directory, run_name) as live:
-            if config.calibrate and directory.load_learner() is None and config.calibration is None:
-                config = _calibrate(config, directory, live)
-            campaign = Campaign(
-                directory, _learner(directory, config), live.windows, live.nemesis, config.loop_config(),
-                checker=live.checks, on_update=screen.update, on_action=live.record_action,
-                info={"cluster_run": run_name, "fuzzer_pid": os.getpid()}, waypoints=_waypoints(config, live),
-            )
-            progress = campaign.run(schedules=args.schedules, duration_s=duration, stop=stopping.is_set)
+        with StatusScreen(f"{config.sut} x{config.nodes} ({config.policy})", plain=args.plain or None) as screen:
+            screen.phase("bring-up: cluster, mediator, observers, SUT")
+            with live_parts(config, directory, run_name) as live:
+                if config.calibrate and directory.load_learner() is None and config.calibration is None:
+                    screen.phase("calibration: fault-free windows under load")
+                    config = _calibrate(config, directory, live)
+                campaign = Campaign(
+                    directory, _learner(directory, config), live.windows, live.nemesis, config.loop_config(),
+                    checker=live.checks, on_update=screen.update, on_action=live.record_action,
+                    info={"cluster_run": run_name}, waypoints=_waypoints(config, live),
+                )
+                progress = campaign.run(schedules=args.schedules, duration_s=duration, stop=stopping.is_set)
+                screen.phase("tear-down: SUT, observers, mediator, cluster")
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
@@ -251,6 +268,7 @@ def run(args: argparse.Namespace) -> int:
         f"{progress.states} distinct states, {progress.pairs_covered} event pairs covered, {progress.bugs} bugs "
         f"({len(directory.known_bugs())} bundles in {directory.root / 'bugs'})"
     )
-    for bug in sorted(directory.known_bugs()):
+    bugs = sorted(directory.known_bugs())
+    for bug in bugs:
         print(f"  bug {bug}: {directory.root / 'bugs' / bug}")
-    return 0
+    return ExitCode.FAILED if bugs else ExitCode.OK

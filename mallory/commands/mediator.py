@@ -8,6 +8,7 @@ for every node and `--api HOST:PORT`.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import signal
 import sys
@@ -19,6 +20,8 @@ from mallory.mediator import API_PORT, BATCH_PORT
 
 NAME = "mediator"
 HELP = "run the mediator (gateway firewall on NFQUEUE, batch ingest, HTTP API) in the gateway namespace"
+
+log = logging.getLogger(__name__)
 
 
 
@@ -114,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
         mediator.stop()
         raise MalloryError(f"cannot start the firewall (NFQUEUE {args.queue_num}; root in the gateway namespace?): {exc}") from None
     try:
-        print(f"mallory mediator: api http://{api[0]}:{api[1]} batches {args.batch} nodes {nodes}", flush=True)
+        log.info("mallory mediator: api http://%s:%d batches %s nodes %s", api[0], api[1], args.batch, nodes)
         if args.ready_file:
             args.ready_file.write_text(f"{os.getpid()}\n")
         while not stop.wait(0.5):

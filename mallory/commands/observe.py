@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import signal
-import sys
 import threading
 
 from mallory.errors import MalloryError
@@ -18,6 +18,8 @@ from mallory.observer.sender import BatchSender
 
 NAME = "observe"
 HELP = "observe one node: NFQUEUE on INPUT/OUTPUT (+ shm ring), batches to the mediator"
+
+log = logging.getLogger(__name__)
 
 DEFAULT_MODE = "nfqueue"
 DEFAULT_LOG_FILE = "{log_dir}/sut.log"
@@ -131,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             os.setpriority(os.PRIO_PROCESS, 0, args.nice)
         except OSError as exc:
-            print(f"observe {args.node}: cannot set nice {args.nice}: {exc}", file=sys.stderr)
+            log.warning("observe %s: cannot set nice %d: %s", args.node, args.nice, exc)
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
@@ -153,11 +155,8 @@ def run(args: argparse.Namespace) -> int:
         ring_lost=(lambda: reader.lost_total) if reader else None,
         logs=logs,
     )
-    print(
-        f"observe {args.node}: {args.mode} {args.queue} peers {','.join(peers)} ring {args.shm or '-'} "
-        f"mediator {mediator[0]}:{mediator[1]}",
-        flush=True,
-    )
+    log.info("observe %s: %s %d peers %s ring %s mediator %s:%d", args.node, args.mode, args.queue, ",".join(peers),
+             args.shm or "-", *mediator)
     try:
         observer.run(stop)
     finally:
@@ -173,13 +172,12 @@ def run(args: argparse.Namespace) -> int:
             logs.close()
         sender.flush(1.0)
         sender.close()
-        print(
+        log.info(
             f"observe {args.node}: {observer.packets} packets, {observer.batches} batches, "
             f"{observer.ring_events} ring events, {observer.log_events} log events, "
             f"{queue.received / max(queue.reads, 1) if queue else 0:.1f} packets per read, "
             f"{queue.lost if queue else 0} lost in the queue, "
             f"{reader.lost_total if reader else 0} lost in the ring, "
-            f"{sender.stats.dropped_events} dropped while the mediator was away",
-            file=sys.stderr,
+            f"{sender.stats.dropped_events} dropped while the mediator was away"
         )
     return 0

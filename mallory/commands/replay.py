@@ -6,7 +6,8 @@ cluster, starts the SUT and the workload, takes the recorded actions in order wi
 window length (the schedule's seed makes each fault pick the same targets where the cluster
 lets it), resets, and runs the same checks. Faults on real systems are not deterministic: a
 bug that needs a race may not come back every time, which is why there are K attempts and
-the answer is a count. Attempts are kept in `BUNDLE/replays/<k>/`.
+the answer is a count. Attempts are kept in `BUNDLE/replays/<k>/`. Exits 0 when the bug
+came back in at least one attempt, 1 when it came back in none.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pathlib import Path
 from mallory.campaign.directory import CampaignDir, read_bundle_config, read_bundle_file
 from mallory.campaign.live import replay_script
 from mallory.campaign.loop import script_of
-from mallory.errors import MalloryError
+from mallory.errors import ExitCode, MalloryError
 from mallory.shrink.bundle import bundle_signature
 from mallory.suts.registry import resolve_sut
 
@@ -57,4 +58,4 @@ def run(args: argparse.Namespace) -> int:
         print(f"attempt {attempt}: {'bug reappeared' if hit else 'bug did not reappear'}"
               + (f"; other findings: {', '.join(others)}" if others else ""))
     print(f"{signature}: reappeared in {reappeared}/{args.attempts} attempts")
-    return 0 if reappeared else 1
+    return ExitCode.OK if reappeared else ExitCode.FAILED

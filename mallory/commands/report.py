@@ -28,7 +28,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, help="report directory (default: the first DIR's report/)")
     parser.add_argument("--catalogue", type=Path, action="append", default=[], metavar="FILE",
                         help="an annotation catalogue (<binary>.mallory.json) naming code events; "
-                        "by default the one next to the SUT spec's program")
+                        "by default the one next to the SUT's program (a spec's, or a built-in's build)")
     parser.add_argument("--max-events", type=int, default=DEFAULT_MAX_EVENTS,
                         help=f"most events each diagram of a bug page draws (default {DEFAULT_MAX_EVENTS})")
 

@@ -7,7 +7,8 @@ bug (same signature) reappears in at least --min-fraction of them: faults on rea
 are not deterministic, so the answer for each candidate is a count, and the output shows
 it. Every replay is journaled in OUT.work/journal.jsonl: after Ctrl-C the same command
 continues where it stopped, asking nothing twice. The minimal schedule becomes a new bundle
-(default BUNDLE/shrunk) with its provenance.
+(default BUNDLE/shrunk) with its provenance. Exits 0 with a shrunk bundle, 1 when the bug
+did not come back often enough on the whole schedule to shrink against.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path
 
 from mallory.campaign.directory import read_bundle_config, read_bundle_file
 from mallory.campaign.loop import ScriptedStep, script_of
-from mallory.errors import MalloryError
+from mallory.errors import ExitCode, MalloryError
 from mallory.shrink.bundle import bundle_signature, steps_json, write_shrunk_bundle
 from mallory.shrink.fraction import FractionOracle, Verdict
 from mallory.shrink.journal import Journal
@@ -92,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
         if not baseline.fails:
             print(f"the bug reappeared in {baseline.hits}/{baseline.replays} replays of the whole schedule, fewer than needed: "
                   "nothing to shrink against (try more --replays or a lower --min-fraction)")
-            return 1
+            return ExitCode.FAILED
         minimal = shrink_schedule(original, oracle, floor_s=args.min_window, allowed=allowed_by(config.faults),
                                   on_phase=lambda name, steps: print(f"after {name}: {len(steps)} steps: {describe(steps)}"))
     except KeyboardInterrupt:
@@ -114,4 +115,4 @@ def run(args: argparse.Namespace) -> int:
     print(f"{signature}: {len(original)} steps -> {len(minimal)}: {describe(minimal)} "
           f"(reappeared {final.hits}/{final.replays}; {oracle.asked} live replays)")
     print(f"minimal bundle: {written}")
-    return 0
+    return ExitCode.OK

@@ -1,22 +1,42 @@
 """`mallory trace --shm NAME`: print an instrumented program's code events live, named through
-its catalogue, so users can check their annotations fire where and when they expect."""
+its catalogue, so users can check their annotations fire where and when they expect.
+
+The ring is the program's MALLORY_SHM. In a cluster the node's observer makes it; for a
+program run by hand, `--create` makes it when there is none (and removes it when trace
+ends), so the program, started afterwards with MALLORY_SHM=NAME, writes into it.
+"""
 
 from __future__ import annotations
 
 import argparse
+import logging
+import os
 import sys
 import time
 
+from mallory.errors import MalloryError
 from mallory.instrument.catalogue import Catalogue, catalogue_path
-from mallory.observer.ring import RingReader
+from mallory.observer.ring import (
+    DEFAULT_CAPACITY,
+    RingReader,
+    create_ring,
+    shm_path,
+    unlink_ring,
+)
 from mallory.timeline.codec import encode
 
 NAME = "trace"
 HELP = "print code events from a shared-memory ring (MALLORY_SHM) as they happen"
 
+log = logging.getLogger(__name__)
+
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--shm", required=True, help="the ring's name, as given to the program in MALLORY_SHM")
+    parser.add_argument("--create", action="store_true",
+                        help="make the ring if there is none (removed again when trace ends); start the program after")
+    parser.add_argument("--ring-capacity", type=int, default=DEFAULT_CAPACITY,
+                        help="slots of a ring --create makes, a power of two (default 1Mi)")
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--catalogue", help="catalogue JSON to name events (<binary>.mallory.json)")
     source.add_argument("--binary", help="the instrumented binary (its catalogue is <binary>.mallory.json)")
@@ -31,6 +51,22 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     path = args.catalogue or (catalogue_path(args.binary) if args.binary else None)
     catalogue = Catalogue.load(path) if path else Catalogue()
+    absent = not os.path.exists(shm_path(args.shm))
+    if absent and not args.create:
+        raise MalloryError(f"no shared-memory ring named {args.shm!r}: a cluster node's observer makes it; for a "
+                           f"program run by hand give --create, then start it with MALLORY_SHM={args.shm}")
+    created = absent
+    if created:
+        create_ring(args.shm, args.ring_capacity)
+        log.info("created the ring %s: start the program with MALLORY_SHM=%s", args.shm, args.shm)
+    try:
+        return _trace(args, catalogue)
+    finally:
+        if created:
+            unlink_ring(args.shm)
+
+
+def _trace(args: argparse.Namespace, catalogue: Catalogue) -> int:
     shown = 0
     deadline = time.monotonic() + args.duration if args.duration > 0 else None
     out = sys.stdout
@@ -49,5 +85,5 @@ def run(args: argparse.Namespace) -> int:
             if (args.count and shown >= args.count) or (deadline and time.monotonic() >= deadline):
                 break
             time.sleep(args.interval)
-        print(f"trace: {shown} events shown, {reader.lost_total} lost", file=sys.stderr)
+        log.info("trace: %d events shown, %d lost", shown, reader.lost_total)
     return 0

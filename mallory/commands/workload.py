@@ -10,7 +10,7 @@ from mallory.errors import MalloryError
 from mallory.harness.runner import RunConfig
 from mallory.harness.session import record_run, start_all, teardown_all
 from mallory.harness.workload import DISTRIBUTIONS, WORKLOADS, make_workload
-from mallory.suts.registry import BUILTIN_SUTS, make_adapter
+from mallory.suts.registry import BUILTIN_SUTS, check_workload, make_adapter
 
 NAME = "workload"
 HELP = "run a register / list-append / rw-register workload against an SUT and write its history"
@@ -52,6 +52,7 @@ def run(args: argparse.Namespace) -> int:
     for name in ("history.edn", "history.jsonl"):
         if (args.out / name).exists():
             raise MalloryError(f"{args.out / name} exists: a workload writes a new history; choose another --out")
+    check_workload(args.sut, args.workload)
     workload = make_workload(args.workload, **_workload_options(args))
     config = RunConfig(
         concurrency=args.concurrency, time_limit=args.time_limit, rate=args.rate, seed=args.seed

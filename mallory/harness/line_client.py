@@ -126,9 +126,12 @@ class LineConnection:
 
 
 class LineClient(LineConnection):
+    #: the workloads it runs
+    WORKLOADS = ("register",)
+
     def __init__(self, host: str, port: int, workload: str, *, independent: bool = False, key_base: int = 0,
                  timeout: float = 2.0) -> None:
-        if workload != "register":
+        if workload not in self.WORKLOADS:
             raise ValueError(f"the line client runs the register workload only, not {workload!r}")
         super().__init__(host, port, timeout=timeout)
         self.independent = independent

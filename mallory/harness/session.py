@@ -6,6 +6,7 @@ records its own ops into the same recorder).
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Callable
 
@@ -14,16 +15,21 @@ from mallory.harness.history import HistoryRecorder
 from mallory.harness.runner import RunConfig, RunSummary, WorkloadRunner
 from mallory.harness.workload import Workload
 
+log = logging.getLogger(__name__)
+
 
 def start_all(adapter: SutAdapter, timeout: float | None = None) -> None:
     """Start the SUT on every node, then wait until every node is ready."""
+    log.info("starting %s on %s", adapter.name, ", ".join(adapter.backend.nodes))
     for node in adapter.backend.nodes:
         adapter.start(node)
     for node in adapter.backend.nodes:
+        log.info("waiting for %s on %s to be ready", adapter.name, node)
         adapter.wait_ready(node, timeout)
 
 
 def teardown_all(adapter: SutAdapter) -> None:
+    log.info("stopping %s and removing its data on every node", adapter.name)
     for node in adapter.backend.nodes:
         adapter.teardown(node)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
+from typing import Any, Mapping, Protocol, Sequence
 
 from mallory.cluster.backend import ClusterBackend
 from mallory.errors import MalloryError
@@ -20,9 +20,17 @@ from mallory.harness.line_client import LineClient
 from mallory.harness.spec import NodeContext, SutSpec, expand
 from mallory.harness.workload import Workload
 
-#: A client kind's constructor: (host, port, workload name, *, independent, key_base,
-#: timeout) -> Client; it raises ValueError for a workload it cannot run.
-ClientFactory = Callable[..., Client]
+
+class ClientFactory(Protocol):
+    """A client kind: its constructor (host, port, workload name, *, independent, key_base,
+    timeout) -> Client, which raises ValueError for a workload not in WORKLOADS."""
+
+    #: the workloads its clients run
+    WORKLOADS: tuple[str, ...]
+
+    def __call__(self, host: str, port: int, workload: str, **options: Any) -> Client: ...
+
+
 LINE_CLIENTS: Mapping[str, ClientFactory] = {"line": LineClient}
 
 

@@ -157,6 +157,8 @@ class RegisterWorkload:
 
 
 WORKLOADS = ("register", "list-append", "rw-register")
+#: the `workload` that runs no client operations (no history to check)
+NO_WORKLOAD = "none"
 
 
 def make_workload(name: str, **options: Any) -> Workload:

@@ -28,7 +28,7 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 
-from mallory.errors import MalloryError
+from mallory.errors import ExitCode, MalloryError
 from mallory.instrument import annotations, catalogue, toolchain
 
 _TAKES_VALUE = {
@@ -197,7 +197,7 @@ def _main(lang: str) -> None:
         sys.exit(run(lang, sys.argv[1:]))
     except MalloryError as exc:
         print(f"mallory-{lang}: error: {exc}", file=sys.stderr)
-        sys.exit(exc.exit_code)
+        sys.exit(ExitCode.BAD_INPUT)
 
 
 def main_cc() -> None:

@@ -5,10 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from mallory.errors import ExitCode
+
 Verdict = Literal[True, False, "unknown"]
 
 #: `mallory check` exit codes, as Jepsen's CLI: 0 valid, 1 invalid, 2 unknown.
-EXIT_CODES = {True: 0, False: 1, "unknown": 2}
+EXIT_CODES = {True: ExitCode.OK, False: ExitCode.FAILED, "unknown": ExitCode.UNKNOWN}
 
 
 @dataclass

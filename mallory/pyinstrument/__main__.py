@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from mallory.errors import MalloryError
+from mallory.errors import ExitCode, MalloryError
 from mallory.instrument.catalogue import Catalogue, CodeEvent
 from mallory.pyinstrument.hooks import Instrumenter, run_program
 from mallory.pyinstrument.runtime import writer_from_env
@@ -80,4 +80,4 @@ if __name__ == "__main__":
         sys.exit(main())
     except MalloryError as exc:
         print(f"mallory.pyinstrument: error: {exc}", file=sys.stderr)
-        sys.exit(exc.exit_code)
+        sys.exit(ExitCode.BAD_INPUT)

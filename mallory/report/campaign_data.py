@@ -15,15 +15,22 @@ from typing import Any
 import orjson
 
 from mallory.campaign.config import CampaignConfig
-from mallory.campaign.directory import PLOT_COLUMNS, CampaignDir, read_bundle_file
+from mallory.campaign.directory import (
+    PLOT_COLUMNS,
+    RENAMED_PLOT_COLUMNS,
+    CampaignDir,
+    read_bundle_file,
+)
 from mallory.campaign.waypoints import waypoint_names
 from mallory.errors import MalloryError
 
 
 @dataclass(frozen=True)
 class PlotRow:
-    """One line of `plot_data`: the campaign right after one step. Columns a campaign
-    written before they existed did not have are None (pairs_covered) or 0 (waypoint)."""
+    """One line of `plot_data`: the campaign right after one step (fields under Mallory's
+    names: `distinct_states` is the column corpus_count, `bugs` saved_crashes,
+    `pairs_covered` edges_found, `time_s` relative_time). Columns a campaign written before
+    they existed did not have are None (pairs_covered) or 0 (waypoint)."""
 
     time_s: float
     schedules_done: int
@@ -40,8 +47,9 @@ class PlotRow:
 
 
 def parse_plot_data(text: str, source: str = "plot_data") -> list[PlotRow]:
-    """The rows of a `plot_data` file, by the column names of its header (a file without
-    one has today's `PLOT_COLUMNS`; older campaigns have fewer columns). Blank lines are
+    """The rows of a `plot_data` file, by the column names of its header ("# a, b, ...",
+    AFL++'s form; a file without one has today's `PLOT_COLUMNS`). Older campaigns have
+    fewer columns, and some under the names of RENAMED_PLOT_COLUMNS. Blank lines are
     skipped. A torn last line (the campaign was killed while appending) is dropped; any
     other malformed line is an error."""
     columns = list(PLOT_COLUMNS)
@@ -52,6 +60,7 @@ def parse_plot_data(text: str, source: str = "plot_data") -> list[PlotRow]:
                 columns = [c.strip() for c in line[1:].split(",")]
         elif line.strip():
             lines.append((n, line))
+    columns = [RENAMED_PLOT_COLUMNS.get(c, c) for c in columns]
     rows = []
     for pos, (lineno, line) in enumerate(lines):
         fields = [f.strip() for f in line.split(",")]
@@ -59,14 +68,14 @@ def parse_plot_data(text: str, source: str = "plot_data") -> list[PlotRow]:
             if len(fields) != len(columns):
                 raise ValueError(f"{len(fields)} fields, expected {len(columns)}")
             row = dict(zip(columns, fields))
-            pairs = row.get("pairs_covered", "")
+            pairs = row.get("edges_found", "")
             rows.append(
                 PlotRow(
-                    time_s=float(row["relative_time_s"]),
+                    time_s=float(row["relative_time"]),
                     schedules_done=int(row["schedules_done"]),
                     steps_done=int(row["steps_done"]),
-                    distinct_states=int(row["distinct_states"]),
-                    bugs=int(row["bugs"]),
+                    distinct_states=int(row["corpus_count"]),
+                    bugs=int(row["saved_crashes"]),
                     late_steps=int(row["late_steps"]),
                     action=row["action"],
                     state=int(row["state"]) if row["state"] else None,

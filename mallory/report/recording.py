@@ -2,14 +2,19 @@
 
 One pass over a recording rebuilds the committed Lamport timeline exactly as the mediator
 built it (the same `TimelineBuilder`), keeps the entries that fall in the requested spans
-of the common time axis, and collects the observers' loss counts from their batches.
+of the common time axis, and collects the observers' loss counts from their batches. A
+day-long recording holds tens of millions of events: the pass logs how far it got every few
+seconds.
 """
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 import orjson
 
@@ -19,8 +24,12 @@ from mallory.timeline.codec import MalformedRecord, read_records
 from mallory.timeline.event import Batch, ClockPair
 from mallory.timeline.window import Timeline
 
+log = logging.getLogger(__name__)
+
 #: a span covering the whole common time axis: every entry of a recording
 ALL_TIME = (0, 2**63 - 1)
+#: seconds between two progress messages while a recording is read
+PROGRESS_EVERY_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -68,13 +77,17 @@ def read_recording(paths: Sequence[Path], spans: Sequence[tuple[int, int]]) -> R
     out = Recording(spans=[[] for _ in spans])
     nodes: set[str] = set()
     for path in paths:
+        log.info("reading the event recording %s (%.0f MB): its nodes, then its timeline",
+                 path, path.stat().st_size / 1e6 if path.exists() else 0)
         names = node_names(path)
         nodes.update(names)
         timeline = Timeline(TimelineBuilder(nodes=names or None))
         clocks: dict[str, ClockPair] = {}
         try:
             with open(path, "rb") as stream:
+                progress = _ReadProgress(path, stream)
                 for record in read_records(stream, source=str(path)):
+                    progress.tick()
                     if isinstance(record, ClockPair):
                         clocks.setdefault(record.node, record)
                     elif isinstance(record, Batch) and record.lost and record.node in clocks:
@@ -91,6 +104,23 @@ def read_recording(paths: Sequence[Path], spans: Sequence[tuple[int, int]]) -> R
         _keep(timeline, spans, out.spans)
     out.nodes = sorted(nodes)
     return out
+
+
+class _ReadProgress:
+    """Logs how far the reading of a recording got, every PROGRESS_EVERY_S seconds."""
+
+    def __init__(self, path: Path, stream: BinaryIO) -> None:
+        self.path, self.stream = path, stream
+        self.size = max(path.stat().st_size, 1)
+        self.records = 0
+        self.next_s = time.monotonic() + PROGRESS_EVERY_S
+
+    def tick(self) -> None:
+        """One more record (a line: an observer's batch of events, mostly) read."""
+        self.records += 1
+        if time.monotonic() >= self.next_s:
+            self.next_s = time.monotonic() + PROGRESS_EVERY_S
+            log.info("%s: %.0f%% read, %d records", self.path.name, 100 * self.stream.tell() / self.size, self.records)
 
 
 def _keep(timeline: Timeline, spans: Sequence[tuple[int, int]], into: list[list[Committed]]) -> None:

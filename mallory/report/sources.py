@@ -9,26 +9,21 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from mallory.errors import MalloryError
-from mallory.harness.spec import load_spec
 from mallory.instrument.catalogue import Catalogue, catalogue_path
+from mallory.suts.registry import sut_programs
 
 #: the most events one diagram of a bug page draws: the first ones of its step window
 DEFAULT_MAX_EVENTS = 1500
 
 
 def sut_catalogue(sut: str | None) -> Catalogue | None:
-    """The catalogue the build wrote next to the SUT's program (`<program>.mallory.json`),
-    found through the campaign's `sut` (a spec path); None if there is none (names fall back
-    to ids), as for a built-in SUT or an unknown campaign (None)."""
-    if sut is None or not sut.endswith(".toml") or not Path(sut).exists():
-        return None
-    try:
-        program = load_spec(sut).command[0]
-    except MalloryError:
-        return None
-    path = Path(catalogue_path(program))
-    return Catalogue.load(path) if path.exists() else None
+    """The catalogues the build wrote next to the SUT's programs (`<program>.mallory.json`),
+    merged: the programs found through the campaign's `sut` (a spec's, or a built-in's
+    builds: mallory/suts/registry.py `sut_programs`); None if there is none (names fall back
+    to ids), as for an uninstrumented SUT or an unknown campaign (None)."""
+    found = [Path(catalogue_path(program)) for program in sut_programs(sut)] if sut is not None else []
+    present = [path for path in found if path.exists()]
+    return load_catalogues(present) if present else None
 
 
 def load_catalogues(paths: Sequence[Path]) -> Catalogue:

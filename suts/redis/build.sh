@@ -26,6 +26,23 @@ cc="${MALLORY_CC:-$repo/.venv/bin/mallory-cc}"
 
 log() { echo "redis build: $*" >&2; }
 
+# Runs "$@" (a make) with its output in the file $1, and says every 10 s how many files it
+# has compiled, so a first build is never silent for long; its exit status is make's.
+compile_with_progress() {
+    local output=$1 waited=0 pid
+    shift
+    "$@" > "$output" 2>&1 &
+    pid=$!
+    while kill -0 "$pid" 2>/dev/null; do
+        sleep 1
+        waited=$((waited + 1))
+        if ((waited % 10 == 0)); then
+            log "building: ${waited} s, $(grep -c 'CC.*\.o' "$output") files compiled"
+        fi
+    done
+    wait "$pid"
+}
+
 # Which Debian source `apt-get source redis` would fetch: its .dsc's version.
 source_version() {
     apt-get source --print-uris -qq redis 2>/dev/null | awk '$2 ~ /^redis_.*\.dsc$/ {sub(/^redis_/, "", $2); sub(/\.dsc$/, "", $2); print $2}' | head -n1
@@ -49,7 +66,7 @@ ensure_deb_src() {
         exit 1
     fi
     log "added $list (deb-src twin of the deb entries); running apt-get update"
-    apt-get update -qq
+    apt-get update >&2
     [ -n "$(source_version)" ] || { log "apt-get source still finds no redis after adding $list"; exit 1; }
 }
 
@@ -73,18 +90,19 @@ fi
 rm -rf "$out"
 mkdir -p "$out/download"
 start=$(date +%s)
-log "fetching Debian source redis $version"
-(cd "$out/download" && apt-get source -qq --download-only redis >/dev/null 2>&1) \
-    || { log "apt-get source redis failed"; exit 1; }
+jobs="$(nproc)"
+log "fetching Debian's source of redis $version (apt-get source)"
+(cd "$out/download" && apt-get source -q --download-only redis > "$out/fetch.log" 2>&1) \
+    || { cat "$out/fetch.log" >&2; log "apt-get source redis failed"; exit 1; }
+log "unpacking it (dpkg-source)"
 dpkg-source -q -x "$out/download"/redis_*.dsc "$out/src" > "$out/unpack.log" 2>&1 \
     || { cat "$out/unpack.log" >&2; log "dpkg-source could not unpack the source"; exit 1; }
 log "applying $here/annotations.patch"
 patch -s -p1 -d "$out/src" < "$here/annotations.patch"
-log "building redis-server with $cc${asan:+ (AddressSanitizer)} (-j2; the first build takes minutes)"
+log "building redis-server with $cc${asan:+ (AddressSanitizer)}, $jobs jobs (about a minute on 2 cores; log: $out/build.log)"
 # mallory-cc builds its plugin on first use; ids are relative to the repo (the nearest .git).
-if ! MALLORY_ASAN="${asan:+1}" make -C "$out/src/src" -j2 \
-        CC="$cc" MALLOC=libc BUILD_TLS=no USE_SYSTEMD=no OPTIMIZATION=-O1 \
-        redis-server > "$out/build.log" 2>&1; then
+if ! MALLORY_ASAN="${asan:+1}" compile_with_progress "$out/build.log" make -C "$out/src/src" -j"$jobs" \
+        CC="$cc" MALLOC=libc BUILD_TLS=no USE_SYSTEMD=no OPTIMIZATION=-O1 redis-server; then
     tail -n 30 "$out/build.log" >&2
     log "make failed; the whole log is $out/build.log"
     exit 1

@@ -35,6 +35,7 @@ from mallory.harness.client import (
     register_parts,
     register_read,
 )
+from mallory.harness.workload import WORKLOADS
 from mallory.history.edn import Keyword
 
 
@@ -101,6 +102,9 @@ class EtcdHttp:
 
 
 class EtcdClient:
+    #: the workloads it runs
+    WORKLOADS = WORKLOADS
+
     def __init__(
         self,
         host: str,

@@ -28,7 +28,7 @@ from mallory.cluster.backend import ClusterBackend
 from mallory.errors import MalloryError
 from mallory.harness.adapter import HasPrimaries, Membership, Promotable
 from mallory.harness.client import Client
-from mallory.harness.line_client import request_line
+from mallory.harness.line_client import LineClient, request_line
 from mallory.harness.spec import SutSpec, load_spec
 from mallory.harness.spec_adapter import SpecAdapter
 from mallory.harness.sut_make import make_with_mallory_cc
@@ -63,6 +63,9 @@ class TxnLineSpecAdapter(SpecAdapter):
     """A spec adapter whose line-protocol server also takes raft-kv's TXN lines (raft-kv,
     the pysyncobj service): the spec's line client for registers, the TXN client
     (mallory/suts/raft_kv/client.py) for list-append and rw-register."""
+
+    #: the workloads its clients run
+    WORKLOADS = (*LineClient.WORKLOADS, *RaftTxnClient.WORKLOADS)
 
     def client(self, node: str, workload: Workload) -> Client:
         if workload.name == "register":

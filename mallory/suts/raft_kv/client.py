@@ -25,6 +25,9 @@ _PREFIX = {"list-append": "l", "rw-register": "w"}
 
 
 class RaftTxnClient(LineConnection):
+    #: the workloads it runs
+    WORKLOADS = tuple(_PREFIX)
+
     def __init__(self, host: str, port: int, workload: str, *, timeout: float = 2.0) -> None:
         if workload not in _PREFIX:
             raise ValueError(f"the raft-kv txn client runs list-append and rw-register, not {workload!r}")

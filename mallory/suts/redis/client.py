@@ -31,6 +31,7 @@ from mallory.harness.client import (
     register_parts,
     register_read,
 )
+from mallory.harness.workload import WORKLOADS
 from mallory.history.edn import Keyword
 
 _CAS_SCRIPT = (
@@ -48,6 +49,9 @@ def admin_connection(host: str, port: int, timeout: float = 1.0) -> redis.Redis:
 
 
 class RedisClient:
+    #: the workloads it runs
+    WORKLOADS = WORKLOADS
+
     def __init__(
         self,
         host: str,

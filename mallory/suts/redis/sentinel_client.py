@@ -23,6 +23,9 @@ class NoMaster(Exception):
 
 
 class SentinelRedisClient:
+    #: the workloads it runs (through a RedisClient of the master)
+    WORKLOADS = RedisClient.WORKLOADS
+
     def __init__(
         self,
         sentinels: Sequence[tuple[str, int]],

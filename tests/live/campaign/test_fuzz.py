@@ -62,9 +62,9 @@ def assert_gone(campaign: Path) -> None:
 def test_short_campaign_writes_a_complete_directory_and_leaves_nothing(spec, tmp_path):
     out = tmp_path / "campaign"
     proc = subprocess.run(fuzz(*campaign_args(spec, out, schedules=2)), capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "2 schedules, 6 steps" in proc.stdout
     d = CampaignDir(out)
+    assert proc.returncode == (1 if d.known_bugs() else 0), proc.stdout + proc.stderr  # 1: bugs found
+    assert "2 schedules, 6 steps" in proc.stdout
     stats = d.read_stats()
     assert stats["schedules_done"] == "2" and stats["steps_done"] == "6"
     assert int(stats["distinct_states"]) >= 2, "faults on a live cluster lead to more than one state"
@@ -121,7 +121,7 @@ def test_kill9_then_cleanup_then_resume(spec, tmp_path):
     resumed = subprocess.run(
         fuzz("--resume", str(out), "--schedules", "1"), capture_output=True, text=True, timeout=300
     )
-    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert resumed.returncode == (1 if d.known_bugs() else 0), resumed.stdout + resumed.stderr
     indices = [r["index"] for r in d.read_schedules()]
     assert indices == list(range(done_before + 1)), "the resumed campaign continues at the schedule in flight"
     assert int(d.read_stats()["distinct_states"]) >= states_before, "states survive the kill"

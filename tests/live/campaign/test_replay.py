@@ -46,7 +46,7 @@ def test_replay_reproduces_an_injected_bug_from_its_bundle(tmp_path):
     fuzz = mallory("fuzz", "--plain", "--sut", str(spec), "--nodes", "2", "--faults", "pause", "--workload", "none",
                    "--policy", "random", "--seed", "3", "--schedules", "1", "--steps", "6", "--window", "1",
                    "--reset", "1", "--calibrate", "0", "--out", str(out))
-    assert fuzz.returncode == 0, fuzz.stdout + fuzz.stderr
+    assert fuzz.returncode == 1, fuzz.stdout + fuzz.stderr  # 1: the campaign found a bug
     bugs = CampaignDir(out).known_bugs()
     assert len(bugs) == 1, (bugs, fuzz.stdout)
     (signature,) = bugs

@@ -41,7 +41,7 @@ def test_workload_command_rejects_a_broken_spec(tmp_path: Path, capsys: pytest.C
     spec.write_text(redis_spec_text(6379).replace('"{data_dir}"', '"{datadir}"'))
     code = main(["workload", "--sut", str(spec), "--out", str(tmp_path / "run")])
     err = capsys.readouterr().err
-    assert code == 65
+    assert code == 254
     assert str(spec) in err and "start.command[6]" in err and "{datadir}" in err
     assert not (tmp_path / "run").exists()
 
@@ -51,7 +51,7 @@ def test_workload_command_keeps_an_existing_history(tmp_path: Path, capsys: pyte
     out.mkdir()
     (out / "history.edn").write_text("{:type :invoke}\n")
     code = main(["workload", "--sut", "no-such-spec.toml", "--out", str(out)])
-    assert code == 65
+    assert code == 254
     assert "history.edn exists" in capsys.readouterr().err
     assert (out / "history.edn").read_text() == "{:type :invoke}\n"
 
@@ -59,7 +59,7 @@ def test_workload_command_keeps_an_existing_history(tmp_path: Path, capsys: pyte
 def test_workload_command_rejects_options_that_do_not_apply(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["workload", "--sut", "redis-replication", "--workload", "register", "--key-distribution", "uniform",
                  "--out", str(tmp_path)])  # fmt: skip
-    assert code == 65
+    assert code == 254
     assert "--key-distribution" in capsys.readouterr().err
 
 

@@ -11,6 +11,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
+from mallory.campaign.directory import PLOT_COLUMNS
 from mallory.history.ops import pair_calls, read_history
 from mallory.instrument.catalogue import Catalogue
 from mallory.report.names import EventNamer
@@ -41,6 +42,10 @@ from tests.unit.report.timeline_checks import (
     svg_elements,
 )
 
+#: plot_data's columns the checks read, by position
+TIME, STATES, PAIRS, ACTION, FEEDBACK = (PLOT_COLUMNS.index(c) for c in
+                                         ("relative_time", "corpus_count", "edges_found", "action", "feedback_ms"))
+
 
 def mallory(*args: str) -> subprocess.CompletedProcess:
     proc = subprocess.run([sys.executable, "-m", "mallory.cli", *args], capture_output=True, text=True, timeout=300)
@@ -65,17 +70,17 @@ def test_report_of_one_campaign(qlearning_campaign):
     assert len(rows) == 4, "one schedule of four steps"
     name = qlearning_campaign.resolve().name
     line = series_named(states, name)
-    assert line["x"] == [0.0, *(float(r[0]) for r in rows)]
-    assert line["y"] == [0.0, *(float(r[3]) for r in rows)]
-    assert series_named(pairs, name)["y"] == [0.0, *(float(r[10]) for r in rows)]  # plot_data's pairs_covered
-    width = max(1.0, float(rows[-1][0]) / 12)  # the report's bins: about 12 over the campaign
-    assert sum(series_named(rate, name)["y"]) * width / 3600 == pytest.approx(float(rows[-1][3]))
+    assert line["x"] == [0.0, *(float(r[TIME]) for r in rows)]
+    assert line["y"] == [0.0, *(float(r[STATES]) for r in rows)]
+    assert series_named(pairs, name)["y"] == [0.0, *(float(r[PAIRS]) for r in rows)]
+    width = max(1.0, float(rows[-1][TIME]) / 12)  # the report's bins: about 12 over the campaign
+    assert sum(series_named(rate, name)["y"]) * width / 3600 == pytest.approx(float(rows[-1][STATES]))
     families = {}
     for r in rows:
-        families[r[6].split(":")[0]] = families.get(r[6].split(":")[0], 0) + 1
+        families[r[ACTION].split(":")[0]] = families.get(r[ACTION].split(":")[0], 0) + 1
     bars = {s["label"]: sum(s["y"]) for s in read_series(mix) if s["kind"] == "bar"}
     assert bars == families
-    timely = [(float(r[0]), float(r[9])) for r in rows if r[9]]
+    timely = [(float(r[TIME]), float(r[FEEDBACK])) for r in rows if r[FEEDBACK]]
     fb = series_named(feedback, "feedback ms")
     assert list(zip(fb["x"], fb["y"])) == timely
     # the register workload's run: its latency plot beside results.edn, one dot per completed op
@@ -95,13 +100,13 @@ def test_report_of_two_campaigns_overlays_them_by_policy(qlearning_campaign, ran
     overlay = page.images()[0]
     assert_png(overlay)
     q_rows, r_rows = plot_rows(qlearning_campaign), plot_rows(random_campaign)
-    horizon = min(float(q_rows[-1][0]), float(r_rows[-1][0]))
+    horizon = min(float(q_rows[-1][TIME]), float(r_rows[-1][TIME]))
     for label, rows in (("qlearning (n=1)", q_rows), ("random (n=1)", r_rows)):
         curve = series_named(overlay, label)
         assert curve["x"][-1] == pytest.approx(horizon)
         # one campaign per policy: the mean is that campaign's step function of plot_data
         for x, y in zip(curve["x"], curve["y"]):
-            reached = [float(r[3]) for r in rows if float(r[0]) <= x]
+            reached = [float(r[STATES]) for r in rows if float(r[TIME]) <= x]
             assert y == (reached[-1] if reached else 0.0)
     # both campaigns' own sections, each with its plots
     assert text.count("<h2 id=\"c") == 2

@@ -197,9 +197,9 @@ def fake_campaign(root: Path, rows, *, sut: str = "raft-kv", waypoints: str = "-
     directory = CampaignDir(root)
     directory.create(CampaignConfig(sut=sut, threshold=0.6))
     for time_s, steps, schedules, states, bugs, pairs in rows:
-        directory.append_plot({"relative_time_s": time_s, "schedules_done": schedules, "steps_done": steps,
-                               "distinct_states": states, "bugs": bugs, "late_steps": 0, "action": "noop",
-                               "state": "", "new_state": 0, "feedback_ms": "", "pairs_covered": pairs, "waypoint": 0})
+        directory.append_plot({"relative_time": time_s, "schedules_done": schedules, "steps_done": steps,
+                               "corpus_count": states, "saved_crashes": bugs, "late_steps": 0, "action": "noop",
+                               "state": "", "new_state": 0, "feedback_ms": "", "edges_found": pairs, "waypoint": 0})
     directory.write_stats({"start_time": 1_700_000_000, "waypoints_reached": waypoints})
     if started_ns is not None:
         directory.write_schedule(0, {"index": 0, "started_ns": started_ns, "steps": []})

@@ -8,8 +8,11 @@ import sys
 
 import pytest
 
+from mallory import paths
 from mallory.commands.fuzz import parse_duration
 from mallory.errors import MalloryError
+
+EXAMPLE = paths.SUTS / "example" / "example.toml"
 
 
 def mallory(*args: str) -> subprocess.CompletedProcess:
@@ -24,13 +27,21 @@ def mallory(*args: str) -> subprocess.CompletedProcess:
         (["fuzz", "--out", "{tmp}/c", "--sut", "{tmp}/missing.toml"], "no such spec file"),
         (["fuzz", "--out", "{tmp}/c", "--sut", "redis-replication", "--duration", "soon"], "use e.g. 90s"),
         (["fuzz", "--out", "{tmp}/c"], "--sut is required"),
+        (["fuzz", "--out", "{tmp}/c", "--sut", str(EXAMPLE)],
+         "cannot run the list-append workload: its clients run register; choose with --workload (register or none)"),
+        (["fuzz", "--out", "{tmp}/c", "--sut", str(EXAMPLE), "--workload", "register", "--faults", "partition,kil"],
+         "unknown fault family 'kil'"),
+        (["fuzz", "--out", "/proc/no-such-dir/c", "--sut", str(EXAMPLE), "--workload", "register"],
+         "cannot create the campaign directory /proc/no-such-dir/c"),
+        (["fuzz", "--out", "{tmp}/c", "--sut", str(EXAMPLE), "--workload", "register", "--waypoints", str(EXAMPLE)],
+         "example.toml: expected one or more [[waypoint]] tables"),
         (["replay", "{tmp}"], "is not a bug bundle"),
         (["replay", "{tmp}", "--attempts", "0"], "--attempts must be at least 1"),
     ],
 )
 def test_bad_input_is_refused_with_a_reason(tmp_path, args, reason):
     proc = mallory(*[a.replace("{tmp}", str(tmp_path)) for a in args])
-    assert proc.returncode == 65, proc.stderr
+    assert proc.returncode == 254, proc.stderr
     assert reason in proc.stderr and "Traceback" not in proc.stderr
     assert not (tmp_path / "c").exists(), "nothing is created for a refused command"
 
@@ -39,7 +50,7 @@ def test_an_existing_campaign_is_not_overwritten(tmp_path):
     (tmp_path / "c").mkdir()
     (tmp_path / "c" / "campaign.json").write_text("{}")
     proc = mallory("fuzz", "--out", str(tmp_path / "c"), "--sut", "redis-replication")
-    assert proc.returncode == 65 and "--resume" in proc.stderr
+    assert proc.returncode == 254 and "--resume" in proc.stderr
     assert (tmp_path / "c" / "campaign.json").read_text() == "{}"
 
 
@@ -56,6 +67,6 @@ def test_replay_of_a_bundle_whose_spec_moved_creates_no_attempt_dir(tmp_path):
     (bundle / "schedule.json").write_text('{"index": 0, "seed": 1, "steps": [{"step": 0, "action": "kill:one", "draw": 0}]}')
     (bundle / "report.json").write_text('{"signature": "log:x"}')
     proc = mallory("replay", str(bundle))
-    assert proc.returncode == 65, proc.stderr
+    assert proc.returncode == 254, proc.stderr
     assert "gone.toml" in proc.stderr and "Traceback" not in proc.stderr
     assert not (bundle / "replays").exists()

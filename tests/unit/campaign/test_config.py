@@ -210,7 +210,7 @@ def test_fuzz_refuses_a_bad_option_naming_it(tmp_path, capsys):
                                    ("--window", "0", "--window must be positive"),
                                    ("--reward", "fame", "--reward must be one of none, novelty, pair-novelty, pairs, paper")]:
         code = main(["fuzz", "--out", str(tmp_path / "c"), "--sut", "redis-replication", option, value])
-        assert code == 65 and message in capsys.readouterr().err
+        assert code == 254 and message in capsys.readouterr().err
         assert not (tmp_path / "c").exists()
 
 
@@ -222,20 +222,33 @@ def test_a_key_whose_default_changed_means_what_it_meant_when_absent():
     assert CampaignConfig.from_json({"sut": "etcd", "calibrate": 20}, "c").calibrate == 20
 
 
-def test_a_resumed_campaign_keeps_writing_the_plot_columns_it_started_with(tmp_path):
-    """A campaign from before pairs_covered existed has a 10-column plot_data: lines
-    appended after a resume by this version must still parse by that header."""
+#: plot_data headers of older campaigns: before pairs_covered (10 columns), and before
+#: AFL++'s columns came first (12)
+OLD_PLOT_HEADERS = {
+    "before pairs": "# relative_time_s, schedules_done, steps_done, distinct_states, bugs, late_steps, action, state, "
+                    "new_state, feedback_ms",
+    "before afl": "# relative_time_s, schedules_done, steps_done, distinct_states, bugs, late_steps, action, state, "
+                  "new_state, feedback_ms, pairs_covered, waypoint",
+}
+
+
+@pytest.mark.parametrize("era", sorted(OLD_PLOT_HEADERS))
+def test_a_resumed_campaign_keeps_writing_the_plot_columns_it_started_with(tmp_path, era):
+    """Lines appended after a resume by this version go under the old header's columns
+    (renamed ones under their old names) and parse by it."""
     from mallory.report.campaign_data import parse_plot_data
 
     root = tmp_path / "old"
     write_campaign_json(root, OLD_CAMPAIGN_JSON)
-    old_columns = [c for c in PLOT_COLUMNS if c not in ("pairs_covered", "waypoint")]
-    (root / "plot_data").write_text("# " + ", ".join(old_columns) + "\n")
-    directory = CampaignDir(root)
-    directory.append_plot({c: 1 for c in PLOT_COLUMNS} | {"action": "noop", "relative_time_s": 2.5})
-    rows = parse_plot_data((root / "plot_data").read_text())
-    assert len(rows) == 1 and rows[0].pairs_covered is None and rows[0].time_s == 2.5
+    (root / "plot_data").write_text(OLD_PLOT_HEADERS[era] + "\n")
+    row = {c: 1 for c in PLOT_COLUMNS} | {"action": "noop", "relative_time": 2.5, "corpus_count": 3,
+                                          "saved_crashes": 2, "edges_found": 7}
+    CampaignDir(root).append_plot(row)
+    (parsed,) = parse_plot_data((root / "plot_data").read_text())
+    assert (parsed.time_s, parsed.distinct_states, parsed.bugs) == (2.5, 3, 2)
+    assert parsed.pairs_covered == (None if era == "before pairs" else 7)
     fresh = CampaignDir(tmp_path / "new")
     fresh.create(CampaignConfig(sut="etcd"))
-    fresh.append_plot({c: 1 for c in PLOT_COLUMNS} | {"action": "noop"})
-    assert parse_plot_data((tmp_path / "new" / "plot_data").read_text())[0].pairs_covered == 1
+    fresh.append_plot(row)
+    assert (tmp_path / "new" / "plot_data").read_text().startswith("# relative_time, cycles_done, cur_item,")
+    assert parse_plot_data((tmp_path / "new" / "plot_data").read_text())[0].pairs_covered == 7

@@ -7,6 +7,7 @@ live-cluster campaign test exercises the real ones.
 
 from __future__ import annotations
 
+import os
 import random
 from collections import Counter
 
@@ -354,3 +355,33 @@ def test_the_faults_context_sees_the_families_in_force_and_a_heal_empties_them(t
                 active.append(step["action"])
             expected.add(tuple(sorted(active)))
     assert set(learner.configurations) == expected
+
+
+def test_fuzzer_stats_and_plot_data_speak_afl(tmp_path):
+    """AFL++'s keys and columns first, each a number where AFL has one (afl-plot hands the
+    columns to gnuplot by position; afl-whatsup does shell arithmetic on the keys);
+    tests/live/afl runs the tools themselves."""
+    from mallory.campaign.afl import AFL_PLOT_COLUMNS
+
+    campaign, _ = make_campaign(tmp_path, "random", checker=FakeChecker())
+    campaign.run(schedules=4)
+    stats = campaign.dir.read_stats()
+    assert list(stats)[:4] == ["start_time", "last_update", "run_time", "fuzzer_pid"]
+    assert stats["fuzzer_pid"] == str(os.getpid()) and stats["execs_done"] == "4"
+    assert stats["corpus_count"] == stats["distinct_states"] and stats["saved_crashes"] == stats["bugs_found"]
+    for key in ("start_time", "last_update", "run_time", "execs_done", "corpus_count", "cur_item", "pending_favs",
+                "pending_total", "saved_crashes", "last_find", "last_crash", "last_hang", "exec_timeout", "cycles_done"):
+        assert stats[key].isdigit(), (key, stats[key])
+    lines = (campaign.dir.root / "plot_data").read_text().splitlines()
+    assert lines[0].startswith("# " + ", ".join(AFL_PLOT_COLUMNS) + ", ")
+    for line in lines[1:]:
+        [float(value) for value in line.split(", ")[: len(AFL_PLOT_COLUMNS)]]
+
+
+def test_fuzzer_stats_values_are_safe_for_afl_whatsup(tmp_path):
+    """afl-whatsup sources fuzzer_stats' lines as key="value": no value may end the quotes
+    or make the shell run or expand anything."""
+    directory = CampaignDir(tmp_path)
+    directory.write_stats({"afl_banner": 'a "b" $(rm -rf x) `id` \\ c\nd'})
+    (line,) = (tmp_path / "fuzzer_stats").read_text().splitlines()
+    assert not set(line.partition(": ")[2]) & set('"$`\\')

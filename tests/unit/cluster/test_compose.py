@@ -32,6 +32,7 @@ def spec(tmp_path) -> Path:
     (sut / "bin" / "server").write_text("#!/bin/sh\n")
     (sut / "s.toml").write_text(
         'name = "s"\n[start]\ncommand = ["bin/server", "{address}", "{port}"]\n[ports]\nclient = 7000\n'
+        '[client]\nkind = "line"\n'
     )
     return sut / "s.toml"
 
@@ -116,6 +117,12 @@ def test_broken_inputs(spec, tmp_path, kwargs, message):
         write(spec, tmp_path / "proj", **kwargs)
 
 
+def test_a_workload_the_spec_client_cannot_run_is_refused(spec, tmp_path):
+    with pytest.raises(MalloryError, match="cannot run the list-append workload: its clients run register"):
+        generate(sut=spec, nodes=3, out=tmp_path / "proj", settings={**SETTINGS, "workload": "list-append"})
+    assert not (tmp_path / "proj").exists()
+
+
 def test_broken_spec_unbuilt_sut_and_used_out_dir(spec, tmp_path):
     (tmp_path / "bad.toml").write_text('name = "x"\n[start]\ncommand = "not a list"\n')
     with pytest.raises(MalloryError, match="bad.toml"):
@@ -184,3 +191,11 @@ documents = st.recursive(
 @given(st.dictionaries(st.text(min_size=1, max_size=10), documents, min_size=1, max_size=5))
 def test_to_yaml_round_trips(doc):
     assert yaml.safe_load(to_yaml(doc)) == doc
+
+
+def test_the_cli_starts_without_pyyaml():
+    """The containers' image has no PyYAML and runs `mallory campaign run`: discovering the
+    commands must not import it (only writing a compose file does)."""
+    code = "import sys; sys.modules['yaml'] = None; from mallory.cli import build_parser; build_parser()"
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr

@@ -97,7 +97,7 @@ def test_cli_rejects_bad_input_with_a_message_and_no_traceback(argv, message, ca
     monkeypatch.setenv("MALLORY_STATE_DIR", str(tmp_path))
     monkeypatch.delenv("MALLORY_NODE", raising=False)
     monkeypatch.delenv("MALLORY_SHM", raising=False)
-    assert main(argv) == 65
+    assert main(argv) == 254
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
     assert not list(tmp_path.iterdir()) or [p.name for p in tmp_path.iterdir()] == [".lock"]

@@ -1,4 +1,4 @@
-"""`mallory mediator` input errors: exit 65 with a message naming the input, no traceback."""
+"""`mallory mediator` input errors: exit 254 with a message naming the input, no traceback."""
 
 import socket
 
@@ -29,7 +29,7 @@ LOCAL = ["--batch", "127.0.0.1:0"]
 )
 def test_bad_input(capsys, args, message):
     code, err = mediator(capsys, *args, *LOCAL)
-    assert code == 65 and message in err, err
+    assert code == 254 and message in err, err
 
 
 def test_busy_port(capsys):
@@ -39,4 +39,4 @@ def test_busy_port(capsys):
         port = s.getsockname()[1]
         code, err = mediator(capsys, "--node", "n1=10.9.1.2", "--api", f"127.0.0.1:{port}", "--token", "t",
                              "--no-firewall", *LOCAL)
-    assert code == 65 and "cannot listen" in err, err
+    assert code == 254 and "cannot listen" in err, err

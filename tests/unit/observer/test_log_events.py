@@ -396,6 +396,6 @@ def test_observe_refuses_a_broken_log_events_file(tmp_path):
     argv = [sys.executable, "-m", "mallory.cli", "observe", "--node", "n1", "--mediator", "127.0.0.1:9",
             "--no-packets", "--nice", "0", "--log-events", str(bad)]  # fmt: skip
     result = subprocess.run(argv, capture_output=True, text=True, timeout=60)
-    assert result.returncode == 65
+    assert result.returncode == 254
     assert "log_events[0].pattern: not a valid regex" in result.stderr
     assert "Traceback" not in result.stderr

@@ -1,5 +1,5 @@
 """`mallory check`: verdicts as exit codes (0 valid, 1 invalid, 2 unknown), explanations,
-JSON output, and malformed input reported by line with exit 65."""
+JSON output, and malformed input reported by line with exit 254."""
 
 from __future__ import annotations
 
@@ -65,16 +65,16 @@ def test_anomalies_option_and_unknown_names(tmp_path, capsys):
     capsys.readouterr()
     assert main(["check", str(internal), "--consistency-models", "read-uncommitted", "--anomalies", "internal"]) == 1
     capsys.readouterr()
-    assert main(["check", str(internal), "--consistency-models", "made-up"]) == 65
+    assert main(["check", str(internal), "--consistency-models", "made-up"]) == 254
     assert "unknown consistency model" in capsys.readouterr().err
 
 
-def test_malformed_history_exits_65_naming_the_line(tmp_path):
+def test_malformed_history_exits_254_naming_the_line(tmp_path):
     path = tmp_path / "broken.edn"
     path.write_text('{:type :invoke :process 0 :f :read}\n{:type :ok :process 0 :f :read :value [1 2}\n')
     proc = subprocess.run([sys.executable, "-m", "mallory.cli", "check", str(path)],
                           capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 65
+    assert proc.returncode == 254
     assert f"{path}:2:" in proc.stderr and "Traceback" not in proc.stderr
 
 

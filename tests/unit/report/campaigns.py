@@ -64,9 +64,9 @@ def make_campaign(root: Path, policy: str, states: list[int], pairs: list[int] |
              for i, a in enumerate(["partition:one", "pause:one", "heal"])]
     schedule = {"index": 0, "seed": 1, "started_ns": t0, "steps": steps, "ended_ns": t0 + 4 * second}
     for i, n in enumerate(states):
-        d.append_plot({"relative_time_s": step_s * (i + 1), "schedules_done": 0, "steps_done": i + 1, "distinct_states": n,
-                       "bugs": 0, "late_steps": 0, "action": steps[i % 3]["action"], "state": i, "new_state": 1,
-                       "feedback_ms": 90 + i, **({"pairs_covered": pairs[i]} if pairs else {})})
+        d.append_plot({"relative_time": step_s * (i + 1), "schedules_done": 0, "steps_done": i + 1, "corpus_count": n,
+                       "saved_crashes": 0, "late_steps": 0, "action": steps[i % 3]["action"], "state": i, "new_state": 1,
+                       "feedback_ms": 90 + i, **({"edges_found": pairs[i]} if pairs else {})})
     d.write_stats({"start_time": t0 // 10**9, "run_time": step_s * len(states), "distinct_states": states[-1],
                    **({"pairs_covered": pairs[-1]} if pairs else {}), **(stats or {})})
     d.write_schedule(0, schedule)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from mallory.campaign.config import CampaignConfig
-from mallory.campaign.directory import PLOT_COLUMNS
 from mallory.report.campaign_data import parse_plot_data
 from mallory.report.comparison import compare, contrasts, group_label
 from mallory.report.series import STATES, GroupCurve
@@ -48,7 +47,8 @@ def test_with_random_each_group_is_contrasted_with_it_alone():
 
 def test_pairs_compare_only_the_campaigns_that_recorded_them():
     before_pairs = "# relative_time_s, schedules_done, steps_done, distinct_states, bugs, late_steps, action, state, new_state, feedback_ms\n"
-    new = parse_plot_data("# " + ", ".join(PLOT_COLUMNS) + "\n"
+    with_pairs = before_pairs.rstrip("\n") + ", pairs_covered, waypoint\n"
+    new = parse_plot_data(with_pairs +
                           "10, 0, 1, 4, 0, 0, a, 1, 1, 1, 7, 0\n20, 0, 2, 6, 0, 0, a, 1, 1, 1, 9, 1\n")
     old = parse_plot_data(before_pairs + "10, 0, 1, 2, 0, 0, a, 1, 1, 1\n30, 0, 3, 3, 0, 0, a, 1, 1, 1\n")
     compared = compare({"qlearning": [new, old], "random": [old]}, points=3)

@@ -60,7 +60,7 @@ def test_no_bundle_of_that_signature_is_an_error(tmp_path):
 )
 def test_bad_input_is_refused_before_anything_runs(tmp_path, capsys, args, message):
     code = main(["shrink", str(tmp_path / "nothing"), *args])
-    assert code == 65
+    assert code == 254
     assert message in capsys.readouterr().err
     assert not (tmp_path / "nothing").exists()
 
@@ -68,6 +68,6 @@ def test_bad_input_is_refused_before_anything_runs(tmp_path, capsys, args, messa
 def test_a_schedule_without_steps_is_refused(tmp_path, capsys):
     (tmp_path / "campaign.json").write_text(json.dumps({"sut": "redis-replication", "window_s": 1.0}))
     (tmp_path / "schedule.json").write_text(json.dumps({"index": 0, "steps": []}))
-    assert main(["shrink", str(tmp_path)]) == 65
+    assert main(["shrink", str(tmp_path)]) == 254
     assert "no steps to shrink" in capsys.readouterr().err
     assert not (tmp_path / "shrunk.work").exists()

@@ -30,8 +30,10 @@ from mallory.harness.adapter import (
     Stoppable,
     SutAdapter,
     TakesEnvOverlay,
+    UnsupportedOperation,
 )
-from mallory.suts.registry import BUILTIN, make_adapter
+from mallory.harness.workload import WORKLOADS, make_workload
+from mallory.suts.registry import BUILTIN, make_adapter, sut_workloads
 from nemesis.faults.base import FaultContext
 from nemesis.nemesis import Nemesis
 
@@ -131,3 +133,19 @@ def test_the_nemesis_offers_the_faults_the_abilities_allow(name: str, made) -> N
             assert adapter.name in nemesis.refused[label]
             with pytest.raises(MalloryError, match=f"fault {label} refused: {adapter.name} cannot"):
                 Nemesis(ctx, enabled=[label])
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_an_adapter_makes_clients_for_exactly_the_workloads_the_registry_names(name: str, made) -> None:
+    """What `mallory fuzz` refuses up front (registry.check_workload) is what the adapter
+    would fail at in a worker thread, and nothing more."""
+    adapter = made(name)
+    runs = sut_workloads(str(EXAMPLE) if name == "example" else name)
+    assert runs and set(runs) <= set(WORKLOADS)
+    node = adapter.backend.nodes[0]
+    for workload in WORKLOADS:
+        if workload in runs:
+            assert adapter.client(node, make_workload(workload)) is not None, workload
+        else:
+            with pytest.raises((ValueError, UnsupportedOperation)):
+                adapter.client(node, make_workload(workload))

@@ -46,7 +46,7 @@ def test_malformed_line_names_the_line_and_keeps_earlier_windows(recording, tmp_
     bad = tmp_path / "bad.jsonl"
     bad.write_bytes(recording.read_bytes() + b'{"batch": "n1", "seq": 1, "until_ns": "soon", "events": []}\n')
     n_lines = len(bad.read_bytes().splitlines())
-    assert main(["analyze", str(bad), "--json"]) == 65
+    assert main(["analyze", str(bad), "--json"]) == 254
     captured = capsys.readouterr()
     assert f"bad.jsonl:{n_lines}: malformed record: batch.until_ns" in captured.err
     rows = [json.loads(line) for line in captured.out.splitlines()]
@@ -58,7 +58,7 @@ def test_errors_exit_nonzero_without_traceback(tmp_path):
     bad.write_text('{"clock": "n1", "mono_ns": 0, "real_ns": 0}\n["n1", "NOPE", 1, 2, ""]\n')
     for argv in ([str(bad)], [str(tmp_path / "missing.jsonl")], [str(bad), "--window", "0"]):
         proc = subprocess.run([sys.executable, "-m", "mallory.cli", "analyze", *argv], capture_output=True, text=True)
-        assert proc.returncode == 65, proc.stderr
+        assert proc.returncode == 254, proc.stderr
         assert "Traceback" not in proc.stderr and proc.stderr.startswith("mallory analyze: error:")
     assert "bad.jsonl:2: malformed record: unknown event kind 'NOPE'" in subprocess.run(
         [sys.executable, "-m", "mallory.cli", "analyze", str(bad)], capture_output=True, text=True
@@ -71,4 +71,4 @@ def test_synthesize_writes_what_analyze_reads(tmp_path, capsys):
     assert main(["analyze", str(out), "--json"]) == 0
     total = json.loads(capsys.readouterr().out.splitlines()[-1])["total"]
     assert total["events"] == 3000 and total["late_events"] == 0
-    assert main(["synthesize", "--out", str(out), "--nodes", "1"]) == 65
+    assert main(["synthesize", "--out", str(out), "--nodes", "1"]) == 254

@@ -1,0 +1,72 @@
+"""`mallory`'s exit codes, mapped in one place (mallory/cli.py `main`): a usage error and a
+MalloryError are 254, an uncaught exception 255 with its traceback, as Jepsen's CLI; a
+command's own answer (0, 1, 2) passes through."""
+
+from __future__ import annotations
+
+import logging
+import re
+import subprocess
+import sys
+
+import pytest
+
+import mallory.commands.synthesize as synthesize
+from mallory.cli import main
+from mallory.errors import ExitCode
+
+
+def test_the_codes_are_jepsens():
+    assert [int(code) for code in ExitCode] == [0, 1, 2, 130, 254, 255]
+
+
+@pytest.mark.parametrize("argv", [
+    ["fuzz", "--nodes", "three"],  # a value argparse cannot read
+    ["check"],  # a missing argument
+    ["no-such-command"],
+    [],  # no command at all
+])
+def test_a_usage_error_is_bad_input_not_unknown(argv, capsys):
+    assert main(argv) == ExitCode.BAD_INPUT
+    assert "usage: mallory" in capsys.readouterr().err
+
+
+def test_bad_input_is_254_with_the_message_and_no_traceback(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "mallory.cli", "check", str(tmp_path / "missing.edn")],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 254, proc.stderr
+    assert "missing.edn" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_an_internal_error_is_255_with_its_traceback(tmp_path, monkeypatch, capsys):
+    def broken(*args, **kwargs):
+        raise RuntimeError("the synthetic stream broke")
+
+    monkeypatch.setattr(synthesize, "synthetic_stream", broken)
+    assert main(["synthesize", "--out", str(tmp_path / "events.jsonl")]) == ExitCode.INTERNAL_ERROR
+    err = capsys.readouterr().err
+    assert "Traceback" in err and "RuntimeError: the synthetic stream broke" in err
+    assert "mallory synthesize: internal error" in err
+
+
+def test_help_and_version_are_ok(capsys):
+    assert main(["--help"]) == ExitCode.OK
+    help_text = capsys.readouterr().out
+    assert "exit codes" in help_text and "254" in help_text and "255" in help_text
+    assert main(["--version"]) == ExitCode.OK
+
+
+
+@pytest.mark.parametrize("argv, level", [([], logging.INFO), (["-v"], logging.DEBUG),
+                                         (["--log-level", "warning"], logging.WARNING)])
+def test_log_level_options_set_mallorys_loggers(argv, level, tmp_path):
+    assert main([*argv, "synthesize", "--out", str(tmp_path / "e.jsonl"), "--events", "10"]) == ExitCode.OK
+    assert logging.getLogger("mallory").level == logging.getLogger("nemesis").level == level
+
+
+def test_progress_goes_to_stderr_with_the_time_and_results_to_stdout(tmp_path, capsys):
+    assert main(["synthesize", "--out", str(tmp_path / "e.jsonl"), "--events", "10"]) == ExitCode.OK
+    logging.getLogger("mallory.test").info("bringing up the cluster")
+    logging.getLogger("mallory.test").debug("not shown at info")
+    out, err = capsys.readouterr()
+    assert out == "" and re.fullmatch(r"\d\d:\d\d:\d\d bringing up the cluster\n", err), err
