@@ -2,7 +2,11 @@
 docker: mallory/campaign/docker_stack.py): the mediator started in the gateway and waited for, an
 observer per node (with the adapter's log patterns), every observer's first batch waited
 for, and `close()` stopping them all before the cluster goes down. Each backend says only
-how its mediator and observers are invoked."""
+how its mediator and observers are invoked.
+
+The mediator's API token reaches it in a file of the run's state directory (mode 0600,
+removed with the run), never on its command line, where any local user could read it.
+"""
 
 from __future__ import annotations
 
@@ -18,10 +22,13 @@ from mallory.mediator.client import MediatorClient
 from mallory.observer.log_events import write_watch_file
 from mallory.polling import wait_until
 
+TOKEN_FILE = "mediator.token"  # in the run's state directory (mallory/cluster/registry.py)
+
 
 class ObservedStack:
-    """Subclasses set `cluster`, `client` and `token`, and say how the mediator and an
-    observer are invoked; `start_timeout` bounds the wait for each to come up."""
+    """Subclasses set `cluster` (a JournaledCluster: its run's state directory holds the
+    token file), `client` and `token`, and say how the mediator and an observer are invoked;
+    `start_timeout` bounds the wait for each to come up."""
 
     cluster: Any
     client: MediatorClient
@@ -34,8 +41,8 @@ class ObservedStack:
         self.adapter: Any = None
 
     def _mediator_command(self) -> list[str]:
-        """`mallory mediator` and the backend's own arguments (token, ready file, skew and
-        recording are added here)."""
+        """`mallory mediator` and the backend's own arguments (token file, ready file, skew
+        and recording are added here)."""
         raise NotImplementedError
 
     def _observer_command(self, node: str) -> list[str]:
@@ -57,7 +64,11 @@ class ObservedStack:
     def _start_mediator(self, record_dir: Path | None, skew_ms: float) -> None:
         ready = self.cluster.data_dir(GATEWAY) / "mediator.ready"
         ready.unlink(missing_ok=True)
-        argv = [*self._mediator_command(), "--token", self.token, "--ready-file", str(ready), "--skew-ms", str(skew_ms)]
+        # The token travels in a file only we can read, never in argv (any local user reads
+        # /proc/<pid>/cmdline); it goes with the run's state directory.
+        token_file = self.cluster.record.write_secret(TOKEN_FILE, self.token)
+        argv = [*self._mediator_command(), "--token-file", str(token_file), "--ready-file", str(ready),
+                "--skew-ms", str(skew_ms)]
         if record_dir is not None:
             argv += ["--record", str(record_dir)]
         self.mediator_proc = self.cluster.spawn(GATEWAY, argv, name="mediator")

@@ -160,16 +160,11 @@ class RunRecord:
 
     def write_secret(self, name: str, text: str) -> Path:
         """Write `text` to a file of the run's state directory that only this user can read
-        (mode 0600 from its creation: never readable by others, not even for a moment), for
-        a process of the run to read instead of taking the secret on its command line. It
-        goes with the state directory when the run is cleaned up."""
+        (mode 0600 from its creation), for a process of the run to read instead of taking
+        the secret on its command line. It goes with the state directory when the run is
+        cleaned up."""
         path = self.state_dir / name
-        path.unlink(missing_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        try:
-            os.write(fd, text.encode())
-        finally:
-            os.close(fd)
+        atomic_write(path, text.encode(), private=True)
         return path
 
     def record(self, **entry: object) -> None:

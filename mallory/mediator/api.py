@@ -211,7 +211,7 @@ class ApiServer(ThreadingHTTPServer):
 
     def __init__(self, address: tuple[str, int], token: str, mediator: Gateway) -> None:
         if not token:
-            raise MalloryError("the mediator API needs a non-empty token (--token or MALLORY_TOKEN)")
+            raise MalloryError("the mediator API needs a non-empty token (--token-file FILE or $MALLORY_TOKEN)")
         super().__init__(address, _Handler)
         self.token = token
         self.mediator = mediator

@@ -140,3 +140,37 @@ def test_fault_free_schedules_check_valid_after_calibration(spec, tmp_path):
         assert record["history"]["valid"] is True, record["history"]
     assert not d.known_bugs()
     assert_gone(out)
+
+
+def test_no_process_carries_the_api_token_in_its_command_line(spec, tmp_path):
+    """The mediator's token reaches it in a 0600 file of the run's state directory, which
+    goes with the run: while the campaign runs, no /proc/*/cmdline holds the token."""
+    from mallory.campaign.observed import TOKEN_FILE
+    from mallory.cluster.registry import load_run
+
+    out = tmp_path / "campaign"
+    proc = subprocess.Popen(fuzz(*campaign_args(spec, out, schedules=1)), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        d = CampaignDir(out)
+        deadline = time.monotonic() + 180
+        while "cluster_run" not in d.read_stats():  # written after the first step
+            assert proc.poll() is None and time.monotonic() < deadline, "no step was taken"
+            time.sleep(0.2)
+        token_file = load_run(d.read_stats()["cluster_run"]).state_dir / TOKEN_FILE
+        token = token_file.read_bytes()
+        assert len(token) == 32 and token_file.stat().st_mode & 0o777 == 0o600
+        carriers = []
+        for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+            try:
+                if token in cmdline.read_bytes():
+                    carriers.append(cmdline.parent.name)
+            except OSError:
+                pass  # gone meanwhile
+        assert not carriers, f"processes with the token in argv: {carriers}"
+        assert proc.wait(timeout=300) == 0, proc.stderr.read()
+        assert not token_file.exists(), "the token file goes with the run"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert_gone(out)
