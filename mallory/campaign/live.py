@@ -108,5 +108,5 @@ def replay_script(config: CampaignConfig, directory: CampaignDir, run_name: str,
     with live_parts(config, directory, run_name) as live:
         # The learner only observes here; it never chooses.
         campaign = Campaign(directory, Learner.create(policy="random"), live.windows, live.nemesis, config.loop_config(),
-                            checker=live.checks, on_action=live.record_action)
+                            checker=live.checks, on_action=live.record_action, watchdog=live.stack)
         return campaign.run_schedule(0, script=script, seed=seed)

@@ -6,14 +6,32 @@ how its mediator and observers are invoked.
 
 The mediator's API token reaches it in a file of the run's state directory (mode 0600,
 removed with the run), never on its command line, where any local user could read it.
+
+The stack is the campaign's watchdog (`revive_dead`, asked once per step; see
+mallory/campaign/loop.py). Neither component's death blackholes the SUT: their NFQUEUE rules
+carry --queue-bypass, so packets flow unqueued while no reader is bound (only the packets
+the dead reader held are lost), and a reader that falls behind fails open. What a death
+costs is observation, and each component is treated by what it holds:
+
+    observer   restarted. It holds nothing that a new one cannot pick up: it re-installs
+               its rules, resumes the node's ring at the cursor its predecessor published
+               and its log tail at the saved cursor, and the mediator takes its batches as a
+               new incarnation. The steps until its first batch are unobserved.
+    mediator   ends the campaign (ComponentDied). It holds the faults in force (firewall
+               rules), the timeline the windows come from and the recording; a new one would
+               start with none of them while the nemesis believes its faults still act. The
+               schedule in flight is dropped, so `mallory fuzz --resume` continues from the
+               last whole schedule.
 """
 
 from __future__ import annotations
 
 import signal
+import sys
 from pathlib import Path
 from typing import Any, Callable, Self
 
+from mallory.campaign.loop import ComponentDied
 from mallory.cluster.backend import NodeProcess
 from mallory.cluster.journaled import GATEWAY
 from mallory.errors import MalloryError
@@ -78,19 +96,53 @@ class ObservedStack:
 
     def _start_observers(self) -> None:
         for node in self.cluster.nodes:
-            argv = self._observer_command(node)
-            watched = self.adapter.log_watch(node) if isinstance(self.adapter, LogWatching) else []
-            if watched:  # the adapter's log lines become LOG events
-                path = self.cluster.data_dir(GATEWAY) / f"log-events-{node}.json"
-                write_watch_file(str(path), watched)
-                argv += ["--log-events", str(path)]
-            self.observers.append(self.cluster.spawn(node, argv, name="observer"))
+            self.observers.append(self._spawn_observer(node))
+        self._wait_for_batches({node: 0 for node in self.cluster.nodes})
 
-        def all_reporting() -> bool:
-            reported = self.client.metrics()["ingest"]["nodes"]
-            return all(reported.get(n, {}).get("batches", 0) > 0 for n in self.cluster.nodes)
+    def _spawn_observer(self, node: str) -> NodeProcess:
+        argv = self._observer_command(node)
+        watched = self.adapter.log_watch(node) if isinstance(self.adapter, LogWatching) else []
+        if watched:  # the adapter's log lines become LOG events
+            path = self.cluster.data_dir(GATEWAY) / f"log-events-{node}.json"
+            write_watch_file(str(path), watched)
+            argv += ["--log-events", str(path)]
+        return self.cluster.spawn(node, argv, name="observer")
 
-        wait_until(all_reporting, self.start_timeout, "batches from every observer")
+    def _batches(self) -> dict[str, int]:
+        """Batches the mediator has ingested from each node so far."""
+        reported = self.client.metrics()["ingest"]["nodes"]
+        return {node: reported.get(node, {}).get("batches", 0) for node in self.cluster.nodes}
+
+    def _wait_for_batches(self, after: dict[str, int]) -> None:
+        """Until every node in `after` has delivered a batch beyond its count there."""
+        what = f"batches from the observer{'s' if len(after) > 1 else ''} of {', '.join(after)}"
+        wait_until(lambda: all(n > after[node] for node, n in self._batches().items() if node in after),
+                   self.start_timeout, what)
+
+    def revive_dead(self) -> list[str]:
+        """The watchdog: a dead mediator ends the campaign (ComponentDied); each dead observer
+        is restarted, and waited for until its first batch arrives. The observers restarted,
+        as "observer NODE" (see the module docstring for why each is treated so)."""
+        if self.mediator_proc is not None and not self.cluster.is_running(self.mediator_proc):
+            proc = self.mediator_proc
+            raise ComponentDied(f"the mediator (pid {proc.pid}) {_death(self.cluster.wait(proc, 0))}; "
+                                f"its log: {proc.log_path}")
+        dead = [i for i, proc in enumerate(self.observers) if not self.cluster.is_running(proc)]
+        if not dead:
+            return []
+        before = self._batches()
+        for i in dead:
+            old = self.observers[i]
+            print(f"watchdog: the observer of {old.node} (pid {old.pid}) {_death(self.cluster.wait(old, 0))}; "
+                  "restarting it", file=sys.stderr, flush=True)
+            self.observers[i] = self._spawn_observer(old.node)
+        nodes = [self.observers[i].node for i in dead]
+        try:
+            self._wait_for_batches({node: before[node] for node in nodes})
+        except MalloryError as exc:
+            logs = ", ".join(str(self.observers[i].log_path) for i in dead)
+            raise ComponentDied(f"an observer died and did not come back ({exc}); its log: {logs}") from None
+        return [f"observer {node}" for node in nodes]
 
     def close(self) -> None:
         procs = [*self.observers, *([self.mediator_proc] if self.mediator_proc else [])]
@@ -108,3 +160,15 @@ class ObservedStack:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _death(status: int | None) -> str:
+    """How a process ended, from its exit status as the backends report it."""
+    if status is None or status == -1:  # not ours to reap, or still a zombie
+        return "died"
+    if status < 0:
+        try:
+            return f"was killed by {signal.Signals(-status).name}"
+        except ValueError:
+            return f"was killed by signal {-status}"
+    return f"exited with status {status}"
