@@ -31,7 +31,8 @@ from __future__ import annotations
 import hashlib
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, is_dataclass
 from typing import Any, Protocol
 
@@ -310,23 +311,34 @@ class Campaign:
         active: list[Any] = []
         self._families: list[str] = []  # fault families of `active`, for waypoints
         try:
-            for step in range(cfg.steps if script is None else len(script)):
-                if stop():
-                    break
-                planned = ScriptedStep(self.learner.next_action(self.actions()), step) if script is None else script[step]
-                window_s = cfg.window_s if planned.window_s is None else planned.window_s
-                entry = self._step(step, planned.action, step_rng(seed, planned.draw), int(window_s * 1e9), active, record)
-                entry.update(draw=planned.draw, window_s=window_s)
-                record["steps"].append(entry)
+            with self._deaths_explained(record):
+                for step in range(cfg.steps if script is None else len(script)):
+                    if stop():
+                        break
+                    planned = ScriptedStep(self.learner.next_action(self.actions()), step) if script is None else script[step]
+                    window_s = cfg.window_s if planned.window_s is None else planned.window_s
+                    entry = self._step(step, planned.action, step_rng(seed, planned.draw), int(window_s * 1e9), active, record)
+                    entry.update(draw=planned.draw, window_s=window_s)
+                    record["steps"].append(entry)
         except ComponentDied:
             raise  # the schedule in flight is dropped: no record, no checkpoint (--resume redoes it)
-        except BaseException as exc:
-            if isinstance(exc, Exception):  # a step that failed because the mediator died ends as that
-                self._revive(record, "failed step")
+        except BaseException:
             self._end_schedule(index, record, active)
             raise
         self._end_schedule(index, record, active)
         return record
+
+    @contextmanager
+    def _deaths_explained(self, record: dict[str, Any]) -> Iterator[None]:
+        """A failure while a component lay dead (a call to a dead mediator) ends as that
+        death (ComponentDied, from the watchdog), not as the failure it caused."""
+        try:
+            yield
+        except ComponentDied:
+            raise
+        except Exception:
+            self._revive(record, "failure")
+            raise
 
     def _end_schedule(self, index: int, record: dict[str, Any], active: list[Any]) -> None:
         """Heal, reset, check and record the schedule, whatever ended its steps."""
@@ -335,13 +347,14 @@ class Campaign:
             record["waypoint"] = self.waypoints.names[level - 1]
             reached = self.progress.waypoints_reached
             reached[record["waypoint"]] = reached.get(record["waypoint"], 0) + 1
-        problems = self._heal_all(active)
-        if problems:
-            record["heal_problems"] = problems
-        self.learner.end_schedule()
-        self.progress.current_fault = "reset"
-        self.on_update(self.progress)
-        record["reset"] = report_json(self.nemesis.reset())
+        with self._deaths_explained(record):
+            problems = self._heal_all(active)
+            if problems:
+                record["heal_problems"] = problems
+            self.learner.end_schedule()
+            self.progress.current_fault = "reset"
+            self.on_update(self.progress)
+            record["reset"] = report_json(self.nemesis.reset())
         self.sleeper.sleep(self.config.reset_s)
         record["ended_ns"] = self.source.now_ns()
         self._revive(record, "reset")

@@ -108,3 +108,25 @@ def test_a_step_that_failed_because_the_mediator_died_ends_as_its_death(tmp_path
         campaign.run(schedules=1)
     assert "unreachable" in str(died.value.__context__)
     assert campaign.dir.read_schedules() == [] and nemesis.resets == 0
+
+
+class DyingNemesis:
+    """Wraps the fake nemesis: its reset reaches the firewall through a dead mediator."""
+
+    def __init__(self, nemesis) -> None:
+        self.nemesis = nemesis
+
+    def __getattr__(self, name):
+        return getattr(self.nemesis, name)
+
+    def reset(self):
+        raise MalloryError("mediator at http://10.100.0.2:7000 unreachable (POST /firewall/heal): connection refused")
+
+
+def test_a_reset_that_failed_because_the_mediator_died_ends_as_its_death(tmp_path):
+    campaign, nemesis = make_campaign(tmp_path, "random")
+    campaign.nemesis = DyingNemesis(nemesis)
+    campaign.watchdog = ScriptedWatchdog(fatal_from=CALLS_PER_SCHEDULE)  # the call after the failed reset
+    with pytest.raises(ComponentDied, match="the mediator"):
+        campaign.run(schedules=1)
+    assert campaign.dir.read_schedules() == []
