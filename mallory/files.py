@@ -23,3 +23,27 @@ def atomic_write(path: str | os.PathLike[str], data: bytes, *, private: bool = F
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def cut_torn_tail(path: str | os.PathLike[str]) -> int:
+    """Make an append-only file of lines whole again: a writer killed mid-line leaves it
+    without its final newline, and the next append would merge that fragment with a new
+    line into one unreadable line in the middle of the file. Cut the fragment off (nothing
+    when the file ends with a newline or does not exist); the bytes removed."""
+    try:
+        with open(path, "rb+") as f:
+            size = f.seek(0, os.SEEK_END)
+            end = size
+            while end > 0:  # back to the last newline, a block at a time
+                start = max(0, end - 65536)
+                f.seek(start)
+                block = f.read(end - start)
+                newline = block.rfind(b"\n")
+                if newline >= 0:
+                    end = start + newline + 1
+                    break
+                end = start
+            f.truncate(end)
+            return size - end
+    except FileNotFoundError:
+        return 0
