@@ -98,8 +98,8 @@ def main() -> int:
     cluster = NetnsCluster.up(f"fb-{uuid.uuid4().hex[:6]}", data_root=Path(scratch.name), nodes=args.nodes)
     try:
         ready = cluster.data_dir("gw") / "ready"
-        cluster.spawn("gw", [sys.executable, "-m", "mallory.cli", "mediator", "--run", cluster.run, "--token", TOKEN,
-                             "--ready-file", str(ready)], name="mediator")
+        cluster.spawn("gw", [sys.executable, "-m", "mallory.cli", "mediator", "--run", cluster.run,
+                             "--ready-file", str(ready)], name="mediator", env={"MALLORY_TOKEN": TOKEN})
         wait(ready.exists, 20, "the mediator")
         for node in cluster.nodes:
             cluster.spawn(node, [sys.executable, "-m", "mallory.cli", "observe", "--run", cluster.run], name="observer")

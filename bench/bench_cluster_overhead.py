@@ -82,8 +82,9 @@ def start_mediator(cluster: NetnsCluster) -> list:
     ready = cluster.data_dir("gw") / "mediator.ready"
     proc = cluster.spawn(
         "gw",
-        [sys.executable, "-m", "mallory.cli", "mediator", "--run", cluster.run, "--token", "bench", "--ready-file", str(ready)],
+        [sys.executable, "-m", "mallory.cli", "mediator", "--run", cluster.run, "--ready-file", str(ready)],
         name="mediator",
+        env={"MALLORY_TOKEN": "bench"},
     )
     wait_until(ready.exists, 20, "the mediator")
     return [proc]

@@ -16,7 +16,15 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from mallory.observer.ring import HEADER_SIZE, SLOT_DTYPE, RingReader, create_ring, shm_path, slot_check, unlink_ring  # noqa: E402
+from mallory.observer.ring import (  # noqa: E402
+    HEADER_SIZE,
+    SLOT_DTYPE,
+    RingReader,
+    create_ring,
+    shm_path,
+    slot_check,
+    unlink_ring,
+)
 
 CAPACITY = 1 << 23  # 8 Mi events, 256 MiB
 OBJECTS = 1 << 20  # Event objects are slower: time them on 1 Mi

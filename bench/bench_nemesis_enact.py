@@ -53,8 +53,9 @@ def main() -> None:
         cluster = NetnsCluster.up(f"be-{uuid.uuid4().hex[:6]}", 3, data_root=Path(tmp))
         try:
             ready = cluster.data_dir("gw") / "ready"
-            cluster.spawn("gw", [sys.executable, "-m", "mallory.cli", "mediator", "--run", cluster.run, "--token", TOKEN,
-                                 "--ready-file", str(ready)], name="mediator", cwd=Path(__file__).resolve().parents[1])
+            cluster.spawn("gw", [sys.executable, "-m", "mallory.cli", "mediator", "--run", cluster.run,
+                                 "--ready-file", str(ready)], name="mediator", cwd=Path(__file__).resolve().parents[1],
+                          env={"MALLORY_TOKEN": TOKEN})
             wait(ready.exists, 20, "the mediator")
             adapter = RedisReplicationAdapter(cluster, port=6379)
             controls = NodeControls(cluster.record, cluster.nodes).prepare()

@@ -13,9 +13,13 @@
     DIR/runs/NNNNNN/         Jepsen-style: history, results, node logs of a schedule
 
 Every file that is rewritten is written to a temporary name and renamed, so a kill -9 at
-any moment leaves either the old or the new version, never half of one. (No fsync: a killed
-process's writes survive in the page cache; only a power cut could lose them, and fsync
-after every step made the loop's bookkeeping cost more than its decisions.)
+any moment leaves either the old or the new version, never half of one; readers skip the
+temporaries (dot names) a kill leaves behind. The files appended to (plot_data, a bundle's
+sightings.jsonl) may end in a line torn by a kill: readers drop it, and the first append
+after it cuts it off first (`cut_torn_tail`), so it never ends up inside the file.
+campaign.json is written last at creation: a directory without it holds no campaign yet.
+(No fsync: a killed process's writes survive in the page cache; only a power cut could lose
+them, and fsync after every step made the loop's bookkeeping cost more than its decisions.)
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ import orjson
 from mallory.campaign.afl import AFL_PLOT_COLUMNS
 from mallory.campaign.config import CampaignConfig
 from mallory.errors import MalloryError
-from mallory.files import atomic_write
+from mallory.files import atomic_write, cut_torn_tail
 
 #: plot_data's columns: AFL++'s, in its order (afl-plot reads them by position; afl.py says
 #: what each means here), then Mallory's own
@@ -106,9 +110,9 @@ class CampaignDir:
         try:
             for sub in ("schedules", "bugs", "runs"):
                 (self.root / sub).mkdir(parents=True, exist_ok=True)
+            # campaign.json last: a directory that has it has everything a campaign needs
+            atomic_write(self.root / "plot_data", ("# " + ", ".join(PLOT_COLUMNS) + "\n").encode())
             self.write_config(config)
-            with open(self.root / "plot_data", "w") as f:
-                f.write("# " + ", ".join(PLOT_COLUMNS) + "\n")
         except OSError as exc:
             raise MalloryError(f"cannot create the campaign directory {self.root}: {exc.strerror}") from None
 
@@ -180,7 +184,8 @@ class CampaignDir:
     def append_plot(self, row: Mapping[str, Any]) -> None:
         """One line of plot_data: `row`'s values (by PLOT_COLUMNS' names) in the file's
         columns, a renamed column's under its old name ("" for a missing one)."""
-        if self._plot_columns is None:
+        if self._plot_columns is None:  # the first append of this incarnation
+            cut_torn_tail(self.root / "plot_data")
             self._plot_columns = self.plot_columns()
         line = ", ".join(str(row.get(RENAMED_PLOT_COLUMNS.get(c, c), "")) for c in self._plot_columns)
         with open(self.root / "plot_data", "a") as f:
@@ -229,6 +234,7 @@ class CampaignDir:
         bundle = self.root / "bugs" / safe
         line = {"schedule": schedule.get("index"), "time": time.time(), **(sighting or {})}
         if bundle.exists():
+            cut_torn_tail(bundle / "sightings.jsonl")
             with open(bundle / "sightings.jsonl", "ab") as f:
                 f.write(orjson.dumps(line) + b"\n")
             return bundle

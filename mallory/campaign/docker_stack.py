@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 from mallory.campaign.observed import ObservedStack
 from mallory.cluster.docker import DockerCluster
-from mallory.cluster.registry import cleanup_run, list_runs
+from mallory.cluster.registry import cleanup_run, list_runs, run_status
 from mallory.errors import MalloryError
 from mallory.mediator import API_PORT, BATCH_PORT
 from mallory.mediator.client import MediatorClient
@@ -84,13 +84,18 @@ class ObservedDockerCluster(ObservedStack):
 
 def cleanup_project_runs(project: str, state_root: Path | None = None) -> list[str]:
     """Clean up the registered runs over `project` (and only those: a state root may hold
-    netns runs too)."""
+    netns runs too). A live one (its controller still runs) is never touched: MalloryError,
+    as two controllers cannot drive one project."""
     removed: list[str] = []
     for record in list_runs(state_root):
         try:
-            owner = json.loads(record.layout_path.read_text()).get("project")
+            over = json.loads(record.layout_path.read_text()).get("project")
         except (OSError, ValueError):
             continue
-        if owner == project:
-            removed += cleanup_run(record)
+        if over != project:
+            continue
+        if run_status(record) == "live":
+            raise MalloryError(f"compose project {project!r} is driven by run {record.name!r} "
+                               f"(pid {record.owner.pid}), which still runs")
+        removed += cleanup_run(record)
     return removed

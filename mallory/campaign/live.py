@@ -18,6 +18,7 @@ from mallory.campaign.config import NO_WORKLOAD, CampaignConfig
 from mallory.campaign.directory import CampaignDir
 from mallory.campaign.loop import Campaign, ScriptedStep, report_json
 from mallory.campaign.netns_stack import ObservedCluster
+from mallory.files import atomic_write
 from mallory.harness.adapter import ProcessAdapter, SutAdapter, TakesEnvOverlay
 from mallory.harness.runner import RunConfig
 from mallory.harness.session import start_all, teardown_all
@@ -78,7 +79,7 @@ def live_parts(config: CampaignConfig, directory: CampaignDir, run_name: str) ->
     adapter = checks = None
     try:
         backend = stack.cluster
-        (directory.root / "cluster.json").write_text(backend.layout.to_json())
+        atomic_write(directory.root / "cluster.json", backend.layout.to_json().encode())
         adapter = stack.adapter
         controls = NodeControls(backend.record, list(backend.nodes)).prepare()
         # An adapter that cannot take the shim's env goes without: the nemesis refuses
@@ -108,5 +109,5 @@ def replay_script(config: CampaignConfig, directory: CampaignDir, run_name: str,
     with live_parts(config, directory, run_name) as live:
         # The learner only observes here; it never chooses.
         campaign = Campaign(directory, Learner.create(policy="random"), live.windows, live.nemesis, config.loop_config(),
-                            checker=live.checks, on_action=live.record_action)
+                            checker=live.checks, on_action=live.record_action, watchdog=live.stack)
         return campaign.run_schedule(0, script=script, seed=seed)

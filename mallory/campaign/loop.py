@@ -12,6 +12,15 @@ Faults accumulate within a schedule (a partition, then a kill while it lasts); b
 nemesis's actions the learner may choose `heal` (heal every active fault, Jepsen's :stop)
 or `noop`.
 
+The campaign's own machinery can die too (a watchdog, `Watchdog`, is asked at the start of
+a schedule, after every step's window and after the reset, so a death is noticed within one
+step). A component the watchdog restarted (an observer) leaves a gap in what was observed:
+that step's window teaches the learner nothing (like a late one), the schedule's record
+lists the gap under `unobserved`, and its findings are kept out of the bugs (listed as
+`unobserved_findings`): packets the dead component held were dropped, a fault nobody chose.
+A component it cannot restart (the mediator) raises `ComponentDied`: the schedule in flight
+is dropped whole (no record, no learner checkpoint), so `--resume` redoes it.
+
 The loop does no I/O of its own beyond the campaign directory: the window source (the
 mediator's timeline), the nemesis, the checks and the clock are handed in, so the same loop
 runs against a live cluster and, in tests, against named fakes.
@@ -23,7 +32,8 @@ import hashlib
 import random
 import shlex
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, is_dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -91,6 +101,21 @@ class Checker(Protocol):
 
     def check_schedule(self, index: int, record: dict[str, Any]) -> list[BugEvidence]:
         """The schedule ended and the cluster was reset: what did it find?"""
+        ...
+
+
+class ComponentDied(MalloryError):
+    """A part of the campaign's machinery died and the campaign cannot go on (the message
+    says which, and where its log is)."""
+
+    exit_code = 69  # sysexits' EX_UNAVAILABLE: a service the command needs went away
+
+
+class Watchdog(Protocol):
+    def revive_dead(self) -> list[str]:
+        """Restart the components found dead since the last call and wait until they work
+        again; their names ("observer n2"), empty when all were alive. ComponentDied for
+        one whose death ends the campaign."""
         ...
 
 
@@ -175,6 +200,7 @@ class Campaign:
         info: dict[str, Any] | None = None,
         on_action: Callable[[str, Any], None] | None = None,
         waypoints: Waypoints | None = None,
+        watchdog: Watchdog | None = None,
     ) -> None:
         self.dir = directory
         self.learner = learner
@@ -195,7 +221,9 @@ class Campaign:
         self.on_action = on_action or (lambda action, report: None)
         #: predicates over windows that give schedules levels (None: no waypoints)
         self.waypoints = waypoints
-        self._families: list[str] = []  # the fault families in force, for the waypoints
+        #: restarts dead components of the live stack (None: nothing to watch)
+        self.watchdog = watchdog
+        self._families: list[str] = []  # the fault families in force, for waypoints and the learner
         self._restore_progress()
 
     def _restore_progress(self) -> None:
@@ -255,32 +283,55 @@ class Campaign:
         if self.checker is not None:
             self.checker.begin_schedule(index)
 
-        # Orient: where does the schedule start from?
+        # Orient: where does the schedule start from? (Not from a window with a gap in it.)
+        gap = self._revive(record, "start")
         end = self.source.now_ns()
         first = self._feedback(end - window_ns, end)
-        observed = self.learner.observe_window(first.summary if first.complete else None, first.pairs)  # no faults yet
+        observed = self.learner.observe_window(first.summary if first.complete and not gap else None, first.pairs)
         record["initial_state"] = None if observed is None else observed[0].state_id
         if observed is not None:
             self.progress.current_state = observed[0].state_id
         self.progress.pairs_covered = len(self.learner.coverage)
         active: list[Any] = []
         self._families.clear()
-        level = 0
         try:
-            for step in range(cfg.steps if script is None else len(script)):
-                if stop():
-                    break
-                planned = ScriptedStep(self.learner.next_action(self.actions()), step) if script is None else script[step]
-                window_s = cfg.window_s if planned.window_s is None else planned.window_s
-                entry = self._step(step, planned.action, step_rng(seed, planned.draw), int(window_s * 1e9), active)
-                entry.update(draw=planned.draw, window_s=window_s)
-                record["steps"].append(entry)
-                level = max(level, entry.get("waypoint") or 0)
-        finally:
-            if self.waypoints is not None and level:
-                record["waypoint"] = self.waypoints.names[level - 1]
-                reached = self.progress.waypoints_reached
-                reached[record["waypoint"]] = reached.get(record["waypoint"], 0) + 1
+            with self._deaths_explained(record):
+                for step in range(cfg.steps if script is None else len(script)):
+                    if stop():
+                        break
+                    planned = ScriptedStep(self.learner.next_action(self.actions()), step) if script is None else script[step]
+                    window_s = cfg.window_s if planned.window_s is None else planned.window_s
+                    entry = self._step(step, planned.action, step_rng(seed, planned.draw), int(window_s * 1e9), active, record)
+                    entry.update(draw=planned.draw, window_s=window_s)
+                    record["steps"].append(entry)
+        except ComponentDied:
+            raise  # the schedule in flight is dropped: no record, no checkpoint (--resume redoes it)
+        except BaseException:
+            self._end_schedule(index, record, active)
+            raise
+        self._end_schedule(index, record, active)
+        return record
+
+    @contextmanager
+    def _deaths_explained(self, record: dict[str, Any]) -> Iterator[None]:
+        """A failure while a component lay dead (a call to a dead mediator) ends as that
+        death (ComponentDied, from the watchdog), not as the failure it caused."""
+        try:
+            yield
+        except ComponentDied:
+            raise
+        except Exception:
+            self._revive(record, "failure")
+            raise
+
+    def _end_schedule(self, index: int, record: dict[str, Any], active: list[Any]) -> None:
+        """Heal, reset, check and record the schedule, whatever ended its steps."""
+        level = max((entry.get("waypoint") or 0 for entry in record["steps"]), default=0)
+        if self.waypoints is not None and level:
+            record["waypoint"] = self.waypoints.names[level - 1]
+            reached = self.progress.waypoints_reached
+            reached[record["waypoint"]] = reached.get(record["waypoint"], 0) + 1
+        with self._deaths_explained(record):
             self._enter("healing")
             problems = self._heal_all(active)
             if problems:
@@ -289,10 +340,18 @@ class Campaign:
             self.progress.current_fault = "reset"
             self._enter("resetting")
             record["reset"] = report_json(self.nemesis.reset())
-            self.sleeper.sleep(cfg.reset_s)
-            record["ended_ns"] = self.source.now_ns()
-            self._finish(index, record)
-        return record
+        self.sleeper.sleep(self.config.reset_s)
+        record["ended_ns"] = self.source.now_ns()
+        self._revive(record, "reset")
+        self._finish(index, record)
+
+    def _revive(self, record: dict[str, Any], at: str | int) -> list[str]:
+        """Ask the watchdog; components it restarted are a gap in the schedule's observation
+        at `at` (a step number, "start", "reset"), noted in the record. ComponentDied passes."""
+        revived = self.watchdog.revive_dead() if self.watchdog is not None else []
+        if revived:
+            record.setdefault("unobserved", []).append({"at": at, "restarted": revived})
+        return revived
 
     def _enter(self, phase: str) -> None:
         """Tell the status screen what the loop does now (it may take a while)."""
@@ -315,7 +374,9 @@ class Campaign:
             self.progress.feedback_ms.append((time.monotonic() - asked) * 1e3)
         return window
 
-    def _step(self, step: int, action: str, rng: random.Random, window_ns: int, active: list[Any]) -> dict[str, Any]:
+    def _step(
+        self, step: int, action: str, rng: random.Random, window_ns: int, active: list[Any], record: dict[str, Any]
+    ) -> dict[str, Any]:
         self.progress.current_fault = action
         self.on_update(self.progress)
         t0 = self.source.now_ns()
@@ -337,6 +398,7 @@ class Campaign:
         if refused is None:
             self.on_action(action, report)
         self.sleeper.sleep(max(0.0, (t0 + window_ns - self.source.now_ns()) / 1e9))
+        gap = self._revive(record, step)
         t1 = max(self.source.now_ns(), t0 + window_ns)
         window = self._feedback(t0, t1)
         entry: dict[str, Any] = {
@@ -348,15 +410,17 @@ class Campaign:
             "window_ns": [t0, t1],
             "events": window.events,
             "late": not window.complete,
+            **({"unobserved": gap} if gap else {}),
         }
         p = self.progress
         p.steps_done += 1
         waypoint = 0
-        if self.waypoints is not None and window.complete:
+        observable = window.complete and not gap  # a window with a gap teaches nothing
+        if self.waypoints is not None and observable:
             waypoint = self.waypoints.level(window.types, self._families)
         covered = len(self.learner.coverage)
         observed = self.learner.observe_window(
-            window.summary if window.complete else None, window.pairs, waypoint, self._families
+            window.summary if observable else None, window.pairs, waypoint, self._families
         )
         if observed is not None:
             match, reward = observed
@@ -369,8 +433,9 @@ class Campaign:
                 p.last_new_state_s = p.elapsed_s()
             if new_pairs:
                 p.last_new_pair_s = p.elapsed_s()
-        else:  # late: no state, no reward (see Learner.observe_window)
-            p.late_steps += 1
+        else:  # late or unobserved: no state, no reward (see Learner.observe_window)
+            if not window.complete:
+                p.late_steps += 1
             entry.update(state=None, new=None, reward=None)
         p.states = len(self.learner.store)
         p.pairs_covered = len(self.learner.coverage)
@@ -395,6 +460,9 @@ class Campaign:
         p = self.progress
         self._enter("checking")
         findings = self.checker.check_schedule(index, record) if self.checker else []
+        if record.get("unobserved"):  # not blamed on the faults: a dead component may have caused them
+            record["unobserved_findings"] = [f.signature for f in findings]
+            findings = []
         record["findings"] = [f.signature for f in findings]
         if _needs_restart(record):
             # The next schedule must start from a working cluster, not inherit a wedged one.

@@ -2,7 +2,27 @@
 docker: mallory/campaign/docker_stack.py): the mediator started in the gateway and waited for, an
 observer per node (with the adapter's log patterns), every observer's first batch waited
 for, and `close()` stopping them all before the cluster goes down. Each backend says only
-how its mediator and observers are invoked."""
+how its mediator and observers are invoked.
+
+The mediator's API token reaches it in a file of the run's state directory (mode 0600,
+removed with the run), never on its command line, where any local user could read it.
+
+The stack is the campaign's watchdog (`revive_dead`, asked once per step; see
+mallory/campaign/loop.py). Neither component's death blackholes the SUT: their NFQUEUE rules
+carry --queue-bypass, so packets flow unqueued while no reader is bound (only the packets
+the dead reader held are lost), and a reader that falls behind fails open. What a death
+costs is observation, and each component is treated by what it holds:
+
+    observer   restarted. It holds nothing that a new one cannot pick up: it re-installs
+               its rules, resumes the node's ring at the cursor its predecessor published
+               and its log tail at the saved cursor, and the mediator takes its batches as a
+               new incarnation. The steps until its first batch are unobserved.
+    mediator   ends the campaign (ComponentDied). It holds the faults in force (firewall
+               rules), the timeline the windows come from and the recording; a new one would
+               start with none of them while the nemesis believes its faults still act. The
+               schedule in flight is dropped, so `mallory fuzz --resume` continues from the
+               last whole schedule.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +31,7 @@ import signal
 from pathlib import Path
 from typing import Any, Callable, Self
 
+from mallory.campaign.loop import ComponentDied
 from mallory.cluster.backend import NodeProcess
 from mallory.cluster.journaled import GATEWAY
 from mallory.errors import MalloryError
@@ -20,11 +41,13 @@ from mallory.observer.log_events import write_watch_file
 from mallory.polling import wait_until
 
 log = logging.getLogger(__name__)
+TOKEN_FILE = "mediator.token"  # in the run's state directory (mallory/cluster/registry.py)
 
 
 class ObservedStack:
-    """Subclasses set `cluster`, `client` and `token`, and say how the mediator and an
-    observer are invoked; `start_timeout` bounds the wait for each to come up."""
+    """Subclasses set `cluster` (a JournaledCluster: its run's state directory holds the
+    token file), `client` and `token`, and say how the mediator and an observer are invoked;
+    `start_timeout` bounds the wait for each to come up."""
 
     cluster: Any
     client: MediatorClient
@@ -37,8 +60,8 @@ class ObservedStack:
         self.adapter: Any = None
 
     def _mediator_command(self) -> list[str]:
-        """`mallory mediator` and the backend's own arguments (token, ready file, skew and
-        recording are added here)."""
+        """`mallory mediator` and the backend's own arguments (token file, ready file, skew
+        and recording are added here)."""
         raise NotImplementedError
 
     def _observer_command(self, node: str) -> list[str]:
@@ -60,7 +83,11 @@ class ObservedStack:
     def _start_mediator(self, record_dir: Path | None, skew_ms: float) -> None:
         ready = self.cluster.data_dir(GATEWAY) / "mediator.ready"
         ready.unlink(missing_ok=True)
-        argv = [*self._mediator_command(), "--token", self.token, "--ready-file", str(ready), "--skew-ms", str(skew_ms)]
+        # The token travels in a file only we can read, never in argv (any local user reads
+        # /proc/<pid>/cmdline); it goes with the run's state directory.
+        token_file = self.cluster.record.write_secret(TOKEN_FILE, self.token)
+        argv = [*self._mediator_command(), "--token-file", str(token_file), "--ready-file", str(ready),
+                "--skew-ms", str(skew_ms)]
         if record_dir is not None:
             argv += ["--record", str(record_dir)]
         log.info("starting the mediator in the gateway")
@@ -72,20 +99,54 @@ class ObservedStack:
     def _start_observers(self) -> None:
         log.info("starting an observer on each node")
         for node in self.cluster.nodes:
-            argv = self._observer_command(node)
-            watched = self.adapter.log_watch(node) if isinstance(self.adapter, LogWatching) else []
-            if watched:  # the adapter's log lines become LOG events
-                path = self.cluster.data_dir(GATEWAY) / f"log-events-{node}.json"
-                write_watch_file(str(path), watched)
-                argv += ["--log-events", str(path)]
-            self.observers.append(self.cluster.spawn(node, argv, name="observer"))
-
-        def all_reporting() -> bool:
-            reported = self.client.metrics()["ingest"]["nodes"]
-            return all(reported.get(n, {}).get("batches", 0) > 0 for n in self.cluster.nodes)
-
+            self.observers.append(self._spawn_observer(node))
         log.info("waiting for every observer's first batch")
-        wait_until(all_reporting, self.start_timeout, "batches from every observer")
+        self._wait_for_batches({node: 0 for node in self.cluster.nodes})
+
+    def _spawn_observer(self, node: str) -> NodeProcess:
+        argv = self._observer_command(node)
+        watched = self.adapter.log_watch(node) if isinstance(self.adapter, LogWatching) else []
+        if watched:  # the adapter's log lines become LOG events
+            path = self.cluster.data_dir(GATEWAY) / f"log-events-{node}.json"
+            write_watch_file(str(path), watched)
+            argv += ["--log-events", str(path)]
+        return self.cluster.spawn(node, argv, name="observer")
+
+    def _batches(self) -> dict[str, int]:
+        """Batches the mediator has ingested from each node so far."""
+        reported = self.client.metrics()["ingest"]["nodes"]
+        return {node: reported.get(node, {}).get("batches", 0) for node in self.cluster.nodes}
+
+    def _wait_for_batches(self, after: dict[str, int]) -> None:
+        """Until every node in `after` has delivered a batch beyond its count there."""
+        what = f"batches from the observer{'s' if len(after) > 1 else ''} of {', '.join(after)}"
+        wait_until(lambda: all(n > after[node] for node, n in self._batches().items() if node in after),
+                   self.start_timeout, what)
+
+    def revive_dead(self) -> list[str]:
+        """The watchdog: a dead mediator ends the campaign (ComponentDied); each dead observer
+        is restarted, and waited for until its first batch arrives. The observers restarted,
+        as "observer NODE" (see the module docstring for why each is treated so)."""
+        if self.mediator_proc is not None and not self.cluster.is_running(self.mediator_proc):
+            proc = self.mediator_proc
+            raise ComponentDied(f"the mediator (pid {proc.pid}) {_death(self.cluster.wait(proc, 0))}; "
+                                f"its log: {proc.log_path}")
+        dead = [i for i, proc in enumerate(self.observers) if not self.cluster.is_running(proc)]
+        if not dead:
+            return []
+        before = self._batches()
+        for i in dead:
+            old = self.observers[i]
+            log.warning("watchdog: the observer of %s (pid %d) %s; restarting it",
+                        old.node, old.pid, _death(self.cluster.wait(old, 0)))
+            self.observers[i] = self._spawn_observer(old.node)
+        nodes = [self.observers[i].node for i in dead]
+        try:
+            self._wait_for_batches({node: before[node] for node in nodes})
+        except MalloryError as exc:
+            logs = ", ".join(str(self.observers[i].log_path) for i in dead)
+            raise ComponentDied(f"an observer died and did not come back ({exc}); its log: {logs}") from None
+        return [f"observer {node}" for node in nodes]
 
     def close(self) -> None:
         log.info("stopping the observers and the mediator, removing the cluster")
@@ -104,3 +165,15 @@ class ObservedStack:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _death(status: int | None) -> str:
+    """How a process ended, from its exit status as the backends report it."""
+    if status is None or status == -1:  # not ours to reap, or still a zombie
+        return "died"
+    if status < 0:
+        try:
+            return f"was killed by {signal.Signals(-status).name}"
+        except ValueError:
+            return f"was killed by signal {-status}"
+    return f"exited with status {status}"

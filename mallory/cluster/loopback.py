@@ -20,10 +20,13 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from mallory.cluster.backend import NodeProcess
+from mallory.cluster.registry import ProcessId
 from mallory.errors import MalloryError
 
 #: The shm ring names a loopback backend gives its nodes (MALLORY_SHM): the owning process's
-#: pid, so rings a killed process left behind can be told from live ones.
+#: pid, so rings a killed process left behind can be told from live ones. A name holds the
+#: pid alone (no start ticks, unlike a registered run's owner): a dead owner's pid reused by
+#: another process keeps its rings until that one ends too, which errs on the safe side.
 _RING = re.compile(r"^mallory-(\d+)-(n\d+)$")
 
 
@@ -33,25 +36,16 @@ def _ring_name(pid: int, node: str) -> str:
 
 def remove_dead_rings(claimed: AbstractSet[str] = frozenset()) -> list[str]:
     """Unlink loopback rings whose owning process is gone (left by a kill -9), except names
-    in `claimed` (a netns run named like a number uses the same shape: its journal claims it)."""
+    in `claimed` (a netns run named like a number uses the same shape: its journal claims it).
+    Liveness is judged as for a registered run's owner (registry.ProcessId)."""
     removed = []
     for path in sorted(Path("/dev/shm").glob("mallory-*")):
         found = _RING.match(path.name)
-        if found is None or f"/{path.name}" in claimed or _alive(int(found.group(1))):
+        if found is None or f"/{path.name}" in claimed or ProcessId(int(found.group(1)), None).alive():
             continue
         path.unlink(missing_ok=True)
         removed.append(f"shm /{path.name}")
     return removed
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    return True
 
 
 class LoopbackBackend:

@@ -3,8 +3,11 @@
 Every run owns a state directory `<state root>/<run>/` (state root: $MALLORY_STATE_DIR or
 /run/mallory). In it:
 
-    run.json     {"name", "index", "data_root"}: written when the run is registered; the
-                 index (0..MAX_RUNS-1) picks the run's address range so runs coexist.
+    run.json     {"name", "index", "data_root", "owner"}: written when the run is registered;
+                 the index (0..MAX_RUNS-1) picks the run's address range so runs coexist;
+                 the owner ({"pid", "start"}: the registering process, known by its pid and
+                 start ticks so a reused pid is not mistaken for it) is null once the run is
+                 detached (`mallory cluster up` leaves a run for use by hand).
     journal      one JSON object per line, appended (and flushed to the kernel) before the
                  thing it names exists:
                    {"netns": "mal-r1-gw"}                a network namespace
@@ -18,6 +21,13 @@ Every run owns a state directory `<state root>/<run>/` (state root: $MALLORY_STA
                                                          namespaces, so the gap is covered)
     layout.json  the cluster layout (mallory.cluster.netns.ClusterLayout), for readers such as the
                  mediator.
+    secrets      files only their owner can read (`RunRecord.write_secret`: the mediator's
+                 API token), so no secret travels on a command line.
+
+A run is *live* while its owner process runs, *detached* when it has no owner, and *stale*
+when its owner is gone (killed, or crashed before its cleanup). `mallory cleanup` removes
+stale runs only (`run_status`): a live run belongs to a campaign running beside the user,
+and a detached one to someone working by hand (`mallory cluster down RUN` removes it).
 
 `cleanup_run` undoes a journal in a safe order (processes, namespaces, root links, shm,
 directories) and tolerates anything already gone, so it works after `kill -9` of the
@@ -37,9 +47,10 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Literal
 
 from mallory.errors import MalloryError
+from mallory.files import atomic_write
 
 DEFAULT_STATE_ROOT = Path("/run/mallory")
 DEFAULT_DATA_ROOT = Path("/var/lib/mallory")
@@ -96,14 +107,43 @@ def proc_state(pid: int) -> str | None:
     return chr(stat[stat.rindex(b")") + 2])  # comm may hold ") ": the state follows the last
 
 
+@dataclass(frozen=True)
+class ProcessId:
+    """One process for as long as it lives: its pid and its start ticks (None: unknown,
+    then the pid alone names it). A pid the kernel reused for another process has other
+    start ticks, so it is never taken for this one."""
+
+    pid: int
+    start: int | None
+
+    @classmethod
+    def current(cls) -> "ProcessId":
+        return cls(os.getpid(), proc_start_ticks(os.getpid()))
+
+    def alive(self) -> bool:
+        """The process runs (a zombie does not: it only waits to be reaped)."""
+        state = proc_state(self.pid)
+        if state is None or state == "Z":
+            return False
+        return self.start is None or proc_start_ticks(self.pid) == self.start
+
+    def to_json(self) -> dict[str, int | None]:
+        return {"pid": self.pid, "start": self.start}
+
+
+RunStatus = Literal["live", "detached", "stale"]
+
+
 @dataclass
 class RunRecord:
-    """A registered run: its name, index and where its state lives."""
+    """A registered run: its name, index, where its state lives, and its owner process
+    (None: detached, or unknown for a run killed while registering)."""
 
     name: str
     index: int
     state_dir: Path
     data_root: Path
+    owner: ProcessId | None = None
 
     @property
     def journal_path(self) -> Path:
@@ -117,6 +157,15 @@ class RunRecord:
     def run_dir(self) -> Path:
         """Where the run's node data and logs live: <data root>/<run>/."""
         return self.data_root / self.name
+
+    def write_secret(self, name: str, text: str) -> Path:
+        """Write `text` to a file of the run's state directory that only this user can read
+        (mode 0600 from its creation), for a process of the run to read instead of taking
+        the secret on its command line. It goes with the state directory when the run is
+        cleaned up."""
+        path = self.state_dir / name
+        atomic_write(path, text.encode(), private=True)
+        return path
 
     def record(self, **entry: object) -> None:
         """Append one journal entry and hand it to the kernel before returning, so a
@@ -174,11 +223,33 @@ def register_run(
             raise MalloryError(f"all {MAX_RUNS} run slots in {root} are taken; `mallory cleanup` stale runs")
         cursor_path.write_text(str((free[0] + 1) % MAX_RUNS))
         state_dir.mkdir()
-        record = RunRecord(name, free[0], state_dir, data)
-        (state_dir / "run.json").write_text(
-            json.dumps({"name": name, "index": record.index, "data_root": str(data)})
-        )
+        record = RunRecord(name, free[0], state_dir, data, ProcessId.current())
+        _write_meta(record)
         return record
+
+
+def _write_meta(record: RunRecord) -> None:
+    meta = {"name": record.name, "index": record.index, "data_root": str(record.data_root),
+            "owner": record.owner.to_json() if record.owner is not None else None}
+    atomic_write(record.state_dir / "run.json", json.dumps(meta).encode())
+
+
+def detach_run(record: RunRecord) -> None:
+    """Leave the run to no process: it outlives the one that made it (`mallory cluster up`)
+    and `mallory cleanup` without arguments keeps it."""
+    record.owner = None
+    with _registry_lock(record.state_dir.parent):
+        _write_meta(record)
+
+
+def run_status(record: RunRecord) -> RunStatus:
+    """live: its owner process runs; detached: it has no owner by design; stale: its owner
+    is gone, or it never finished registering."""
+    if record.index < 0:  # no readable run.json (see list_runs)
+        return "stale"
+    if record.owner is None:
+        return "detached"
+    return "live" if record.owner.alive() else "stale"
 
 
 def load_run(name: str, root: Path | None = None) -> RunRecord:
@@ -190,7 +261,9 @@ def load_run(name: str, root: Path | None = None) -> RunRecord:
         raise MalloryError(f"no run named {name!r} in {root}") from None
     except ValueError as exc:
         raise MalloryError(f"{state_dir / 'run.json'}: not valid JSON ({exc})") from None
-    return RunRecord(meta["name"], int(meta["index"]), state_dir, Path(meta["data_root"]))
+    owner = meta.get("owner")
+    return RunRecord(meta["name"], int(meta["index"]), state_dir, Path(meta["data_root"]),
+                     ProcessId(int(owner["pid"]), owner.get("start")) if owner else None)
 
 
 def list_runs(root: Path | None = None) -> list[RunRecord]:
@@ -204,7 +277,7 @@ def list_runs(root: Path | None = None) -> list[RunRecord]:
             continue
         try:
             runs.append(load_run(child.name, root))
-        except (MalloryError, KeyError, ValueError):
+        except (MalloryError, KeyError, TypeError, ValueError):
             # run.json missing or torn: the run was killed while registering. It still
             # holds its directory; cleanup removes it (index unknown, so nothing to free).
             runs.append(RunRecord(child.name, -1, child, data_root()))
@@ -308,9 +381,18 @@ def claimed(kind: str, root: Path | None = None) -> set[str]:
     return {entry[kind] for run in list_runs(root) for entry in run.entries() if kind in entry}
 
 
-def cleanup_all(root: Path | None = None) -> dict[str, list[str]]:
-    """Clean up every registered run (what `mallory cleanup` does without arguments)."""
-    return {run.name: cleanup_run(run) for run in list_runs(root)}
+def cleanup_all(root: Path | None = None, force: bool = False) -> tuple[dict[str, list[str]], list[tuple[RunRecord, RunStatus]]]:
+    """Clean up every stale registered run, or with `force` every run (what `mallory
+    cleanup` does without arguments): what was removed, per run; and the runs kept (live
+    or detached) with their status."""
+    root = root or state_root()
+    if not root.is_dir():
+        return {}, []
+    with _registry_lock(root):  # a run being registered is seen whole, never half-made
+        statuses = [(run, run_status(run)) for run in list_runs(root)]
+    kept = [] if force else [(run, status) for run, status in statuses if status != "stale"]
+    kept_names = {run.name for run, _ in kept}
+    return {run.name: cleanup_run(run) for run, _ in statuses if run.name not in kept_names}, kept
 
 
 #: Names the netns backend gives what it creates (mallory/cluster/netns.py): namespaces

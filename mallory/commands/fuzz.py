@@ -7,9 +7,10 @@ Brings up a network-namespace cluster with the mediator as gateway and an observ
 node, starts the SUT through its adapter (clock and disk fault controls preloaded), runs the
 workload during every schedule, and lets the campaign loop pick faults. Ctrl-C (or SIGTERM)
 ends the campaign after the current step, resets the cluster and removes it; after a kill -9,
-`mallory cleanup` removes what is left and `--resume DIR` continues from the checkpoint.
-Exits 1 when the campaign holds a bug (as Jepsen's test command does for an invalid
-history), 0 when it holds none.
+`mallory cleanup` removes what is left and `--resume DIR` continues from the checkpoint. A
+dead observer is restarted; a dead mediator ends the campaign the same way, saying so
+(exit status 69; see mallory/campaign/observed.py). Exits 1 when the campaign holds a bug
+(as Jepsen's test command does for an invalid history), 0 when it holds none.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from mallory.campaign.config import (
 )
 from mallory.campaign.directory import CampaignDir
 from mallory.campaign.live import LiveParts, live_parts
-from mallory.campaign.loop import Campaign, RealSleeper, steady_summaries
+from mallory.campaign.loop import Campaign, ComponentDied, RealSleeper, steady_summaries
 from mallory.campaign.status import StatusScreen
 from mallory.campaign.waypoints import Waypoints, load_waypoints, waypoint_names
 from mallory.errors import ExitCode, MalloryError
@@ -256,10 +257,14 @@ def run(args: argparse.Namespace) -> int:
                 campaign = Campaign(
                     directory, _learner(directory, config), live.windows, live.nemesis, config.loop_config(),
                     checker=live.checks, on_update=screen.update, on_action=live.record_action,
-                    info={"cluster_run": run_name}, waypoints=_waypoints(config, live),
+                    info={"cluster_run": run_name}, waypoints=_waypoints(config, live), watchdog=live.stack,
                 )
                 progress = campaign.run(schedules=args.schedules, duration_s=duration, stop=stopping.is_set)
                 screen.phase("tear-down: SUT, observers, mediator, cluster")
+    except ComponentDied as exc:
+        raise ComponentDied(f"{exc}. The campaign stopped and removed its cluster; the schedule in flight was "
+                            f"dropped: `mallory fuzz --resume {directory.root}` continues from the last whole "
+                            "schedule") from None
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)

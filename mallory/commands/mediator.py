@@ -3,6 +3,10 @@
 Run it in the gateway namespace. With `--run RUN` the node addresses and the control
 address come from the run's layout (mallory/cluster/netns.py); otherwise give `--node n1=ADDR`
 for every node and `--api HOST:PORT`.
+
+The API token comes from a file (`--token-file`, which should be readable by its owner
+only) or from $MALLORY_TOKEN, never from the command line: any local user reads a
+process's argv in /proc/<pid>/cmdline or `ps`.
 """
 
 from __future__ import annotations
@@ -30,7 +34,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--node", action="append", default=[], metavar="NAME=ADDR", help="a node and its address (repeat)")
     parser.add_argument("--api", metavar="HOST:PORT", help=f"API address (default: the run's control address, port {API_PORT})")
     parser.add_argument("--batch", metavar="HOST:PORT", default=f"0.0.0.0:{BATCH_PORT}", help="observer batch address")
-    parser.add_argument("--token", default=os.environ.get("MALLORY_TOKEN", ""), help="API token (default: $MALLORY_TOKEN)")
+    parser.add_argument("--token-file", type=Path, metavar="FILE",
+                        help="read the API token from FILE (mode 0600; default: the token in $MALLORY_TOKEN)")
+    # Gone: refused with the way out (and it keeps argparse from taking `--token` as an
+    # abbreviation of --token-file).
+    parser.add_argument("--token", help=argparse.SUPPRESS)
     parser.add_argument("--queue-num", type=int, default=0, help="NFQUEUE number on FORWARD (default 0)")
     parser.add_argument("--no-firewall", action="store_true", help="no NFQUEUE, no iptables: ingest and API only")
     parser.add_argument(
@@ -57,8 +65,28 @@ def _address(text: str, what: str) -> tuple[str, int]:
     return host, int(port)
 
 
+def read_token(token_file: Path | None) -> str:
+    """The API token: FILE's content without surrounding whitespace, or $MALLORY_TOKEN. A
+    file others may read is used, with a warning: the token is only as secret as it."""
+    if token_file is None:
+        return os.environ.get("MALLORY_TOKEN", "")
+    try:
+        token = token_file.read_text().strip()
+        mode = token_file.stat().st_mode
+    except OSError as exc:
+        raise MalloryError(f"--token-file {token_file}: {exc.strerror}") from None
+    if mode & 0o077:
+        print(f"mallory mediator: warning: --token-file {token_file} is readable by others (mode {mode & 0o777:o}); "
+              "chmod 600 it", file=sys.stderr)
+    return token
+
+
 def run(args: argparse.Namespace) -> int:
     from mallory.mediator.service import Mediator
+
+    if args.token is not None:
+        raise MalloryError("--token puts the secret in argv, where any local user reads it (ps, /proc/<pid>/cmdline): "
+                           "use --token-file FILE (mode 0600) or $MALLORY_TOKEN")
 
     nodes: dict[str, str] = {}
     api_host = None
@@ -84,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         mediator = Mediator(
             nodes,
-            token=args.token,
+            token=read_token(args.token_file),
             api_address=api,
             batch_address=_address(args.batch, "--batch"),
             record_dir=args.record,

@@ -55,7 +55,8 @@ def run(args: argparse.Namespace) -> int:
         hit = signature in found
         reappeared += hit
         others = sorted(set(found) - {signature})
+        gap = "; unobserved (an observer was restarted): its findings do not count" if record.get("unobserved") else ""
         print(f"attempt {attempt}: {'bug reappeared' if hit else 'bug did not reappear'}"
-              + (f"; other findings: {', '.join(others)}" if others else ""))
+              + (f"; other findings: {', '.join(others)}" if others else "") + gap)
     print(f"{signature}: reappeared in {reappeared}/{args.attempts} attempts")
     return ExitCode.OK if reappeared else ExitCode.FAILED

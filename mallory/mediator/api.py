@@ -27,12 +27,27 @@ the change took to take effect. /status lists the rules with their `affected` so
 
 EDN instead of JSON (the Clojure Jepsen bridge): send `Content-Type: application/edn`
 and/or `Accept: application/edn`; same routes, same checks (see edn_api.py).
+
+Whatever a client sends, the answer is a status line and a JSON (or EDN) body; every
+rejection is a 4xx with {"error": reason} (reasons are clipped to MAX_REASON characters),
+and 5xx means a bug of ours. That includes what the stdlib's HTTP parser refuses: a bad
+request line (400), an unknown method (405 here, not 501), an unsupported HTTP version
+(400, not 505), too long a line or too many headers (414, 431). A body is at most MAX_BODY
+bytes, with a Content-Length (411 without one: chunked bodies are refused) that the bytes
+sent must reach (400 when the client stops short). A connection waits at most
+`request_timeout` seconds for each read (408 while a body is awaited): a slow client holds
+its own thread, never the server. A connection whose request body was not read in full is
+closed after the answer, so its leftover bytes are never taken for a next request.
 """
 
 from __future__ import annotations
 
 import hmac
+import socket
+import sys
 import threading
+import time
+import traceback
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
@@ -46,8 +61,16 @@ from mallory.mediator.windows import Window
 
 TOKEN_HEADER = "X-Mallory-Token"
 MAX_BODY = 1 << 20
+MAX_REASON = 300  # characters of a rejection's reason (it may quote what was sent)
+REQUEST_TIMEOUT_S = 10.0  # per read of a connection
+LINGER_S = 1.0  # at most this long, a closing connection drains what the client still sends
 CLIENT_TYPES = ("invoke", "ok", "fail", "info")
 MAX_CLIENT_BATCH = 1000
+MAX_PROCESS = (1 << 63) - 1  # client process ids: the recording's ids are 64-bit (Java longs)
+MAX_TEST_NAME = 128
+#: The stdlib parser's own rejections and what they mean here: the request is at fault.
+_PARSER_STATUS = {HTTPStatus.NOT_IMPLEMENTED: HTTPStatus.METHOD_NOT_ALLOWED,
+                  HTTPStatus.HTTP_VERSION_NOT_SUPPORTED: HTTPStatus.BAD_REQUEST}
 
 
 Link = tuple[str, str]
@@ -89,6 +112,12 @@ class BadRequest(Exception):
         self.status = status
 
 
+def _brief(value: object) -> str:
+    """A value as a reason quotes it: its repr, clipped."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
 def _field(body: dict, name: str, kind: type, required: bool = True) -> Any:
     if name not in body:
         if required:
@@ -96,9 +125,9 @@ def _field(body: dict, name: str, kind: type, required: bool = True) -> Any:
         return None
     value = body[name]
     if kind is int and (type(value) is not int):
-        raise BadRequest(f"field {name!r} must be an integer, got {value!r}")
+        raise BadRequest(f"field {name!r} must be an integer, got {_brief(value)}")
     if kind is not int and not isinstance(value, kind):
-        raise BadRequest(f"field {name!r} must be {kind.__name__}, got {value!r}")
+        raise BadRequest(f"field {name!r} must be {kind.__name__}, got {_brief(value)}")
     return value
 
 
@@ -112,7 +141,7 @@ def parse_links(value: object) -> list[Link]:
         elif type(item) is list and len(item) == 2 and all(type(x) is str for x in item):
             src, dst = item
         else:
-            raise BadRequest(f"bad link {item!r}: use \"a->b\" or [a, b]")
+            raise BadRequest(f"bad link {_brief(item)}: use \"a->b\" or [a, b]")
         links.append((src.strip(), dst.strip()))
     return links
 
@@ -122,22 +151,37 @@ def _client_op(body: dict) -> tuple[int, str, str]:
     process = _field(body, "process", int)
     kind = _field(body, "type", str)
     f = _field(body, "f", str)
-    if process < 0:
-        raise BadRequest("'process' must be non-negative")
+    if not 0 <= process <= MAX_PROCESS:
+        raise BadRequest(f"'process' must be non-negative and below 2^63, got {_brief(process)}")
     if kind not in CLIENT_TYPES:
-        raise BadRequest(f"'type' must be one of {list(CLIENT_TYPES)}, got {kind!r}")
+        raise BadRequest(f"'type' must be one of {list(CLIENT_TYPES)}, got {_brief(kind)}")
     if not f or len(f) > 64:
         raise BadRequest("'f' must be a non-empty string of at most 64 characters")
     return process, kind, f
 
 
+def _test_name(body: dict) -> str:
+    name = _field(body, "name", str)
+    if not 0 < len(name) <= MAX_TEST_NAME:
+        raise BadRequest(f"'name' must be a string of 1..{MAX_TEST_NAME} characters")
+    return name
+
+
 class _Handler(BaseHTTPRequestHandler):
     server: "ApiServer"
     protocol_version = "HTTP/1.1"
+    # An answer always has a status line, even to a request line the parser cannot read
+    # (the stdlib's default, HTTP/0.9, answers with a bare body).
+    default_request_version = "HTTP/1.0"
     # Headers and body go out as two writes; with Nagle on, a keep-alive client (the Jepsen
     # bridge) waits out its delayed ACK (~40 ms) for the body of every answer.
     disable_nagle_algorithm = True
     _edn = False  # set per request: answer in EDN (see edn_api)
+    _body_read = True  # set per request: the request's body (if any) was read in full
+
+    def setup(self) -> None:
+        self.timeout = self.server.request_timeout  # the socket's, for every read
+        super().setup()
 
     def log_message(self, format: str, *args: Any) -> None:  # quiet: the mediator has metrics
         pass
@@ -148,11 +192,34 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         self._dispatch("POST")
 
+    def parse_request(self) -> bool:
+        if not self.raw_requestline.strip():  # the stdlib would close without a word
+            self.command, self.requestline, self.request_version = None, "", self.default_request_version
+            self.send_error(HTTPStatus.BAD_REQUEST, "empty request line")
+            return False
+        return super().parse_request()
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """The stdlib parser's rejections, answered like the API's own (see the module
+        docstring); the connection is closed, as the parser wants."""
+        status = _PARSER_STATUS.get(HTTPStatus(code), HTTPStatus(code))
+        reason = message or HTTPStatus(code).phrase
+        if code == HTTPStatus.NOT_IMPLEMENTED:
+            reason = f"method {_brief(self.command)} is not served; use GET or POST"
+        self._edn, self._body_read = False, True  # headers may be unread: JSON, and the connection closes
+        self.close_connection = True
+        self._reject(status, reason)
+
     def _dispatch(self, method: str) -> None:
         api = self.server
         edn_body = edn_api.is_edn(self.headers.get("Content-Type"))
         self._edn = edn_body or edn_api.is_edn(self.headers.get("Accept"))
+        # Where the next request starts is known once a POST's body is read (a GET has none).
+        self._body_read = method != "POST" and not self._declares_body()
         try:
+            if self.headers.defects:  # the parser dropped every header after a broken line
+                self._body_read = False  # and so where this request ends
+                raise BadRequest("malformed header section (a line without a colon?)")
             token = self.headers.get(TOKEN_HEADER, "")
             if not hmac.compare_digest(token.encode(), api.token.encode()):
                 raise BadRequest(f"missing or wrong {TOKEN_HEADER} header", HTTPStatus.UNAUTHORIZED)
@@ -160,28 +227,46 @@ class _Handler(BaseHTTPRequestHandler):
             route = api.routes.get((method, self.path.split("?")[0]))
             if route is None:
                 known = sorted({p for _, p in api.routes})
-                raise BadRequest(f"no {method} {self.path}; paths: {', '.join(known)}", HTTPStatus.NOT_FOUND)
+                raise BadRequest(f"no {method} {self.path[:80]}; paths: {', '.join(known)}", HTTPStatus.NOT_FOUND)
             result = route(body)
         except BadRequest as exc:
-            api.count_rejected(exc.reason)
-            self._reply(exc.status, {"error": exc.reason})
+            self._reject(exc.status, exc.reason)
             return
         except MalloryError as exc:
-            api.count_rejected(str(exc))
-            self._reply(HTTPStatus.UNPROCESSABLE_ENTITY, {"error": str(exc)})
+            self._reject(HTTPStatus.UNPROCESSABLE_ENTITY, str(exc))
             return
         except Exception as exc:  # a bug must not take the API down; say what it was
-            self._reply(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": f"{type(exc).__name__}: {exc}"})
+            api.count_bug(exc)
+            self._reply(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": f"{type(exc).__name__}: {exc}"[:MAX_REASON]})
             return
         self._reply(HTTPStatus.OK, result)
 
+    def _reject(self, status: HTTPStatus, reason: str) -> None:
+        reason = reason if len(reason) <= MAX_REASON else reason[: MAX_REASON - 3] + "..."
+        self.server.count_rejected(reason)
+        self._reply(status, {"error": reason})
+
+    def _declares_body(self) -> bool:
+        return self.headers.get("Content-Length", "0").strip() != "0" or "Transfer-Encoding" in self.headers
+
     def _body(self, edn: bool) -> dict:
-        length = self.headers.get("Content-Length")
-        if length is None or not length.isdigit():
+        if "Transfer-Encoding" in self.headers:
+            raise BadRequest("chunked bodies are not taken: send a Content-Length", HTTPStatus.LENGTH_REQUIRED)
+        lengths = self.headers.get_all("Content-Length") or []
+        if not lengths:
             raise BadRequest("a POST needs a Content-Length", HTTPStatus.LENGTH_REQUIRED)
-        if int(length) > MAX_BODY:
+        if len(lengths) > 1 or not (lengths[0].isascii() and lengths[0].strip().isdigit()):
+            raise BadRequest(f"Content-Length must be one number of decimal digits, got {_brief(lengths)}")
+        length = int(lengths[0])
+        if length > MAX_BODY:
             raise BadRequest(f"body larger than {MAX_BODY} bytes", HTTPStatus.REQUEST_ENTITY_TOO_LARGE)
-        raw = self.rfile.read(int(length))
+        try:
+            raw = self.rfile.read(length)
+        except TimeoutError:
+            raise BadRequest(f"body not received within {self.timeout:g} s", HTTPStatus.REQUEST_TIMEOUT) from None
+        if len(raw) < length:
+            raise BadRequest(f"body ended after {len(raw)} of its {length} bytes")
+        self._body_read = True
         if not raw.strip():
             return {}
         if edn:
@@ -199,31 +284,43 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _reply(self, status: HTTPStatus, payload: object) -> None:
         data = edn_api.render(payload) if self._edn else orjson.dumps(payload)
-        self.send_response(status)
-        self.send_header("Content-Type", edn_api.EDN_TYPE if self._edn else "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        if not self._body_read:  # what is left of it must not be read as the next request
+            self.close_connection = True
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", edn_api.EDN_TYPE if self._edn else "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            if self.close_connection:
+                self.send_header("Connection", "close")
+            self.end_headers()
+            self.wfile.write(data)
+        except OSError:  # the client went away: nobody to answer
+            self.close_connection = True
 
 
 class ApiServer(ThreadingHTTPServer):
     daemon_threads = True
+    request_queue_size = 128  # listen backlog: clients connecting while others hang on are queued, not refused
 
     def __init__(self, address: tuple[str, int], token: str, mediator: Gateway) -> None:
         if not token:
-            raise MalloryError("the mediator API needs a non-empty token (--token or MALLORY_TOKEN)")
+            raise MalloryError("the mediator API needs a non-empty token (--token-file FILE or $MALLORY_TOKEN)")
         super().__init__(address, _Handler)
         self.token = token
         self.mediator = mediator
+        #: seconds each read of a connection may wait (a slow client holds only its thread)
+        self.request_timeout = REQUEST_TIMEOUT_S
         self.rejected = 0
         self.reasons: list[str] = []
+        #: requests that met a bug of ours (answered 500) or broke their handler
+        self.bugs = 0
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         m = mediator
         self.routes = {
             ("GET", "/status"): lambda body: m.status(),
             ("GET", "/metrics"): lambda body: m.metrics(),
-            ("POST", "/test/start"): lambda body: m.test_start(_field(body, "name", str)),
+            ("POST", "/test/start"): lambda body: m.test_start(_test_name(body)),
             ("POST", "/test/end"): lambda body: m.test_end(),
             ("POST", "/client"): self._client,
             ("POST", "/client/batch"): self._client_batch,
@@ -241,6 +338,33 @@ class ApiServer(ThreadingHTTPServer):
         with self._lock:
             self.rejected += 1
             self.reasons = (self.reasons + [reason])[-20:]
+
+    def count_bug(self, exc: BaseException) -> None:
+        with self._lock:
+            self.bugs += 1
+        traceback.print_exception(exc, file=sys.stderr)
+
+    def shutdown_request(self, request: Any) -> None:
+        """Close a connection after its answer, draining what the client still sends (for
+        at most LINGER_S): closing a socket with unread input makes the kernel reset the
+        connection, and the reset can destroy the answer before the client has read it
+        (say, a 413 to a client still sending its body)."""
+        try:
+            request.shutdown(socket.SHUT_WR)
+            request.settimeout(LINGER_S)
+            deadline = time.monotonic() + LINGER_S
+            while time.monotonic() < deadline and request.recv(65536):
+                pass
+        except OSError:
+            pass
+        self.close_request(request)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A handler broke outside the routes: a client that vanished mid-exchange is no
+        news; anything else is a bug, counted and printed."""
+        exc = sys.exception()
+        if not isinstance(exc, OSError):
+            self.count_bug(exc)
 
     def start(self) -> "ApiServer":
         self._thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.05}, name="mediator-api", daemon=True)

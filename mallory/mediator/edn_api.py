@@ -9,6 +9,10 @@ strings with underscores in JSON (`"start_ns"`). Keyword values arrive as plain 
 (`:type :invoke` checks like `"type": "invoke"`); EDN vectors and lists are lists. A set,
 a non-keyword map key or a tagged literal has no JSON twin and is refused. Answers
 carry strings as strings, never as keywords, so Clojure sees exactly what JSON would say.
+
+What JSON's parser refuses is refused here too: forms nested deeper than MAX_DEPTH, and
+strings that are not Unicode text (a lone surrogate from a `\ud800` escape could not be
+written to the recording or into an answer).
 """
 
 from __future__ import annotations
@@ -17,9 +21,10 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from mallory.history.edn import EdnError, Keyword, Symbol, dumps, loads
+from mallory.history.edn import EdnError, Keyword, dumps, loads
 
 EDN_TYPE = "application/edn"
+MAX_DEPTH = 64  # nested maps and vectors; a request body of the API has 3 levels
 _KEYWORD_NAME = re.compile(r"[A-Za-z*+!?<>=_-][A-Za-z0-9*+!?<>=_./-]*\Z")
 
 
@@ -41,7 +46,7 @@ def parse_body(raw: bytes) -> dict[str, Any]:
         raise EdnBodyError(f"body is not EDN: {exc}") from None
     if not isinstance(form, dict):
         raise EdnBodyError(f"body must be an EDN map, got {_edn_kind(form)}")
-    return _from_edn(form, "body")
+    return _from_edn(form, "body", 0)
 
 
 def _edn_kind(form: Any) -> str:
@@ -54,22 +59,32 @@ def _edn_kind(form: Any) -> str:
     return type(form).__name__
 
 
-def _from_edn(form: Any, where: str) -> Any:
+def _from_edn(form: Any, where: str, depth: int) -> Any:
+    if depth > MAX_DEPTH and isinstance(form, (dict, list)):
+        raise EdnBodyError(f"{where}: nested deeper than {MAX_DEPTH} levels")
     if isinstance(form, dict):
         out: dict[str, Any] = {}
         for key, value in form.items():
             if not isinstance(key, Keyword):
-                raise EdnBodyError(f"{where}: map keys must be keywords, got {key!r}")
-            name = str.__str__(key).replace("-", "_")
-            out[name] = _from_edn(value, f"{where} :{key}")
+                raise EdnBodyError(f"{where}: map keys must be keywords, got {key!r}"[:200])
+            name = _text(str.__str__(key), where)
+            out[name.replace("-", "_")] = _from_edn(value, f"{where} :{name}"[:200], depth + 1)
         return out
     if isinstance(form, list):
-        return [_from_edn(item, f"{where}[{i}]") for i, item in enumerate(form)]
-    if isinstance(form, (Keyword, Symbol)):
-        return str.__str__(form)
+        return [_from_edn(item, f"{where}[{i}]"[:200], depth + 1) for i, item in enumerate(form)]
+    if isinstance(form, str):
+        return _text(str.__str__(form), where)
     if isinstance(form, (frozenset, tuple)):
         raise EdnBodyError(f"{where}: {_edn_kind(form)} has no JSON equivalent; use a vector")
     return form
+
+
+def _text(value: str, where: str) -> str:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise EdnBodyError(f"{where}: a string that is not Unicode text (a lone surrogate escape?)") from None
+    return value
 
 
 def render(payload: Any) -> bytes:

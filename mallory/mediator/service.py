@@ -192,6 +192,7 @@ class Mediator:
                 "reasons": list(self.receiver.stats.reasons),
             },
             "api_rejected": self.api.rejected,
+            "api_bugs": self.api.bugs,
             "advisor": self.advisor.stats() if self.advisor is not None else None,
             "api_reasons": list(self.api.reasons),
             "uptime_s": round((time.monotonic_ns() - self.started_ns) / 1e9, 3),

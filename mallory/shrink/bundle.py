@@ -31,13 +31,15 @@ def write_shrunk_bundle(out: Path, replay_dir: Path, signature: str, provenance:
     if not source.is_dir():
         raise MalloryError(f"{replay_dir} holds no bundle of {signature}: cannot write the shrunk bundle")
     out = Path(out)
-    tmp = out.with_name(f".{out.name}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
+    tmp, old = out.with_name(f".{out.name}.tmp"), out.with_name(f".{out.name}.old")
+    for leftover in (tmp, old):  # of a writer killed before it finished
+        shutil.rmtree(leftover, ignore_errors=True)
     shutil.copytree(source, tmp)
     (tmp / "provenance.json").write_bytes(orjson.dumps({"signature": signature, **provenance}, option=orjson.OPT_INDENT_2))
-    if out.exists():
-        shutil.rmtree(out)
+    if out.exists():  # moved aside whole, not removed in place: a kill mid-rmtree would leave half a bundle
+        os.replace(out, old)
     os.replace(tmp, out)
+    shutil.rmtree(old, ignore_errors=True)
     return out
 
 

@@ -3,7 +3,8 @@
 A line is `{"candidate": [[action, draw, window_s], ...], "hit": bool, "dir": path}`. An
 interrupted shrink (Ctrl-C, a crash) started again over the same journal asks no
 replay it already has: every answered replay is kept, a replay cut short is not
-written, and is simply run again.
+written, and is simply run again; a line torn by a kill is cut off when the journal is
+opened, before anything is appended after it.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import orjson
 
 from mallory.campaign.loop import ScriptedStep
 from mallory.errors import MalloryError
+from mallory.files import cut_torn_tail
 
 CandidateKey = tuple[tuple[str, int, float | None], ...]
 
@@ -29,18 +31,16 @@ class Journal:
         self.path = Path(path)
         self.replays: dict[CandidateKey, list[dict[str, Any]]] = {}
         if self.path.exists():
+            cut_torn_tail(self.path)  # the line a killed shrink was writing: that replay is lost
             self._load()
 
     def _load(self) -> None:
-        lines = self.path.read_bytes().splitlines()
-        for number, line in enumerate(lines, 1):
+        for number, line in enumerate(self.path.read_bytes().splitlines(), 1):
             try:
                 entry = orjson.loads(line)
                 key = tuple((str(a), int(d), None if w is None else float(w)) for a, d, w in entry["candidate"])
                 hit = bool(entry["hit"])
             except (orjson.JSONDecodeError, KeyError, TypeError, ValueError):
-                if number == len(lines):  # the process died while writing it: that replay is lost
-                    continue
                 raise MalloryError(f"{self.path}:{number}: not a shrink journal line") from None
             self.replays.setdefault(key, []).append({"hit": hit, "dir": entry.get("dir")})
 

@@ -138,11 +138,11 @@ class MediatorProcess:
 
     def start(self, timeout: float = 15.0) -> "MediatorProcess":
         self.ready.unlink(missing_ok=True)
-        argv = [sys.executable, "-m", "mallory.cli", "mediator", "--run", self.cluster.run, "--token", TOKEN,
+        argv = [sys.executable, "-m", "mallory.cli", "mediator", "--run", self.cluster.run,
                 "--ready-file", str(self.ready)]
         if self.record is not None:
             argv += ["--record", str(self.record)]
-        self.proc = self.cluster.spawn("gw", argv, name="mediator", cwd=REPO)
+        self.proc = self.cluster.spawn("gw", argv, name="mediator", cwd=REPO, env={"MALLORY_TOKEN": TOKEN})
         deadline = time.monotonic() + timeout
         while not self.ready.exists():
             if not self.cluster.is_running(self.proc) or time.monotonic() > deadline:

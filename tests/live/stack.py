@@ -48,10 +48,10 @@ def start_mediator(cluster, record_dir: Path | None = None):
 
     ready = cluster.data_dir("gw") / "ready"
     ready.unlink(missing_ok=True)
-    argv = [sys.executable, "-m", "mallory.cli", "mediator", "--run", cluster.run, "--token", TOKEN, "--ready-file", str(ready)]
+    argv = [sys.executable, "-m", "mallory.cli", "mediator", "--run", cluster.run, "--ready-file", str(ready)]
     if record_dir is not None:
         argv += ["--record", str(record_dir)]
-    proc = cluster.spawn("gw", argv, name="mediator")
+    proc = cluster.spawn("gw", argv, name="mediator", env={"MALLORY_TOKEN": TOKEN})
     wait_until(ready.exists, 20, "the mediator")
     return proc, MediatorClient(cluster.layout.gateway_control_address, API_PORT, TOKEN)
 

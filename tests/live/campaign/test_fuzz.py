@@ -147,3 +147,94 @@ def test_fault_free_schedules_check_valid_after_calibration(spec, tmp_path):
         assert record["history"]["valid"] is True, record["history"]
     assert not d.known_bugs()
     assert_gone(out)
+
+
+def test_no_process_carries_the_api_token_in_its_command_line(spec, tmp_path):
+    """The mediator's token reaches it in a 0600 file of the run's state directory, which
+    goes with the run: while the campaign runs, no /proc/*/cmdline holds the token."""
+    from mallory.campaign.observed import TOKEN_FILE
+    from mallory.cluster.registry import load_run
+
+    out = tmp_path / "campaign"
+    proc = subprocess.Popen(fuzz(*campaign_args(spec, out, schedules=1)), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        d = CampaignDir(out)
+        deadline = time.monotonic() + 180
+        while "cluster_run" not in d.read_stats():  # written after the first step
+            assert proc.poll() is None and time.monotonic() < deadline, "no step was taken"
+            time.sleep(0.2)
+        token_file = load_run(d.read_stats()["cluster_run"]).state_dir / TOKEN_FILE
+        token = token_file.read_bytes()
+        assert len(token) == 32 and token_file.stat().st_mode & 0o777 == 0o600
+        carriers = []
+        for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+            try:
+                if token in cmdline.read_bytes():
+                    carriers.append(cmdline.parent.name)
+            except OSError:
+                pass  # gone meanwhile
+        assert not carriers, f"processes with the token in argv: {carriers}"
+        assert proc.wait(timeout=300) == 0, proc.stderr.read()
+        assert not token_file.exists(), "the token file goes with the run"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert_gone(out)
+
+
+def _journaled_pid(run: str, node: str, name: str) -> int:
+    """The pid of the latest process named `name` on `node` in the run's journal."""
+    from mallory.cluster.registry import load_run
+
+    return [int(e["proc"]) for e in load_run(run).entries() if e.get("node") == node and e.get("name") == name][-1]
+
+
+def _wait_for(proc: subprocess.Popen, ready, what: str, timeout: float = 180) -> None:
+    deadline = time.monotonic() + timeout
+    while not ready():
+        assert proc.poll() is None, f"the campaign ended before {what}"
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+
+
+def test_a_killed_observer_is_restarted_and_its_gap_is_unobserved(spec, tmp_path):
+    out = tmp_path / "campaign"
+    proc = subprocess.Popen(fuzz(*campaign_args(spec, out, schedules=2)), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    d = CampaignDir(out)
+    _wait_for(proc, lambda: "cluster_run" in d.read_stats(), "the first step")
+    run = d.read_stats()["cluster_run"]
+    victim = _journaled_pid(run, "n2", "observer")
+    os.kill(victim, signal.SIGKILL)
+    stdout, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 0, stdout + stderr
+    assert f"the observer of n2 (pid {victim})" in stderr and "restarting it" in stderr
+    gaps = [(r["index"], gap) for r in d.read_schedules() for gap in r.get("unobserved", [])]
+    assert gaps and all(gap["restarted"] == ["observer n2"] for _, gap in gaps), gaps
+    for record in d.read_schedules():
+        if record.get("unobserved"):
+            assert record["findings"] == [], "no finding is blamed on a schedule with a gap"
+        for step in record["steps"]:
+            if step.get("unobserved"):
+                assert step["state"] is None and step["reward"] is None
+    assert_gone(out)
+
+
+def test_a_killed_mediator_ends_the_campaign_which_resume_continues(spec, tmp_path):
+    out = tmp_path / "campaign"
+    proc = subprocess.Popen(fuzz(*campaign_args(spec, out, schedules=4)), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    d = CampaignDir(out)
+    _wait_for(proc, lambda: d.schedules_done() >= 1, "the first schedule")
+    victim = _journaled_pid(d.read_stats()["cluster_run"], "gw", "mediator")
+    os.kill(victim, signal.SIGKILL)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 69, stdout + stderr
+    assert f"the mediator (pid {victim}) was killed by SIGKILL" in stderr and f"--resume {out}" in stderr, stderr
+    assert_gone(out)  # the campaign removed its cluster on the way out
+    done = d.schedules_done()
+    resumed = subprocess.run(fuzz("--resume", str(out), "--schedules", "1"), capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert [r["index"] for r in d.read_schedules()] == list(range(done + 1)), "the dropped schedule is redone"
+    assert_gone(out)

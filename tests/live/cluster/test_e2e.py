@@ -47,9 +47,10 @@ def start_mediator(cluster: NetnsCluster, record_dir):
     ready.unlink(missing_ok=True)
     proc = cluster.spawn(
         "gw",
-        [sys.executable, "-m", "mallory.cli", "mediator", "--run", cluster.run, "--token", TOKEN,
+        [sys.executable, "-m", "mallory.cli", "mediator", "--run", cluster.run,
          "--ready-file", str(ready), "--record", str(record_dir)],
         name="mediator",
+        env={"MALLORY_TOKEN": TOKEN},
     )
     wait_until(ready.exists, 20, "the mediator")
     return proc

@@ -129,10 +129,10 @@ def live(daemon, project):
     namespaces = NodeNamespaces(cluster)
     adapter = None
     try:
-        mediator = cluster.spawn("gw", ["python3", "-m", "mallory.cli", "mediator", "--token", TOKEN,
+        mediator = cluster.spawn("gw", ["python3", "-m", "mallory.cli", "mediator",
                                         "--api", f"{cluster.layout.control_address}:{API_PORT}",
                                         *[a for n in cluster.layout.nodes for a in ("--node", f"{n.name}={n.address}")]],
-                                 name="mediator")
+                                 name="mediator", env={"MALLORY_TOKEN": TOKEN})
         # the test thread reaches the control network from inside the daemon's namespace
         with in_netns(daemon.namespace):
             client = MediatorClient(cluster.layout.control_address, API_PORT, TOKEN)

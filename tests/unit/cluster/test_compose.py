@@ -94,6 +94,7 @@ def test_env_file_and_image_context(spec, tmp_path):
     assert (env["MALLORY_DURATION"], env["MALLORY_POLICY"], env["MALLORY_SEED"], env["MALLORY_FAULTS"]) == (
         "24h", "qlearning", "7", "partition,kill")
     assert len(env["MALLORY_TOKEN"]) == 32
+    assert (out / ".env").stat().st_mode & 0o777 == 0o600  # it holds the token
     image = out / "image"
     assert (image / "sut" / "bin" / "server").exists() and (image / "sut" / "s.toml").exists()
     assert (image / "mallory" / "cli.py").exists() and (image / "nemesis" / "nemesis.py").exists()

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-
-
 from mallory.instrument.catalogue import Catalogue, catalogue_path
 from mallory.instrument.event_ids import event_id
 from mallory.observer.ring import RingReader, create_ring

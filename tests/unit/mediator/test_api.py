@@ -88,6 +88,8 @@ def test_test_lifecycle_heals_and_client_ops_enter_the_timeline(mediator, tmp_pa
         ("POST", "/client", {"process": 1, "type": "maybe", "f": "w"}, 400, "'type'"),
         ("POST", "/client", {"type": "ok", "f": "w"}, 400, "missing field 'process'"),
         ("POST", "/test/start", {}, 400, "missing field 'name'"),
+        ("POST", "/test/start", {"name": "x" * 129}, 400, "1..128 characters"),
+        ("POST", "/client", {"process": 2**64 - 1, "type": "ok", "f": "w"}, 400, "below 2^63"),
         ("POST", "/nope", {}, 404, "no POST /nope"),
     ],
 )

@@ -73,6 +73,10 @@ def test_any_json_shaped_answer_reads_back_as_the_same_request_body(payload):
     (b'{"f" 1}', "map keys must be keywords"),
     (b"{:links #{1 2}}", "has no JSON equivalent"),
     (b"\xff", "not UTF-8"),
+    (b"{:a " + b"[" * 65 + b"]" * 65 + b"}", "nested deeper than 64 levels"),
+    (b"{:a " + b"{:b " * 2000 + b"1" + b"}" * 2001, "nested deeper than 64 levels"),
+    (rb'{:f "\ud800"}', "not Unicode text"),
+    (rb"{:f \uD800}", "not Unicode text"),
 ])
 def test_bad_edn_bodies_are_refused_with_a_reason(raw, reason):
     with pytest.raises(EdnBodyError, match=reason):
@@ -88,6 +92,8 @@ def test_edn_requests_get_edn_answers_and_the_json_checks(mediator):
     assert "never closed" in loads(data.decode())[Keyword("error")]
     status, _, data = post(mediator, "/client", b"{:process -1, :type :invoke, :f :read}")
     assert status == 400 and "non-negative" in loads(data.decode())[Keyword("error")]
+    status, _, data = post(mediator, "/client", b"{:process 9223372036854775808, :type :invoke, :f :read}")
+    assert status == 400 and "below 2^63" in loads(data.decode())[Keyword("error")]  # the recording's ids are 64-bit
     status, _, data = post(mediator, "/client", b"{:process 1, :type :begin, :f :read}")
     assert status == 400 and "'type' must be one of" in loads(data.decode())[Keyword("error")]
     # JSON clients may ask for EDN answers too; and JSON stays JSON
@@ -96,7 +102,7 @@ def test_edn_requests_get_edn_answers_and_the_json_checks(mediator):
     assert (status, ctype, loads(data.decode())) == (200, "application/edn", {Keyword("actions"): ["kill:one"]})
     status, ctype, _ = post(mediator, "/advisor/catalogue", b'{"actions": ["kill:one"]}', "application/json")
     assert (status, ctype) == (200, "application/json")
-    assert mediator.api.rejected == 3
+    assert mediator.api.rejected == 4
 
 
 def test_a_client_batch_is_checked_whole_then_enters_the_timeline_in_order(mediator):

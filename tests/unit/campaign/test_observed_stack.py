@@ -1,0 +1,122 @@
+"""ObservedStack with real child processes on a loopback backend (no root): the mediator's
+token reaches it in a 0600 file, never in argv; the watchdog restarts a dead observer and
+ends the campaign on a dead mediator. Stand-ins play the mediator and the observers; a
+counting client plays the mediator's metrics."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from mallory.campaign.loop import ComponentDied
+from mallory.campaign.observed import TOKEN_FILE, ObservedStack
+from mallory.cluster.journaled import GATEWAY
+from mallory.cluster.loopback import LoopbackBackend
+from mallory.cluster.registry import register_run
+from mallory.polling import wait_until
+
+#: `mallory mediator` stand-in: ready once it has read a non-empty token from its file.
+MEDIATOR = """
+import pathlib, sys, time
+args = sys.argv[1:]
+if pathlib.Path(args[args.index("--token-file") + 1]).read_text():
+    pathlib.Path(args[args.index("--ready-file") + 1]).write_text("ready")
+time.sleep(600)
+"""
+OBSERVER = "import time; time.sleep(600)"
+
+
+class GatewayLoopback(LoopbackBackend):
+    """A loopback backend with what the stack needs of a journaled one: a registered run and
+    the gateway pseudo-node."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(2, root / "cluster")
+        self.record = register_run("stack", root / "state", root / "data")
+        for where in (self.data_dir(GATEWAY), self.log_dir(GATEWAY)):
+            where.mkdir(parents=True, exist_ok=True)
+
+    def _check(self, node: str) -> None:
+        if node != GATEWAY:
+            super()._check(node)
+
+
+class CountingClient:
+    """At each look, every running observer has delivered one more batch (but those of
+    `silent` nodes: an observer that never gets through)."""
+
+    def __init__(self, stack: ObservedStack) -> None:
+        self.stack = stack
+        self.batches: Counter[str] = Counter()
+        self.silent: set[str] = set()
+
+    def metrics(self) -> dict:
+        for proc in self.stack.observers:
+            if self.stack.cluster.is_running(proc) and proc.node not in self.silent:
+                self.batches[proc.node] += 1
+        return {"ingest": {"nodes": {node: {"batches": n} for node, n in self.batches.items()}}}
+
+
+class StandInStack(ObservedStack):
+    start_timeout = 5.0
+
+    def __init__(self, root: Path) -> None:
+        super().__init__()
+        self.token = secrets.token_hex(16)
+        self.cluster = GatewayLoopback(root)
+        self.client = CountingClient(self)
+        self._start(None, 100.0, None)
+
+    def _mediator_command(self) -> list[str]:
+        return [sys.executable, "-c", MEDIATOR]
+
+    def _observer_command(self, node: str) -> list[str]:
+        return [sys.executable, "-c", OBSERVER]
+
+
+@pytest.fixture
+def stack(tmp_path):
+    with StandInStack(tmp_path) as stack:
+        yield stack
+
+
+def kill(stack: StandInStack, proc) -> None:
+    os.kill(proc.pid, signal.SIGKILL)
+    wait_until(lambda: not stack.cluster.is_running(proc), 5, "the kill")
+
+
+def test_the_token_travels_in_a_private_file_never_in_argv(stack):
+    token_file = stack.cluster.record.state_dir / TOKEN_FILE
+    assert token_file.read_text() == stack.token and token_file.stat().st_mode & 0o777 == 0o600
+    argv = Path(f"/proc/{stack.mediator_proc.pid}/cmdline").read_bytes().split(b"\0")
+    assert str(token_file).encode() in argv and not any(stack.token.encode() in arg for arg in argv)
+
+
+def test_the_watchdog_restarts_a_dead_observer_and_waits_for_its_batches(stack):
+    assert stack.revive_dead() == []
+    dead = stack.observers[1]
+    kill(stack, dead)
+    assert stack.revive_dead() == ["observer n2"]
+    reborn = stack.observers[1]
+    assert reborn.node == "n2" and reborn.pid != dead.pid and stack.cluster.is_running(reborn)
+    assert stack.revive_dead() == []
+
+
+def test_an_observer_that_does_not_come_back_ends_the_campaign(stack):
+    stack.start_timeout = 0.3
+    stack.client.silent.add("n1")
+    kill(stack, stack.observers[0])
+    with pytest.raises(ComponentDied, match=r"an observer died and did not come back .* its log: .*observer\.log"):
+        stack.revive_dead()
+
+
+def test_a_dead_mediator_ends_the_campaign_naming_its_log(stack):
+    kill(stack, stack.mediator_proc)
+    with pytest.raises(ComponentDied, match=r"the mediator \(pid \d+\) was killed by SIGKILL; its log: .*mediator\.log"):
+        stack.revive_dead()
