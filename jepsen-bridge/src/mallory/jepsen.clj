@@ -13,9 +13,11 @@
   \"kill:one\", \"start-packet:all:delay\", \"stop-partition\", \"start:all\"."
   (:require [clojure.string :as str]
             [jepsen.client :as client]
+            [jepsen.db :as db]
             [jepsen.generator :as gen]
             [jepsen.nemesis :as n]
             [jepsen.nemesis.combined :as nc]
+            [jepsen.util :as util]
             [mallory.jepsen.mediator :as m])
   (:import (java.util.concurrent ExecutionException)))
 
@@ -72,20 +74,40 @@
 
 (defn- corruption-name [{:keys [file]}] (str file))
 
+(defn- drawn
+  "A corruption's :probability or :drop as jepsen.nemesis.combined resolves it before each
+  op: a number as it is, a distribution map drawn from (jepsen.util/rand-distribution)."
+  [x]
+  (cond (number? x) x
+        (map? x)    (util/rand-distribution x)))
+
+(defn- corruption
+  "The corruption of one op, as Jepsen's file-corruption package emits it: {:file :probability}
+  for a bitflip, {:file :drop} for a truncate, the value drawn afresh for each op."
+  [{:keys [type file probability drop]}]
+  (case type
+    :bitflip  {:file file, :probability (drawn probability)}
+    :truncate {:file file, :drop (drawn drop)}))
+
 (def families
   "For each standard package (its :perf :name): the fault that enables it, where its
   targets are in the options, the default targets, and the :value of each f: for faults
-  (fn [test target] value), for heals [name-suffix (fn [test] value)]."
+  (fn [test target] value), for heals [name-suffix (fn [test] value)]. :offered?, when
+  present, is what the options' :db must be for Jepsen to emit the family at all: its
+  db-package kills only a DB implementing jepsen.db/Process and pauses only one
+  implementing jepsen.db/Pause."
   {"partition" {:fault :partition
                 :targets (fn [opts] (:targets (:partition opts) [:one :minority-third :majority :majorities-ring]))
                 :value {:start-partition (fn [_ spec] spec)}
                 :heal {:stop-partition [nil (constantly nil)]}}
    "kill"      {:fault :kill
                 :targets (fn [opts] (:targets (:kill opts) default-node-specs))
+                :offered? (fn [opts] (satisfies? db/Process (:db opts)))
                 :value {:kill (fn [_ spec] spec)}
                 :heal {:start ["all" (constantly :all)]}}
    "pause"     {:fault :pause
                 :targets (fn [opts] (:targets (:pause opts) default-node-specs))
+                :offered? (fn [opts] (satisfies? db/Pause (:db opts)))
                 :value {:pause (fn [_ spec] spec)}
                 :heal {:resume ["all" (constantly :all)]}}
    "packet"    {:fault :packet
@@ -105,8 +127,8 @@
                                           c (:corruptions (:file-corruption opts))]
                                       [t c]))
                 :name (fn [[t c]] (str (spec-name t) ":" (corruption-name c)))
-                :value {:bitflip  (fn [_ [t c]] [t (dissoc c :type)])
-                        :truncate (fn [_ [t c]] [t (dissoc c :type)])}
+                :value {:bitflip  (fn [_ [t c]] [t (corruption c)])
+                        :truncate (fn [_ [t c]] [t (corruption c)])}
                 :only (fn [f [_ c]] (= (name f) (name (:type c))))}})
 
 (defn- family-actions
@@ -116,10 +138,16 @@
         fs     (sort-by name (concat (:start perf) (:fs perf)))
         heals  (sort-by name (:stop perf))
         named  (fn [f target] (str (name f) ":" ((:name family spec-name) target)))]
-    (if-not family
+    (cond
+      (not family)
       ;; a package of your own (its :perf, or the fs its nemesis reflects): nil :values
       (for [f (concat fs heals)]
         [(name f) (fn [_] {:type :info, :f f, :value nil})])
+
+      (not ((:offered? family (constantly true)) opts))
+      []
+
+      :else
       (concat
         (for [f fs
               :let [value (get-in family [:value f])]
@@ -251,16 +279,19 @@
 
 (defn nemesis-package
   "Takes a mediator connection, the options map of jepsen.nemesis.combined/nemesis-packages
-  (:faults, :partition {:targets ..}, :packet {:targets .. :behaviors ..}, :kill, :pause,
+  (:db, :faults, :partition {:targets ..}, :packet {:targets .. :behaviors ..}, :kill, :pause,
   :clock, :file-corruption; plus :mallory {:window-ms ..}) and the packages built from it.
+  As Jepsen does, kill and pause are offered only for a :db implementing jepsen.db/Process
+  and jepsen.db/Pause.
   Returns the composed package with Mallory's generator and a final generator that heals
-  every enabled package's faults and then ends the test on the mediator."
+  every enabled package's faults and then, once the nemesis is free again (every heal
+  completed), ends the test on the mediator."
   [conn opts packages]
   (let [actions  (catalogue opts packages)
         enabled  (filter :generator packages)]
     (assoc (nc/compose-packages packages)
            :generator       (generator conn actions (:mallory opts))
-           :final-generator (vec (concat (keep :final-generator enabled) [(end-test conn)]))
+           :final-generator (vec (concat (keep :final-generator enabled) [(gen/synchronize (end-test conn))]))
            :mallory/catalogue (mapv first actions))))
 
 ;; -- the client wrapper -------------------------------------------------------------------

@@ -33,7 +33,7 @@ def live():
     learner = RecordingLearner.create(policy="qlearning", seed=7)
     m.advisor = Advisor(m.windows, learner, wait_s=5.0)
     try:
-        yield m, learner, run_program("mallory/jepsen/generator_test.clj", m, str(BRIDGE / "README.md"))
+        yield m, learner, run_program("mallory/jepsen/generator_test.clj", m)
     finally:
         m.stop()
 

@@ -37,10 +37,42 @@ def test_several_messages_in_one_datagram_and_foreign_messages_are_skipped():
     assert got[0][3] == ip
 
 
-def test_truncated_datagrams_do_not_raise():
-    data = queued_packet(9, 3, tcp_packet(b"abc" * 100))
-    for cut in range(len(data)):
-        _parse(nfq, data[:cut])  # whatever it returns, it must not read past the end
+def _parse_first(module, buf: bytes, n: int) -> list:
+    """Parse the first n bytes of `buf`, as `drain` does: the receive buffer is larger than
+    the datagram and holds stale bytes past n (here: the rest of a real datagram)."""
+    data = bytearray(buf)
+    out: list = []
+    module.parse_datagram(data, memoryview(data), n, 5, out)
+    return out
+
+
+def test_a_truncated_datagram_yields_exactly_the_messages_complete_before_the_cut():
+    """Three queued packets in one datagram, cut at every length: the result is the packets
+    whose whole message lies before the cut, never one that reads a byte past it, though
+    the buffer holds the real rest of the datagram there."""
+    ips = [tcp_packet(b"abc" * 100), tcp_packet(b"x" * 3, seq=7), tcp_packet(b"y" * 40, seq=9)]
+    messages = [queued_packet(9 + i, 3, ip) for i, ip in enumerate(ips)]
+    data = b"".join(messages)
+    ends = [sum(len(m) for m in messages[: i + 1]) for i in range(len(messages))]
+    for cut in range(len(data) + 1):
+        whole = sum(end <= cut for end in ends)
+        got = _parse_first(nfq, data, cut)
+        assert [(i, h, copied) for i, h, _, copied in got] == [
+            (9 + i, 3, ips[i][: nfq.COPY_RANGE]) for i in range(whole)
+        ], f"cut at {cut} of {len(data)}"
+
+
+def test_a_truncated_nflog_datagram_yields_exactly_the_complete_messages():
+    ips = [tcp_packet(b"abc" * 100), tcp_packet(b"z" * 9, seq=3)]
+    messages = [logged_packet(40 + i, nfq.NF_INET_LOCAL_IN, ip) for i, ip in enumerate(ips)]
+    data = b"".join(messages)
+    ends = [sum(len(m) for m in messages[: i + 1]) for i in range(len(messages))]
+    for cut in range(len(data) + 1):
+        whole = sum(end <= cut for end in ends)
+        got = _parse_first(nflog, data, cut)
+        assert [(seq, copied) for seq, _, _, copied in got] == [
+            (40 + i, ips[i][: nflog.COPY_RANGE]) for i in range(whole)
+        ], f"cut at {cut} of {len(data)}"
 
 
 @given(payload=st.binary(max_size=3000), seq=st.integers(0, 2**32 - 1))

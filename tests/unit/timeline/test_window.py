@@ -10,13 +10,28 @@ def test_window_is_complete_only_when_every_node_has_passed_its_end():
     t.add(ClockPair("a", 0, 0))
     t.add(ClockPair("b", 0, 0))
     t.add(Batch("a", 0, 2_000, [Event("a", Kind.FUNC, 100, 1), Event("a", Kind.FUNC, 1_500, 2)]))
-    assert t.origin() is None or t.origin() <= 100
+    assert t.origin() is None, "b has said nothing yet: no start is safe"
     assert not t.complete_until(1_000), "b has said nothing yet"
     t.add(Batch("b", 0, 1_000, [Event("b", Kind.FUNC, 900, 3)]))
+    assert t.origin() == 100, "the earliest committed entry, not the frontier (1000)"
     assert t.complete_until(1_000) and not t.complete_until(1_001)
     window = t.take(0, 1_000)
     assert [e.event.id for e in window] == [1, 3]
     assert t.pending() == 1 and t.late == 0
+
+
+def test_origin_is_the_frontier_when_it_is_earlier_than_every_entry():
+    """A window starting at the earliest entry would skip events still to commit before it:
+    while the frontier is earlier, the frontier is the safe start."""
+    t = Timeline(TimelineBuilder(skew_ns=0, nodes=["a", "b"]))
+    t.add(ClockPair("a", 0, 0))
+    t.add(ClockPair("b", 0, 0))
+    t.add(Batch("a", 0, 2_000, [Event("a", Kind.FUNC, 1_500, 1)]))
+    t.add(Batch("b", 0, 1_000, []))
+    assert t.builder.frontier_ns == 1_000 and t.earliest() == 1_500
+    assert t.origin() == 1_000
+    t.take(0, 2_000)
+    assert t.pending() == 0 and t.origin() == 1_000, "nothing buffered: the frontier"
 
 
 def test_entries_committed_after_their_window_was_taken_are_counted_late():

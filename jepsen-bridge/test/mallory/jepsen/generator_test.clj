@@ -2,26 +2,34 @@
   "mallory.jepsen against STAND-INS of Jepsen's namespaces (test/jepsen/, Jepsen's jars
   cannot be fetched here) and a LIVE mediator: the catalogue derived from the standard
   packages, the adaptive generator driven the way Jepsen's interpreter drives a generator
-  (op, then update with the invocation and the completion), the final generator, the
-  client wrapper, and the README's Clojure blocks compiled and wired.
+  (op, then update with the invocation and the completion), the final generator run by
+  mallory.jepsen.interpreter, and the client wrapper. (combinators_test.clj runs the
+  README's wiring, and holds the :db gating and file-corruption draws.)
 
-  Run by tests/live/jepsen_bridge/test_generator.py with MALLORY_URL, MALLORY_TOKEN and the
-  README's path as the argument; it checks the mediator against the last line printed here
-  (EDN {:actions [...] :catalogue [...]}). Exit status 0 iff every assertion held."
+  Run by tests/live/jepsen_bridge/test_generator.py with MALLORY_URL and MALLORY_TOKEN; it
+  checks the mediator against the last line printed here (EDN {:actions [...] :catalogue
+  [...]}). Exit status 0 iff every assertion held."
   (:require [clojure.test :refer [deftest is testing] :as t]
             [jepsen.client :as client]
+            [jepsen.db :as db]
             [jepsen.generator :as gen]
             [jepsen.nemesis :as n]
             [jepsen.nemesis.combined :as nc]
             [mallory.jepsen :as mallory]
+            [mallory.jepsen.interpreter :as interpreter]
             [mallory.jepsen.mediator :as m]))
 
 (def url (System/getenv "MALLORY_URL"))
 (def token (System/getenv "MALLORY_TOKEN"))
-(def readme (first *command-line-args*))
 (def nodes ["n1" "n2" "n3" "n4" "n5"])
 (def a-test {:name "mallory-generator-test", :nodes nodes})
-(def opts {:faults    [:partition :kill :clock]
+(def killable
+  "A DB whose processes can be killed and started (jepsen.db/Process), not paused."
+  (reify
+    db/DB (setup! [_ _ _]) (teardown! [_ _ _])
+    db/Process (kill! [_ _ _]) (start! [_ _ _])))
+(def opts {:db        killable
+           :faults    [:partition :kill :clock]
            :partition {:targets [:majority :one]}
            :kill      {:targets [:one :all]}
            :clock     {:targets [:all]}
@@ -80,18 +88,19 @@
       (is (= ::mallory/empty-catalogue
              (:type (thrown-data #(mallory/catalogue {:faults []} (nc/nemesis-packages {:faults []}))))))))
   (testing "the package: stock nemesis, Mallory's generator, heal-everything final generator"
-    (let [conn (m/connect {:url url :token token})
-          pkg  (mallory/nemesis-package conn opts (nc/nemesis-packages opts))]
+    (let [conn     (m/connect {:url url :token token})
+          packages (nc/nemesis-packages opts)
+          pkg      (mallory/nemesis-package conn opts packages)]
       (is (= expected-catalogue (:mallory/catalogue pkg)))
       (is (instance? mallory.jepsen.AdaptiveGenerator (:generator pkg)))
       (is (= [:stand-in :compose [:partition-nemesis :packet-nemesis :file-corruption-nemesis
                                   :clock-nemesis :db-nemesis]]
              (:nemesis pkg)))
-      (is (= [{:type :info, :f :stop-partition, :value nil}
-              {:type :info, :f :reset-clock}
-              [{:type :info, :f :start, :value :all}]]
-             (butlast (:final-generator pkg))))
-      (is (instance? mallory.jepsen.EndTest (last (:final-generator pkg))))
+      (is (= (keep :final-generator (filter :generator packages))
+             (butlast (:final-generator pkg)))
+          "every enabled package's own final generator, in order")
+      (is (instance? mallory.jepsen.EndTest (:gen (last (:final-generator pkg))))
+          "then the end of the test, once the nemesis is free")
       (m/close! conn))))
 
 ;; -- driving the generator as Jepsen's interpreter does ------------------------------------
@@ -157,12 +166,20 @@
               (is (= (inc round) (asks conn))))
             (recur done (inc round) (conj chosen action))))))
     (is (= 3 (m/await-reports conn)) "every completed fault reported")
-    (testing "the final generator heals, then ends the test on the mediator"
-      (let [final (:final-generator pkg)
-            heals (for [g (butlast final), g (if (map? g) [g] g)] (first (gen/op g a-test (ctx (now)))))]
-        (is (= [[:stop-partition nil] [:reset-clock nil] [:start :all]] (map (juxt :f :value) heals)))
-        (is (every? #(= [:info :nemesis] [(:type %) (:process %)]) heals))
-        (is (nil? (gen/op (last final) a-test (ctx (now)))))
+    (testing "the final generator heals, then ends the test on the mediator once every heal is done"
+      (let [on-during (atom [])
+            history   (interpreter/run! a-test (gen/nemesis (:final-generator pkg))
+                                        {:invoke-nemesis (fn [_ op]
+                                                           (swap! on-during conj (some? (:test (m/status conn))))
+                                                           (assoc op :type :info))})
+            invokes   (filter #(= :invoke (:type %)) history)]
+        (is (empty? invokes) "nemesis ops are :info, never :invoke")
+        (is (= [[:stop-partition nil] [:stop-partition nil] [:reset-clock nodes] [:reset-clock nodes]
+                [:start :all] [:start :all]]
+               (map (juxt :f :value) history))
+            "each heal invoked and completed in turn")
+        (is (every? #(= [:info :nemesis] [(:type %) (:process %)]) history))
+        (is (= [true true true] @on-during) "the mediator's test was still on as each heal ran")
         (is (nil? (:test (m/status conn))) "the mediator's test has ended")
         (is (= 3 (get-in (m/status conn) [:advisor :requests])))))
     (swap! result assoc :catalogue (:mallory/catalogue pkg))
@@ -199,30 +216,11 @@
     (is (= {:queued 4, :sent 4, :dropped 0, :failed 0, :last-error nil} (m/relay-stats conn)))
     (m/close! conn)))
 
-;; -- the README --------------------------------------------------------------------------
-
-(deftest the-readmes-wiring-compiles-against-the-stand-ins-and-wires-mallory-in
-  (let [blocks (map second (re-seq #"(?s)```clojure\n(.*?)```" (slurp readme)))]
-    (is (= 2 (count blocks)) "a before and an after block")
-    (doseq [block blocks]
-      (binding [*ns* *ns*] (load-string block)))
-    (let [my-test  (resolve 'my.db.test/my-test)
-          workload {:client (->FakeClient nil (atom [])), :generator [:workload], :checker :checker}
-          wired    (my-test {:workload-fn (constantly workload), :mallory-url url, :time-limit 10,
-                             :faults [:partition]})
-          parts    (tree-seq coll? seq (:generator wired))]
-      (is (instance? mallory.jepsen.RelayingClient (:client wired)))
-      (is (some #(instance? mallory.jepsen.AdaptiveGenerator %) parts))
-      (is (some #(instance? mallory.jepsen.EndTest %) parts))
-      (is (= [:workload] (get-in wired [:generator :gens 0 :gen :clients :gen])))
-      (m/close! (:conn (:client wired))))))
-
 (let [counters (binding [t/*test-out* *err*
                          t/*report-counters* (ref t/*initial-report-counters*)]
                  (t/test-vars [#'the-catalogue-comes-from-the-enabled-packages-perf-and-targets
                                #'the-generator-asks-the-mediator-and-emits-jepsen-nemesis-ops
-                               #'the-client-wrapper-relays-every-invocation-and-completion
-                               #'the-readmes-wiring-compiles-against-the-stand-ins-and-wires-mallory-in])
+                               #'the-client-wrapper-relays-every-invocation-and-completion])
                  (binding [*out* *err*] (println "counters" @t/*report-counters*))
                  @t/*report-counters*)]
   (println (pr-str @result))
