@@ -32,15 +32,20 @@ BASELINE = "random"
 
 def group_label(config: CampaignConfig) -> str:
     """The name of a campaign's group: its preset if it had one ("paper"), else its policy;
-    then "(policy)" if a preset's policy was overridden, "/reward" if the reward is not the
-    one the name implies (the preset's, else the default), "+waypoints" if a waypoint file
-    guided it. So "qlearning", "qlearning/pairs", "paper", "bonus-max+waypoints"."""
-    implied = {"policy": CampaignConfig.policy, "reward": CampaignConfig.reward, **PRESETS.get(config.preset or "", {})}
+    then "(policy)" if a preset's policy was overridden, "/reward" and "@context" if they
+    are not the ones the name implies (the preset's, else the defaults; a random policy
+    learns nothing, so neither applies to it), "+waypoints" if a waypoint file guided it.
+    So "qlearning", "qlearning/paper@state", "paper", "bonus-max+waypoints"."""
+    implied = {"policy": CampaignConfig.policy, "reward": CampaignConfig.reward, "context": CampaignConfig.context,
+               **PRESETS.get(config.preset or "", {})}
     label = config.preset or config.policy
     if config.preset and config.policy != implied["policy"]:
         label += f"({config.policy})"
-    if config.reward != implied["reward"]:
-        label += f"/{config.reward}"
+    if config.policy != "random":
+        if config.reward != implied["reward"]:
+            label += f"/{config.reward}"
+        if config.context != implied["context"]:
+            label += f"@{config.context}"
     if config.waypoints:
         label += "+waypoints"
     return label

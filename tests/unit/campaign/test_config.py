@@ -183,7 +183,7 @@ def test_unknown_keys_may_not_stand_in_for_known_fields():
 
 def test_numbers_are_normalised_so_equal_configurations_compare_equal():
     from_json = CampaignConfig.from_json({"sut": "redis-replication", "rate": 50, "faults": ["kill"], "calibrate": 20,
-                                          "abstraction": "code-history"}, "c")
+                                          "abstraction": "code-history", "context": "faults"}, "c")
     assert from_json == CampaignConfig(sut="redis-replication", rate=50.0, faults=("kill",))
     assert isinstance(from_json.rate, float) and from_json.faults == ("kill",)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mallory.campaign.config import CampaignConfig
+from mallory.campaign.config import PRESETS, CampaignConfig
 from mallory.report.campaign_data import parse_plot_data
 from mallory.report.comparison import compare, contrasts, group_label
 from mallory.report.series import STATES, GroupCurve
@@ -20,9 +20,13 @@ from mallory.report.stats import mann_whitney_greater, vargha_delaney_a12
     ({"preset": "paper", "policy": "epsilon-greedy"}, "paper(epsilon-greedy)"),
     ({"policy": "bonus-max", "waypoints": "/w.toml"}, "bonus-max+waypoints"),
     ({"policy": "bonus-max", "reward": "none", "waypoints": "/w.toml"}, "bonus-max/none+waypoints"),
+    ({"reward": "paper", "context": "state"}, "qlearning/paper@state"),
+    ({"policy": "random", "reward": "paper", "context": "state"}, "random"),
 ])
 def test_group_label_names_policy_preset_reward_and_waypoints(settings, label):
-    assert group_label(CampaignConfig(sut="none", **settings)) == label
+    """Configurations as `mallory fuzz` makes them: a preset's values, then the options."""
+    preset = PRESETS.get(settings.get("preset", ""), {})
+    assert group_label(CampaignConfig(sut="none", **{**preset, **settings})) == label
 
 
 def curve(group: str, final: list[int]) -> GroupCurve:
