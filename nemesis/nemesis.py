@@ -35,7 +35,7 @@ from nemesis.faults.disk import DiskFaults
 from nemesis.faults.membership import MembershipFaults
 from nemesis.faults.packet import PacketFaults
 from nemesis.faults.partition import PartitionFaults
-from nemesis.faults.process import ProcessFaults, sut_pid
+from nemesis.faults.process import RESTORING, ProcessFaults, sut_pid
 
 NOOP = "noop"
 SETTLE_S = 0.5
@@ -45,6 +45,7 @@ def default_families() -> list[FaultFamily]:
     return [
         PartitionFaults(),
         ProcessFaults("kill"),
+        ProcessFaults("stop"),
         ProcessFaults("pause"),
         PacketFaults("delay"),
         PacketFaults("drop"),
@@ -155,7 +156,7 @@ class Nemesis:
         ready). A heal that cannot be done now is returned as a problem; its fault stays
         active for the reset to try again."""
         problems = []
-        for report in sorted(reversed(reports), key=lambda r: r.family in ("kill", "pause")):
+        for report in sorted(reversed(reports), key=lambda r: r.family in RESTORING):
             try:
                 self.heal(report)
             except MalloryError as exc:

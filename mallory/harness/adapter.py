@@ -23,6 +23,7 @@ from __future__ import annotations
 import shutil
 import signal as signals
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Protocol, Sequence, runtime_checkable
 
@@ -103,13 +104,26 @@ class Killable(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class StopOutcome:
+    """How a graceful stop ended: `exited_by_itself` within the stop timeout after the stop
+    signal, or SIGKILLed once the timeout passed; `seconds` from the stop signal until the
+    process was gone; its exit `status` as the backend reports it (negative: the signal
+    that ended it; -1 where the backend cannot know)."""
+
+    exited_by_itself: bool
+    seconds: float
+    status: int | None
+
+
 @runtime_checkable
 class Stoppable(Protocol):
-    """The SUT can shut a node down the way an operator would."""
+    """The SUT can shut a node down the way an operator would (Jepsen's stop, beside kill)."""
 
-    def stop(self, node: str) -> None:
+    def stop(self, node: str) -> StopOutcome | None:
         """Stop the node's SUT gracefully (its stop signal; killed if it outlasts the
-        adapter's stop timeout) and return once it is gone; nothing if it is not running."""
+        adapter's stop timeout) and return once it is gone, saying which of the two ended
+        it; None, doing nothing, when it is not running."""
         ...
 
 
@@ -309,15 +323,20 @@ class ProcessAdapter(SutAdapter, Killable, Stoppable, Pausable, HasProcess, LogW
         if self.backend.wait(proc, 10.0) is None:
             raise MalloryError(f"{self.name}: {node}'s process {proc.pid} survived SIGKILL for 10 s")
 
-    def stop(self, node: str) -> None:
+    def stop(self, node: str) -> StopOutcome | None:
         """Graceful stop: the stop signal, then SIGKILL if it is still up after stop_timeout."""
         proc = self._procs.get(node)
         if proc is None or not self.backend.is_running(proc):
-            return
+            return None
+        started = time.monotonic()
         self.backend.signal(proc, self.stop_signal)
         self.backend.signal(proc, signals.SIGCONT)  # a paused process could not act on it
-        if self.backend.wait(proc, self.stop_timeout) is None:
+        status = self.backend.wait(proc, self.stop_timeout)
+        exited = status is not None
+        if not exited:
             self.kill(node)
+            status = self.backend.wait(proc, 0)
+        return StopOutcome(exited, round(time.monotonic() - started, 3), status)
 
     def pause(self, node: str) -> None:
         """SIGSTOP; returns once the kernel shows the process stopped."""

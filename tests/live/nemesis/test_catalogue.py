@@ -3,7 +3,7 @@ nodes (a primary and three replicas) in network namespaces, the real mediator in
 gateway, the SUTs started with the clock/disk preload env.
 
 Each effect is checked independently of the nemesis's report: datagrams between the
-namespaces (cut, delayed, duplicated links), /proc (killed, paused), the SUT's own answers
+namespaces (cut, delayed, duplicated links), /proc (killed, stopped, paused), the SUT's own answers
 (Redis TIME for its wall clock, SAVE for its disk, INFO for its role).
 """
 
@@ -163,12 +163,16 @@ def test_fault_enacted_verified_and_healed(live, label):
         src, dst = sorted(as_links(report))[0]
         rtt = statistics.median(udp_rtts(cluster, src, dst, n=6))
         assert rtt >= report.params["ms"] * 0.9, rtt  # only one direction may be delayed
-    elif family == "kill":
+    elif family in ("kill", "stop"):
         assert report.nodes
         for node in report.nodes:
             assert proc_state(pids[node]) in (None, "Z")
             with pytest.raises(redis.ConnectionError):
                 node_redis(cluster, node).ping()
+            if family == "stop":  # Redis without persistence shuts down at once on SIGTERM
+                stopped = report.evidence["stop"][node]
+                assert stopped["exited_by_itself"] and stopped["status"] == 0, stopped
+                assert stopped["seconds"] < ctx.adapter.stop_timeout
     elif family == "pause":
         assert report.nodes
         for node in NODES:
@@ -222,7 +226,7 @@ def test_fault_enacted_verified_and_healed(live, label):
         assert set(affected) == set(report.links) and all(n >= 10 for n in affected.values()) or family == "delay", affected
     if family in ("partition", "drop", "duplicate", "delay"):
         check_links(cluster, set())
-    if family == "kill":
+    if family in ("kill", "stop"):
         for node in report.nodes:
             assert proc_state(ctx.adapter.process(node).pid) not in (None, "Z", "T")  # a new process, alive
             ctx.adapter.wait_ready(node, 20)

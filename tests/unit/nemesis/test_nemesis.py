@@ -12,6 +12,7 @@ import pytest
 from mallory.cluster.docker import DockerCluster
 from mallory.cluster.netns import NetnsCluster
 from mallory.errors import MalloryError
+from mallory.harness.adapter import StopOutcome
 from mallory.mediator.client import MediatorClient
 from nemesis.faults.base import FaultBackend, FaultContext, FaultReport, Firewall
 from nemesis.nemesis import Nemesis
@@ -80,6 +81,56 @@ def test_membership_promote_and_back():
     assert report.verified and report.nodes[0] != "n1" and adapter.primary == report.nodes[0]
     nemesis.heal(report)
     assert adapter.primary == "n1"
+
+
+class FakeStoppingAdapter:
+    """Nodes that run until stopped; `slow` nodes outlast the stop timeout and are killed."""
+
+    name = "fake-stops"
+
+    def __init__(self, slow: set[str] = frozenset()) -> None:
+        self.running = set(FakeBackend.nodes)
+        self.slow = slow
+        self.starts: list[str] = []
+
+    def is_running(self, node: str) -> bool:
+        return node in self.running
+
+    def process(self, node: str):
+        return None
+
+    def stop(self, node: str) -> StopOutcome | None:
+        if node not in self.running:
+            return None
+        self.running.discard(node)
+        return StopOutcome(False, 5.0, -9) if node in self.slow else StopOutcome(True, 0.2, 0)
+
+    def start(self, node: str) -> None:
+        self.running.add(node)
+        self.starts.append(node)
+
+
+def test_stop_says_per_node_whether_it_exited_by_itself_and_is_healed_by_a_start():
+    adapter = FakeStoppingAdapter(slow={"n2"})
+    nemesis = Nemesis(FaultContext(FakeBackend(), adapter), enabled=["stop"])
+    assert nemesis.actions() == ["stop:one", "stop:minority", "stop:majority", "stop:all", "noop"]
+    assert "cannot tell which nodes are primaries" in nemesis.refused["stop:primaries"]
+    report = nemesis.enact("stop:all", random.Random(0))
+    assert report.verified and report.nodes == ["n1", "n2", "n3"] and adapter.running == set()
+    assert report.evidence["proc_state"] == {n: "adapter: not running" for n in FakeBackend.nodes}
+    assert report.evidence["stop"]["n1"] == {"exited_by_itself": True, "seconds": 0.2, "status": 0}
+    assert report.evidence["stop"]["n2"] == {"exited_by_itself": False, "seconds": 5.0, "status": -9}
+    nemesis.heal(report)
+    assert report.healed and adapter.starts == ["n1", "n2", "n3"] and adapter.running == set(FakeBackend.nodes)
+    again = nemesis.enact("stop:one", random.Random(1))
+    assert again.evidence["stop"] == {again.nodes[0]: {"exited_by_itself": True, "seconds": 0.2, "status": 0}}
+
+
+def test_stop_is_refused_to_an_adapter_that_cannot_stop_a_node():
+    nemesis = Nemesis(FaultContext(FakeBackend(), FakeMembershipAdapter()))
+    assert "fake-members cannot stop a node" == nemesis.refused["stop:one"]
+    with pytest.raises(MalloryError, match="fault stop:all refused: fake-members cannot stop a node"):
+        Nemesis(FaultContext(FakeBackend(), FakeMembershipAdapter()), enabled=["stop:all"])
 
 
 def test_noop_and_labels():
