@@ -8,7 +8,7 @@ so one adapter runs on every backend.
 
 What only some SUTs can do is a small protocol of its own, each with its contract below:
 `Killable`, `Stoppable`, `Pausable`, `HasProcess`, `LogWatching`, `TakesEnvOverlay`,
-`HasPrimaries`, `Promotable`, `Membership`. An adapter that can do it defines the methods;
+`HasPrimaries`, `Promotable`, `Membership`, `ReportsApplied`. An adapter that can do it defines the methods;
 one that cannot does not define them at all (no stub that raises). Whoever needs an ability
 asks `isinstance(adapter, Ability)` first, so the nemesis refuses a fault up front instead
 of failing mid-schedule.
@@ -218,6 +218,20 @@ class Membership(Protocol):
         """Bring a removed `node` back as a member, started afresh. When the cluster cannot
         take the change now, the adapter either raises MalloryError or finishes it in the
         node's next `start` / `wait_ready` (both of which a nemesis reset calls)."""
+        ...
+
+
+@runtime_checkable
+class ReportsApplied(Protocol):
+    """The SUT can say what each replica applied, as digests of its applied commands per
+    log index (a hash chain), so replicas can be compared (the replica divergence oracle,
+    mallory/oracles/replicas.py)."""
+
+    def applied_digests(self) -> dict[str, dict[int, str]]:
+        """node -> {log index: digest of every command it applied up to that index}, for the
+        running nodes that answer and applied something. The indexes are chosen so that the
+        nodes can be compared: one every node that kept it gives, where their records
+        overlap. Replicas that applied the same commands give the same digest at an index."""
         ...
 
 
