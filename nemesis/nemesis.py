@@ -39,6 +39,9 @@ from nemesis.faults.process import RESTORING, ProcessFaults, sut_pid
 
 NOOP = "noop"
 SETTLE_S = 0.5
+#: how long a reset waits for each further node once one did not come back: every node
+#: has had the whole ready timeout by then, and a healthy one answers at once
+AFTER_FAILURE_S = 2.0
 
 
 def default_families() -> list[FaultFamily]:
@@ -84,10 +87,16 @@ def check_fault_names(enabled: Sequence[str]) -> None:
 
 @dataclass
 class ResetReport:
+    """What a reset did, and what keeps the cluster from being healthy (`problems`).
+    `unready`: the nodes it could not bring back, node -> {"how": "start-failed", "exited"
+    (before it was ready) or "not-ready" (running, not ready in time), "message": the
+    adapter's words}."""
+
     healed: list[str] = field(default_factory=list)
     resumed: list[str] = field(default_factory=list)
     restarted: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    unready: dict[str, dict[str, str]] = field(default_factory=dict)
 
     @property
     def healthy(self) -> bool:
@@ -95,7 +104,7 @@ class ResetReport:
 
     def to_json(self) -> dict[str, Any]:
         return {"healed": self.healed, "resumed": self.resumed, "restarted": self.restarted,
-                "problems": self.problems, "healthy": self.healthy}
+                "problems": self.problems, "unready": self.unready, "healthy": self.healthy}
 
 
 class Nemesis:
@@ -175,22 +184,37 @@ class Nemesis:
                 if pid is not None and isinstance(ctx.adapter, Pausable) and proc_state(pid) in ("T", "t"):
                     ctx.adapter.resume(node)
                     out.resumed.append(node)
-            else:
+                continue
+            try:
                 ctx.adapter.start(node)
                 out.restarted.append(node)
+            except MalloryError as exc:
+                out.unready[node] = {"how": "start-failed", "message": str(exc)}
+                out.problems.append(str(exc))
         # A node resumed after its peers restarted may answer "ready" from stale state for
         # a moment (a replica's link to a primary that has since died): check twice.
         for attempt in range(2 if (out.resumed or out.restarted or out.healed) else 1):
             if attempt:
                 time.sleep(SETTLE_S)
-            for node in ctx.nodes:
-                try:
-                    ctx.adapter.wait_ready(node, ctx.ready_timeout)
-                except MalloryError as exc:
-                    out.problems.append(str(exc))
-                    break
+            self._wait_ready(out)
         out.problems += self.health_problems()
         return out
+
+    def _wait_ready(self, out: ResetReport) -> None:
+        """Wait for every node `out` does not already count unready; each one that does not
+        get ready goes to `out.unready` (once one was waited for in vain, the others get
+        AFTER_FAILURE_S)."""
+        ctx = self.ctx
+        for node in ctx.nodes:
+            if node in out.unready:
+                continue
+            waited_in_vain = any(why["how"] != "start-failed" for why in out.unready.values())
+            try:
+                ctx.adapter.wait_ready(node, min(ctx.ready_timeout, AFTER_FAILURE_S) if waited_in_vain else ctx.ready_timeout)
+            except MalloryError as exc:
+                how = "not-ready" if ctx.adapter.is_running(node) else "exited"
+                out.unready[node] = {"how": how, "message": str(exc)}
+                out.problems.append(str(exc))
 
     def _heal_faults(self, out: ResetReport) -> None:
         """Heal every active fault, stop the families' background work (clock strobes), clear

@@ -254,6 +254,9 @@ class ProcessAdapter(SutAdapter, Killable, Stoppable, Pausable, HasProcess, LogW
     #: log lines that become LOG events (mallory/observer/log_events.py); `file` templates
     #: take {node} {index} {address} {data_dir} {log_dir}, no `file` = the process's output
     log_events: tuple[LogPattern, ...] = ()
+    #: a regex matching the line the process logs when its node becomes leader, its group
+    #: `term` the term ("" = it logs none): the two-leaders oracle reads the logs with it
+    leader_line: str = ""
 
     def __init__(self, backend: ClusterBackend) -> None:
         self.backend = backend

@@ -9,7 +9,8 @@ the same bug.
 
 `death_finding` turns a process's exit into a finding when it died by a signal the
 harness did not send (by default SIGKILL/SIGTERM/SIGINT are the harness's own), signed by
-the signal and the last line the process logged.
+the signal and the last line the process logged; its details keep the process's last log
+lines (`log_tail`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from mallory.oracles.triage import Finding
 
 #: a finding's key keeps this much of the line's normalised message
 KEY_CHARS = 200
+#: how many of a dying node's last log lines a finding keeps
+LAST_LINES = 30
 
 
 def _p(name: str, regex: str) -> LogPattern:
@@ -70,6 +73,11 @@ def scan_log(lines: Iterable[str], node: str | None = None,
     return out
 
 
+def log_tail(log: str, n: int = LAST_LINES) -> list[str]:
+    """The last `n` non-blank lines a process logged."""
+    return [line for line in log.splitlines() if line.strip()][-n:]
+
+
 HARNESS_SIGNALS = frozenset({signal.SIGKILL, signal.SIGTERM, signal.SIGINT})
 
 
@@ -80,7 +88,8 @@ def death_finding(returncode: int | None, node: str | None = None, *, log: str =
     returncode as subprocess reports it (negative = killed by that signal) or a shell's
     exit status (128 + signal number). `log`: what the process wrote to its log during the
     schedule; its last line, normalised, joins the signal in the key, so crashes at
-    different places are different bugs and one crash seen again is the same.
+    different places are different bugs and one crash seen again is the same. Its last
+    lines are the finding's details.
     """
     if returncode is None:
         return None
@@ -96,7 +105,8 @@ def death_finding(returncode: int | None, node: str | None = None, *, log: str =
         name = signal.Signals(signum).name
     except ValueError:
         name = f"signal {signum}"
-    last = next((line.strip() for line in reversed(log.splitlines()) if line.strip()), "")
+    tail = log_tail(log)
+    last = tail[-1].strip() if tail else ""
     message = f"process died by {name}" + (f" after: {last[:300]}" if last else "")
-    return Finding("signal", f"killed-by-{name}", (name, normalise(last, KEY_CHARS)), message, node,
-                   {"signal": signum, "last_line": last})
+    details = {"signal": signum, "last_line": last, "last_log_lines": tail}
+    return Finding("signal", f"killed-by-{name}", (name, normalise(last, KEY_CHARS)), message, node, details)

@@ -133,6 +133,46 @@ def test_stop_is_refused_to_an_adapter_that_cannot_stop_a_node():
         Nemesis(FaultContext(FakeBackend(), FakeMembershipAdapter()), enabled=["stop:all"])
 
 
+class FakeRestartingAdapter(FakeStoppingAdapter):
+    """Nodes a reset starts and waits for: `broken` ones cannot start, `crashing` ones exit
+    before they are ready, `stuck` ones run but never get ready."""
+
+    def __init__(self, broken=(), crashing=(), stuck=()) -> None:
+        super().__init__()
+        self.running -= {*broken, *crashing}
+        self.broken, self.crashing, self.stuck = set(broken), set(crashing), set(stuck)
+        self.waited: dict[str, list[float | None]] = {}
+
+    def start(self, node: str) -> None:
+        if node in self.broken:
+            raise MalloryError(f"{node}: no such binary")
+        if node not in self.crashing:
+            super().start(node)
+
+    def wait_ready(self, node: str, timeout: float | None = None) -> None:
+        self.waited.setdefault(node, []).append(timeout)
+        if node in self.crashing:
+            raise MalloryError(f"{node} exited before it was ready")
+        if node in self.stuck:
+            raise MalloryError(f"{node} not ready after {timeout} s")
+
+
+@pytest.mark.parametrize("kind, how", [("broken", "start-failed"), ("crashing", "exited"), ("stuck", "not-ready")])
+def test_a_reset_says_which_node_it_could_not_bring_back_and_how(kind, how):
+    adapter = FakeRestartingAdapter(**{kind: ["n2"]})
+    report = Nemesis(FaultContext(FakeBackend(), adapter, ready_timeout=20.0), enabled=["stop"]).reset()
+    assert not report.healthy and report.unready == {"n2": {"how": how, "message": report.unready["n2"]["message"]}}
+    assert "n2" in report.unready["n2"]["message"] and report.to_json()["unready"] == report.unready
+    assert adapter.waited["n1"][0] == 20.0
+    # every node is still waited for: after one was waited for in vain, briefly
+    assert adapter.waited["n3"][0] == (20.0 if kind == "broken" else 2.0)
+
+
+def test_a_healthy_reset_has_no_unready_node():
+    report = Nemesis(FaultContext(FakeBackend(), FakeRestartingAdapter()), enabled=["stop"]).reset()
+    assert report.healthy and report.unready == {}
+
+
 def test_noop_and_labels():
     nemesis = Nemesis(FaultContext(FakeBackend(), FakeMembershipAdapter()), enabled=["noop", "membership:remove"])
     assert nemesis.actions() == ["membership:remove", "noop"]
