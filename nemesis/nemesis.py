@@ -22,7 +22,7 @@ from typing import Any
 
 from mallory.cluster.registry import proc_state
 from mallory.errors import MalloryError
-from mallory.harness.adapter import Pausable, Stoppable
+from mallory.harness.adapter import HasProcess, Pausable, Stoppable
 from nemesis.faults.base import (
     Armed,
     FaultContext,
@@ -88,14 +88,17 @@ def check_fault_names(enabled: Sequence[str]) -> None:
 @dataclass
 class ResetReport:
     """What a reset did, and what keeps the cluster from being healthy (`problems`).
-    `unready`: the nodes it could not bring back, node -> {"how": "start-failed", "exited"
-    (before it was ready) or "not-ready" (running, not ready in time), "message": the
-    adapter's words}."""
+    `exited`: the nodes it found dead and restarted, node -> {"status": the dead process's
+    exit status (negative: the signal that ended it), "log_end": the size of its main log
+    then, where what the dead process wrote ends}. `unready`: the nodes it could not bring
+    back, node -> {"how": "start-failed", "exited" (before it was ready) or "not-ready"
+    (running, not ready in time), "message": the adapter's words}."""
 
     healed: list[str] = field(default_factory=list)
     resumed: list[str] = field(default_factory=list)
     restarted: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    exited: dict[str, dict[str, int | None]] = field(default_factory=dict)
     unready: dict[str, dict[str, str]] = field(default_factory=dict)
 
     @property
@@ -104,7 +107,7 @@ class ResetReport:
 
     def to_json(self) -> dict[str, Any]:
         return {"healed": self.healed, "resumed": self.resumed, "restarted": self.restarted,
-                "problems": self.problems, "unready": self.unready, "healthy": self.healthy}
+                "problems": self.problems, "exited": self.exited, "unready": self.unready, "healthy": self.healthy}
 
 
 class Nemesis:
@@ -185,6 +188,11 @@ class Nemesis:
                     ctx.adapter.resume(node)
                     out.resumed.append(node)
                 continue
+            dead = ctx.adapter.process(node) if isinstance(ctx.adapter, HasProcess) else None
+            if dead is not None:  # how it died is for the checks' death oracle to judge
+                log = ctx.adapter.log_paths(node)[0]
+                out.exited[node] = {"status": ctx.adapter.backend.wait(dead, 0),
+                                    "log_end": log.stat().st_size if log.exists() else 0}
             try:
                 ctx.adapter.start(node)
                 out.restarted.append(node)

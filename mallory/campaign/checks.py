@@ -8,7 +8,8 @@ checks the history (the checker is inferred from the workload: linearizability f
 registers, Elle-style for transactions) and draws its verdict beside it
 (`check_run_history`), scans the log lines the schedule added for the log patterns,
 AddressSanitizer reports and two leaders in one term, notices processes that died by an
-unexpected signal (with their last log lines), compares what the replicas applied (an adapter that
+unexpected signal (with their last log lines and, when the fault shim caught the crash,
+its backtrace, symbolized), compares what the replicas applied (an adapter that
 `ReportsApplied`), finds the node the reset could not bring back while the others came
 back, and a cluster stuck after the heal; then writes Jepsen's `results.edn`. The findings
 are grouped by signature (a history gives one whatever its anomalies; a log line seen
@@ -27,6 +28,7 @@ from typing import Any
 
 from mallory.campaign.directory import CampaignDir
 from mallory.campaign.loop import BugEvidence
+from mallory.campaign.symbols import symbolize
 from mallory.errors import MalloryError
 from mallory.files import atomic_write
 from mallory.harness.adapter import HasProcess, ReportsApplied, SutAdapter
@@ -192,7 +194,7 @@ class ScheduleChecks:
             r = verdict.result
             record["history"] = {"valid": r.valid, "checker": r.checker, "anomalies": r.anomaly_types}
         logged = self._schedule_logs(run_dir)
-        node_findings = self._node_findings(logged) + self._cluster_findings(record, logged, verdict.ops)
+        node_findings = self._node_findings(logged, record) + self._cluster_findings(record, logged, verdict.ops)
         findings = (findings_from_result(verdict.result) if verdict.result else []) + node_findings
         record["checks"] = {"findings": len(findings), "run_dir": str(run_dir), "served": self._served}
         self._served = None
@@ -222,22 +224,33 @@ class ScheduleChecks:
                 (logs_dir / f"{node}-{path.name}").write_text(text)
         return logged
 
-    def _node_findings(self, logged: list[tuple[str, Path, str]]) -> list[Finding]:
+    def _node_findings(self, logged: list[tuple[str, Path, str]], record: dict[str, Any]) -> list[Finding]:
         """What the schedule's node logs and the nodes' processes show: log patterns, ASan
-        reports, deaths by an unexpected signal."""
+        reports, deaths by an unexpected signal (their backtraces symbolized): of the
+        processes the reset found dead and restarted (their log up to the restart, from its
+        report in `record`), and of those dead now."""
         findings: list[Finding] = []
         for node, _, text in logged:
             findings += scan_log(text.splitlines(), node, self.patterns)
             findings += parse_asan(text, node)
         main = _main_logs(logged)
+        deaths: list[tuple[str, int | None, str]] = []
+        reset = record.get("reset") if isinstance(record.get("reset"), dict) else {}
+        for node, died in (reset.get("exited") or {}).items():
+            path = self.adapter.log_paths(node)[0]
+            log = self._read_from(path, self._offsets.get(path, 0), died.get("log_end"))
+            deaths.append((node, died.get("status"), log))
         for node in self.adapter.backend.nodes:
             proc = self.adapter.process(node) if isinstance(self.adapter, HasProcess) else None
             if proc is not None and not self.adapter.backend.is_running(proc):
-                status = self.adapter.backend.wait(proc, 0)
-                death = death_finding(status, node, log=main.get(node, ""))
-                if death is not None:
-                    findings.append(death)
+                deaths.append((node, self.adapter.backend.wait(proc, 0), main.get(node, "")))
+        for node, status, log in deaths:
+            death = death_finding(status, node, log=log)
+            if death is not None:
+                death.details["backtrace"] = symbolize(death.details["backtrace"])
+                findings.append(death)
         return findings
+
 
     def _cluster_findings(self, record: dict[str, Any], logged: list[tuple[str, Path, str]], ops: list[Op]) -> list[Finding]:
         """What the nodes show together: two leaders in one term (their logs), replicas that
@@ -268,13 +281,15 @@ class ScheduleChecks:
         return "?"
 
     @staticmethod
-    def _read_from(path: Path, start: int) -> str:
+    def _read_from(path: Path, start: int, end: int | None = None) -> str:
+        """The text of `path` from byte `start` (to byte `end`, when given)."""
         if not path.exists():
             return ""
         with open(path, "rb") as f:
             size = f.seek(0, 2)
-            f.seek(start if start <= size else 0)  # a truncated (rotated) log starts over
-            return f.read().decode("utf-8", errors="replace")
+            start = start if start <= size else 0  # a truncated (rotated) log starts over
+            f.seek(start)
+            return f.read(-1 if end is None else max(0, end - start)).decode("utf-8", errors="replace")
 
     @staticmethod
     def _evidence(bug: Bug, index: int, run_dir: Path) -> BugEvidence:

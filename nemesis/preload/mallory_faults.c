@@ -30,6 +30,13 @@
  * was synced: a crash that loses the page cache, which namespaces alone cannot lose.
  * Each faked clock read and each injected disk error or delay is counted in the control
  * file, so the nemesis can read back that the SUT itself received the fault.
+ * Crashes: a SUT that dies of SIGSEGV, SIGBUS, SIGILL, SIGFPE or SIGABRT with no handler of
+ * its own first writes a backtrace into its output (so into the node's log), then dies of
+ * the same signal; mallory/oracles/logs.py reads it (crash_backtrace):
+ *    ==mallory== caught SIGSEGV: backtrace of pid 1234, innermost first
+ *    ==mallory== #1 0x55d0c0de1234 /path/raft-kv+0x1234 (dynamic_symbol+0x1d)
+ *    ==mallory== end of backtrace
+ * (module+offset for an offline symbolizer; the symbol only when the object exports one).
  *
  * Reach: programs that make these calls through the dynamic linker (C/C++ SUTs such as
  * Redis, libraft servers and the example SUT, CPython). Statically linked programs (Go:
@@ -63,6 +70,7 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
+#include <execinfo.h>
 #include <fcntl.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -141,6 +149,7 @@ static int (*real_syncfs)(int);
 static long (*real_syscall)(long, ...);
 
 static void refresh_pid(void);
+static void catch_crashes(void);
 
 __attribute__((constructor)) static void init(void) {
     refresh_pid();
@@ -176,6 +185,7 @@ __attribute__((constructor)) static void init(void) {
         return;
     }
     __atomic_store_n(&ctl, c, __ATOMIC_RELEASE);
+    catch_crashes();
 }
 
 static struct control *control(void) { return __atomic_load_n(&ctl, __ATOMIC_ACQUIRE); }
@@ -733,5 +743,99 @@ long syscall(long number, ...) {
         return forward(number, a, b, c, d, e, f);
     default:
         return forward(number, a, b, c, d, e, f);
+    }
+}
+
+/* -- crash backtraces -------------------------------------------------------------------- */
+
+#define CRASH_FRAMES 64
+static const int crash_signals[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT};
+static char crash_stack[64 * 1024]; /* the main thread's, so a stack overflow is reported too */
+
+/* Only async-signal-safe calls from here on: write(2) and number formatting by hand. */
+static void put(const char *text) {
+    forward(SYS_write, 2, (long)text, (long)strlen(text), 0, 0, 0);
+}
+
+static void put_number(uintptr_t value, unsigned base) {
+    char digits[2 + 2 * sizeof value + 1], *at = digits + sizeof digits - 1;
+    *at = '\0';
+    do {
+        *--at = "0123456789abcdef"[value % base];
+        value /= base;
+    } while (value != 0);
+    if (base == 16) {
+        *--at = 'x';
+        *--at = '0';
+    }
+    put(at);
+}
+
+static const char *signal_name(int sig) {
+    switch (sig) {
+    case SIGSEGV: return "SIGSEGV";
+    case SIGBUS: return "SIGBUS";
+    case SIGILL: return "SIGILL";
+    case SIGFPE: return "SIGFPE";
+    default: return "SIGABRT";
+    }
+}
+
+static void on_crash(int sig, siginfo_t *info, void *context) {
+    (void)info;
+    (void)context;
+    int saved = errno;
+    void *frames[CRASH_FRAMES];
+    int n = backtrace(frames, CRASH_FRAMES);
+    put("==mallory== caught ");
+    put(signal_name(sig));
+    put(": backtrace of pid ");
+    put_number((uintptr_t)getpid(), 10);
+    put(", innermost first\n");
+    for (int i = 1; i < n; i++) { /* frame 0 is this handler */
+        Dl_info where;
+        put("==mallory== #");
+        put_number((uintptr_t)i, 10);
+        put(" ");
+        put_number((uintptr_t)frames[i], 16);
+        if (dladdr(frames[i], &where) && where.dli_fname && where.dli_fname[0]) {
+            put(" ");
+            put(where.dli_fname);
+            put("+");
+            put_number((uintptr_t)frames[i] - (uintptr_t)where.dli_fbase, 16);
+            if (where.dli_sname) {
+                put(" (");
+                put(where.dli_sname);
+                put("+");
+                put_number((uintptr_t)frames[i] - (uintptr_t)where.dli_saddr, 16);
+                put(")");
+            }
+        } else {
+            put(" ?+0x0");
+        }
+        put("\n");
+    }
+    put("==mallory== end of backtrace\n");
+    errno = saved;
+    raise(sig); /* the handler was reset on entry: the process dies of the same signal */
+}
+
+/* Install the crash handler for the signals still at their default action (an ASan
+ * runtime, initialised before any preload, keeps its own). backtrace() loads its unwinder
+ * on first use, which allocates: done here, not in the handler. */
+static void catch_crashes(void) {
+    void *warm[1];
+    backtrace(warm, 1);
+    stack_t stack = {.ss_sp = crash_stack, .ss_size = sizeof crash_stack, .ss_flags = 0};
+    sigaltstack(&stack, NULL);
+    struct sigaction action;
+    memset(&action, 0, sizeof action);
+    action.sa_sigaction = on_crash;
+    action.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESETHAND | SA_NODEFER;
+    sigemptyset(&action.sa_mask);
+    for (size_t i = 0; i < sizeof crash_signals / sizeof crash_signals[0]; i++) {
+        struct sigaction old;
+        if (sigaction(crash_signals[i], NULL, &old) == 0 && !(old.sa_flags & SA_SIGINFO) && old.sa_handler == SIG_DFL)
+            sigaction(crash_signals[i], &action, NULL);
     }
 }

@@ -9,13 +9,17 @@ enacted and healed (`faults_healed`), the nemesis resets the cluster, the checks
   refuses the file): the reset brings back every node but that one, and the checks find
   it (`cannot-restart`, with its last log lines);
 * two of three nodes that cannot start leave the third without a quorum: no client op
-  succeeds after the heal (`stuck`), and no single node is blamed.
+  succeeds after the heal (`stuck`), and no single node is blamed;
+* a node that crashes (SIGSEGV) during the schedule, which the reset restarts, is a bug
+  whose report holds the crashed process's last log lines (not its successor's) and the
+  backtrace the fault shim wrote, symbolized down to raft-kv's main.
 """
 
 from __future__ import annotations
 
 import json
 import random
+import signal
 import struct
 from pathlib import Path
 
@@ -24,10 +28,12 @@ import pytest
 from mallory.campaign.checks import ScheduleChecks
 from mallory.campaign.config import CampaignConfig
 from mallory.campaign.directory import CampaignDir
+from mallory.cluster.registry import RunRecord
 from mallory.harness.runner import RunConfig
 from mallory.harness.session import start_all, teardown_all
 from mallory.polling import wait_until
 from nemesis.faults.base import FaultContext
+from nemesis.faults.controls import NodeControls
 from nemesis.nemesis import Nemesis
 from tests.live.raft_kv import raft_cluster as rc
 from tests.live.stack import free_ports, loopback_with_rings
@@ -40,10 +46,14 @@ CORRUPT_METADATA = struct.pack("<QQQQ", 99, 1, 1, 0)
 
 @pytest.fixture
 def cluster(binary: Path, tmp_path: Path):
-    """A started 3-node raft-kv on loopback, the nemesis that resets it, and the checks of
-    a campaign directory (stuck after 5 s), as `mallory fuzz` wires them."""
+    """A started 3-node raft-kv on loopback with the fault shim preloaded, the nemesis that
+    resets it, and the checks of a campaign directory (stuck after 5 s), as `mallory fuzz`
+    wires them."""
     with loopback_with_rings() as backend:
         sut = rc.adapter(backend, binary, ports=tuple(free_ports(2)))
+        record = RunRecord("oracles", 0, tmp_path / "state", tmp_path / "run")
+        record.state_dir.mkdir(parents=True)
+        sut.add_env_overlay(NodeControls(record, list(backend.nodes)).prepare())
         directory = CampaignDir(tmp_path / "campaign")
         directory.create(CampaignConfig(sut="raft-kv", seed=1, workload="list-append"))
         checks = ScheduleChecks(sut, directory, "list-append", RunConfig(concurrency=3, rate=100, seed=1),
@@ -123,3 +133,22 @@ def test_a_cluster_without_quorum_after_the_heal_is_stuck(cluster) -> None:
     assert set(doomed) <= set(record["reset"]["unready"])  # the survivor, alone, never gets ready either
     kinds = [e.report["kind"] for e in evidence if e.report["oracle"] == "liveness"]
     assert kinds == ["stuck"]  # two nodes down: the cluster's state, no one node to blame
+
+
+def test_a_crash_the_reset_restarted_is_a_bug_with_its_last_lines_and_backtrace(cluster) -> None:
+    sut, nemesis, checks = cluster
+    victim = next(n for n in sut.backend.nodes if n not in sut.primaries())
+
+    def crash(sut) -> None:
+        proc = sut.process(victim)
+        sut.backend.signal(proc, signal.SIGSEGV)
+        assert sut.backend.wait(proc, 10) == -signal.SIGSEGV  # the shim's handler re-raised it
+
+    evidence, record = _schedule(sut, nemesis, checks, 0, crash)
+    assert record["reset"]["exited"][victim]["status"] == -signal.SIGSEGV and victim in record["reset"]["restarted"]
+    (death,) = [e for e in evidence if e.report["oracle"] == "signal"]
+    assert death.report["node"] == victim and death.report["kind"] == "killed-by-SIGSEGV"
+    details = death.report["details"]
+    assert details["last_log_lines"] and not any("started: id" in line for line in details["last_log_lines"][-3:])
+    where = [frame.get("where") or "" for frame in details["backtrace"]]
+    assert any(w.startswith("main at ") and "raft_kv.c:" in w for w in where), details["backtrace"]  # built -g

@@ -194,3 +194,33 @@ def test_a_cluster_that_serves_nobody_long_after_the_heal_is_stuck(tmp_path):
     found, _ = run_schedule(sc, directory, 0, history=_served(None))
     assert [e.report["kind"] for e in found] == ["stuck"]
     assert run_schedule(sc, directory, 1, history=_served(2))[0] == []
+
+
+def test_a_death_carries_the_nodes_last_lines_and_backtrace_into_report_json(tmp_path):
+    sc, directory, adapter = checks(tmp_path)
+    adapter.backend.exit_status["n1"] = -signal.SIGSEGV
+    log = ("applying entry 42\n==mallory== caught SIGSEGV: backtrace of pid 7, innermost first\n"
+           "==mallory== #1 0x7f00 /nonexistent/libc.so.6+0x3c050\n==mallory== #2 0x5500 /nonexistent/raft-kv+0x1169\n"
+           "==mallory== end of backtrace\n")
+    (death,), record = run_schedule(sc, directory, 0, logs={"n1": log})
+    bundle = directory.root / "bugs" / death.signature
+    report = orjson.loads((bundle / "report.json").read_bytes())
+    assert report["details"]["last_log_lines"] == ["applying entry 42"]
+    assert [f["module"] for f in report["details"]["backtrace"]] == ["/nonexistent/libc.so.6", "/nonexistent/raft-kv"]
+
+
+def test_a_death_the_reset_restarted_is_judged_on_its_log_up_to_the_restart(tmp_path):
+    sc, directory, adapter = checks(tmp_path)
+    log = adapter.log_paths("n2")[0]
+    log.write_text("before the schedule\n")
+    sc.begin_schedule(0)
+    with open(log, "a") as f:
+        f.write("truncating uncommitted entries\napplying entry 42\n")
+    died_at = log.stat().st_size
+    with open(log, "a") as f:  # the restarted process's lines come after
+        f.write("started: id 7\nfollowing leader n1\n")
+    record = {"index": 0, "reset": {"exited": {"n2": {"status": -signal.SIGSEGV, "log_end": died_at},
+                                               "n1": {"status": -signal.SIGKILL, "log_end": 0}}, "unready": {}}}
+    (death,) = sc.check_schedule(0, record)
+    assert death.report["node"] == "n2" and death.report["kind"] == "killed-by-SIGSEGV"
+    assert death.report["details"]["last_log_lines"] == ["truncating uncommitted entries", "applying entry 42"]

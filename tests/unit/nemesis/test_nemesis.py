@@ -9,6 +9,7 @@ import random
 
 import pytest
 
+from mallory.cluster.backend import NodeProcess
 from mallory.cluster.docker import DockerCluster
 from mallory.cluster.netns import NetnsCluster
 from mallory.errors import MalloryError
@@ -166,6 +167,26 @@ def test_a_reset_says_which_node_it_could_not_bring_back_and_how(kind, how):
     assert adapter.waited["n1"][0] == 20.0
     # every node is still waited for: after one was waited for in vain, briefly
     assert adapter.waited["n3"][0] == (20.0 if kind == "broken" else 2.0)
+
+
+def test_a_reset_notes_how_a_node_it_restarted_had_died_and_where_its_log_ended(tmp_path):
+    class DeadProcesses(FakeRestartingAdapter):
+        """n2's process died of SIGSEGV during the schedule (before the reset)."""
+
+        backend = type("Waits", (), {"wait": staticmethod(lambda proc, timeout: -11 if proc.node == "n2" else 0)})()
+
+        def process(self, node: str):
+            return NodeProcess(node, "sut", 0, tmp_path / f"{node}.log")  # pid 0: no /proc to read
+
+        def log_paths(self, node: str):
+            return [tmp_path / f"{node}.log"]
+
+    (tmp_path / "n2.log").write_text("applying entry 42\n")
+    adapter = DeadProcesses()
+    adapter.running.discard("n2")
+    report = Nemesis(FaultContext(FakeBackend(), adapter), enabled=["stop"]).reset()
+    assert report.restarted == ["n2"] and report.exited == {"n2": {"status": -11, "log_end": 18}}
+    assert report.healthy and report.to_json()["exited"] == report.exited
 
 
 def test_a_healthy_reset_has_no_unready_node():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -400,3 +401,54 @@ def test_buffered_aio_writes_are_tracked_as_unsynced_and_synced_ones_are_not(nod
     _aio_write(aio_program, controls, data / "synced", "dsync", "wait")
     entries, untracked = controls.unsynced("n1")
     assert [ino for _, ino, _ in entries] == [os.stat(data / "buffered").st_ino] and untracked == 0
+
+
+CRASH_PROGRAM = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+__attribute__((noinline)) static int read_entry(const int *entry) { return *entry; }
+__attribute__((noinline)) int apply_entry(const int *entry) { return read_entry(entry) + 1; }
+int main(int argc, char **argv) {
+    printf("applying entry 42\n");
+    fflush(stdout);
+    if (argc > 1 && strcmp(argv[1], "abort") == 0)
+        abort();
+    return apply_entry(argc > 5 ? &argc : NULL);
+}
+"""
+
+
+def _crash(node, how: list[str], *flags: str):
+    controls, _, _, tmp = node
+    src = tmp / "crash.c"
+    src.write_text(CRASH_PROGRAM)
+    binary = tmp / f"crash{len(flags)}"
+    if subprocess.run(["gcc", "-g", "-O1", *flags, "-o", str(binary), str(src)], capture_output=True).returncode:
+        pytest.skip(f"cannot build with {flags}")
+    env = {**os.environ, **controls.env("n1")}
+    return subprocess.run([str(binary), *how], env=env, capture_output=True, text=True, timeout=30)
+
+
+@pytest.mark.parametrize("how, signum", [([], signal.SIGSEGV), (["abort"], signal.SIGABRT)])
+def test_a_crash_writes_a_backtrace_then_dies_of_the_same_signal(node, how, signum):
+    from mallory.campaign.symbols import symbolize
+    from mallory.oracles.logs import crash_backtrace, death_finding
+
+    result = _crash(node, how)
+    assert result.returncode == -signum
+    log = result.stdout + result.stderr
+    assert f"==mallory== caught {signal.Signals(signum).name}: backtrace of pid " in log
+    frames = crash_backtrace(log)
+    assert frames and any(frame["module"].endswith(("crash0", "crash1")) for frame in frames)
+    where = [frame.get("where") or "" for frame in symbolize(frames)]
+    assert any(w.startswith("main at ") and "crash.c:" in w for w in where), where
+    if signum == signal.SIGSEGV:  # the faulting frame and its caller, by name and line
+        assert any(w.startswith("read_entry at ") for w in where) and any(w.startswith("apply_entry at ") for w in where)
+    death = death_finding(result.returncode, "n1", log=log)
+    assert death.details["last_line"] == "applying entry 42" and death.details["backtrace"] == frames
+
+
+def test_an_asan_build_keeps_its_own_crash_report(node):
+    result = _crash(node, [], "-fsanitize=address")
+    assert "AddressSanitizer: SEGV" in result.stderr and "==mallory==" not in result.stderr + result.stdout

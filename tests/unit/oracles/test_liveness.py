@@ -16,7 +16,7 @@ S = 1_000_000_000
 
 
 def test_cannot_restart_fires_for_the_one_node_that_did_not_come_back_with_its_last_lines():
-    log = "starting\n\nraft_start: malformed metadata1\n"
+    log = "starting\n==mallory== caught SIGSEGV: backtrace\nraft_start: malformed metadata1\n"
     unready = {"n2": {"how": "exited", "message": "raft-kv: n2 exited before it was ready; see n2/sut.log"}}
     (finding,) = cannot_restart_findings(unready, NODES, {"n2": log, "n1": "fine\n"})
     assert (finding.oracle, finding.kind, finding.node) == ("liveness", "cannot-restart", "n2")
