@@ -67,7 +67,8 @@ class FakeMembershipAdapter:
 def test_membership_remove_is_healed_by_adding_back():
     adapter = FakeMembershipAdapter()
     nemesis = Nemesis(FaultContext(FakeBackend(), adapter), enabled=["membership"])
-    assert nemesis.actions() == ["membership:promote", "membership:remove", "noop"]
+    assert nemesis.actions() == ["membership:promote", "membership:promote-paused", "membership:remove", "noop"]
+    assert "no mediator" in nemesis.refused["membership:promote-cut-off"]
     report = nemesis.enact("membership:remove", random.Random(1))
     node = report.nodes[0]
     assert adapter.calls == [("remove", node)] and nemesis.active == [report]
@@ -192,6 +193,105 @@ def test_a_reset_notes_how_a_node_it_restarted_had_died_and_where_its_log_ended(
 def test_a_healthy_reset_has_no_unready_node():
     report = Nemesis(FaultContext(FakeBackend(), FakeRestartingAdapter()), enabled=["stop"]).reset()
     assert report.healthy and report.unready == {}
+
+
+class FakeFirewall:
+    """The mediator's rules per directed link, as the firewall keeps them."""
+
+    def __init__(self) -> None:
+        self.rule: dict[tuple[str, str], dict] = {}
+
+    def _set(self, links, **what) -> dict:
+        for link in links:
+            self.rule.setdefault(tuple(link), {"drop": False, "delay_ms": 0, "copies": 0}).update(what)
+        return {"links": [f"{s}->{d}" for s, d in links]}
+
+    def drop(self, links):
+        return self._set(links, drop=True)
+
+    def delay(self, links, ms):
+        return self._set(links, delay_ms=ms)
+
+    def duplicate(self, links, copies=1):
+        return self._set(links, copies=copies)
+
+    def heal(self, links=None):
+        healed = list(self.rule) if links is None else [tuple(link) for link in links]
+        for link in healed:
+            self.rule.pop(link, None)
+        return {"links": [f"{s}->{d}" for s, d in healed]}
+
+    def rules(self):
+        return [{"src": s, "dst": d, **r, "affected": 0} for (s, d), r in self.rule.items()]
+
+    def metrics(self):
+        return {"firewall": {"dropped": 0, "delayed": 0, "duplicated": 0}}
+
+
+class TransferRefusingAdapter(FakeMembershipAdapter):
+    """A transfer to a node that is paused (or cut off, say) does not take; one to a paused
+    node is refused outright when `refuse_paused`."""
+
+    def __init__(self, refuse_paused: bool = False) -> None:
+        super().__init__()
+        self.paused: set[str] = set()
+        self.refuse_paused = refuse_paused
+
+    def pause(self, node: str) -> None:
+        super().pause(node)
+        self.paused.add(node)
+
+    def resume(self, node: str) -> None:
+        super().resume(node)
+        self.paused.discard(node)
+
+    def promote(self, node: str) -> None:
+        self.calls.append(("promote", node))
+        if node in self.paused and self.refuse_paused:
+            raise MalloryError(f"cannot reach {node}")
+
+
+@pytest.mark.parametrize("spec, effect", [("promote-cut-off", "drop"), ("promote-lagging", "delay")])
+def test_a_promote_to_a_cut_off_or_lagging_node_holds_its_links_until_healed(spec, effect):
+    adapter, firewall = TransferRefusingAdapter(), FakeFirewall()
+    nemesis = Nemesis(FaultContext(FakeBackend(), adapter, mediator=firewall), enabled=[f"membership:{spec}"])
+    report = nemesis.enact(f"membership:{spec}", random.Random(3))
+    (node,) = report.nodes
+    assert node != "n1" and adapter.calls == [("promote", node)]
+    assert report.verified and report.evidence["transfer_refused"] is None and report.evidence["took"] is False
+    assert sorted(report.links) == sorted([f"{node}->{o}" for o in ("n1", "n2", "n3") if o != node]
+                                          + [f"{o}->{node}" for o in ("n1", "n2", "n3") if o != node])
+    held = {f"{s}->{d}": r for (s, d), r in firewall.rule.items()}
+    assert set(held) == set(report.links)
+    assert all(r["drop"] if effect == "drop" else r["delay_ms"] == 300.0 for r in held.values())
+    nemesis.heal(report)
+    assert report.healed and all(not r["drop"] and not r["delay_ms"] for r in firewall.rule.values())
+
+
+def test_healing_a_partition_keeps_the_links_a_promote_to_a_cut_off_node_still_holds():
+    adapter, firewall = TransferRefusingAdapter(), FakeFirewall()
+    nemesis = Nemesis(FaultContext(FakeBackend(), adapter, mediator=firewall),
+                      enabled=["membership:promote-cut-off", "partition:majority"])
+    cut = nemesis.enact("membership:promote-cut-off", random.Random(3))
+    partition = nemesis.enact("partition:majority", random.Random(1))
+    shared = set(cut.links) & set(partition.links)
+    assert shared, "the partition cuts some of the cut-off node's links too"
+    nemesis.heal(partition)
+    dropped = {f"{s}->{d}" for (s, d), r in firewall.rule.items() if r["drop"]}
+    assert dropped == set(cut.links)  # the cut-off node is still cut off
+    nemesis.heal(cut)
+    assert not any(r["drop"] for r in firewall.rule.values())
+
+
+def test_a_promote_to_a_paused_node_is_healed_by_resuming_it_and_says_when_it_was_refused():
+    adapter = TransferRefusingAdapter(refuse_paused=True)
+    nemesis = Nemesis(FaultContext(FakeBackend(), adapter), enabled=["membership:promote-paused"])
+    report = nemesis.enact("membership:promote-paused", random.Random(5))
+    (node,) = report.nodes
+    assert adapter.calls == [("pause", node), ("promote", node)]
+    assert report.evidence["transfer_refused"] == f"cannot reach {node}" and not report.verified
+    nemesis.heal(report)
+    assert adapter.calls[-1] == ("resume", node) and adapter.primary == "n1"  # leadership is not moved back
 
 
 def test_noop_and_labels():

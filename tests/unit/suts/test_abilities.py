@@ -128,6 +128,8 @@ def test_the_nemesis_offers_the_faults_the_abilities_allow(name: str, made) -> N
     assert {"kill:one", "stop:one", "pause:one"} <= offered
     wanted = {label: HasPrimaries in abilities for label in PRIMARIES_FAULTS}
     wanted["membership:promote"] = {Promotable, HasPrimaries} <= abilities
+    wanted["membership:promote-cut-off"] = wanted["membership:promote-lagging"] = {Promotable, HasPrimaries} <= abilities
+    wanted["membership:promote-paused"] = {Promotable, HasPrimaries, Pausable} <= abilities
     wanted["membership:remove"] = Membership in abilities
     for label, allowed in wanted.items():
         assert (label in offered) == allowed, label
