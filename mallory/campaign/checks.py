@@ -235,8 +235,7 @@ class ScheduleChecks:
             findings += parse_asan(text, node)
         main = _main_logs(logged)
         deaths: list[tuple[str, int | None, str]] = []
-        reset = record.get("reset") if isinstance(record.get("reset"), dict) else {}
-        for node, died in (reset.get("exited") or {}).items():
+        for node, died in _reset_report(record).get("exited", {}).items():
             path = self.adapter.log_paths(node)[0]
             log = self._read_from(path, self._offsets.get(path, 0), died.get("log_end"))
             deaths.append((node, died.get("status"), log))
@@ -251,8 +250,8 @@ class ScheduleChecks:
                 findings.append(death)
         return findings
 
-
-    def _cluster_findings(self, record: dict[str, Any], logged: list[tuple[str, Path, str]], ops: list[Op]) -> list[Finding]:
+    def _cluster_findings(self, record: dict[str, Any], logged: list[tuple[str, Path, str]],
+                          ops: list[Op]) -> list[Finding]:
         """What the nodes show together: two leaders in one term (their logs), replicas that
         applied different commands (asked now, after the reset), the one node the reset
         could not bring back (its report in `record`), a cluster stuck after the heal (the
@@ -265,9 +264,8 @@ class ScheduleChecks:
             digests = self.adapter.applied_digests()
             record["replicas"] = {node: {str(i): d for i, d in applied.items()} for node, applied in digests.items()}
             findings += divergence_findings(digests)
-        reset = record.get("reset")
-        if isinstance(reset, dict):
-            findings += cannot_restart_findings(reset.get("unready") or {}, list(self.adapter.backend.nodes), main)
+        unready = _reset_report(record).get("unready", {})
+        findings += cannot_restart_findings(unready, list(self.adapter.backend.nodes), main)
         findings += stuck_findings(ops, self.stuck_after_s)
         return findings
 
@@ -307,6 +305,12 @@ class ScheduleChecks:
     def close(self) -> None:
         self.stop_workload()
 
+
+def _reset_report(record: dict[str, Any]) -> dict[str, Any]:
+    """The schedule's reset report as its record holds it (nemesis.nemesis.ResetReport's
+    JSON), {} when it has none."""
+    reset = record.get("reset")
+    return reset if isinstance(reset, dict) else {}
 
 
 def _main_logs(logged: list[tuple[str, Path, str]]) -> dict[str, str]:

@@ -45,7 +45,8 @@ def stuck_findings(ops: Sequence[Op], limit_s: float) -> list[Finding]:
     """A finding when the history's clients got no ok completion within `limit_s` of its
     last `heal` nemesis op, and it was watched that long (or an ok came only later). None
     without such an op: the schedule's faults were never healed while clients ran."""
-    healed = next((op.time for op in reversed(ops) if not op.is_client and str(op.f) == HEAL and op.time is not None), None)
+    heals = [op.time for op in ops if not op.is_client and str(op.f) == HEAL and op.time is not None]
+    healed = heals[-1] if heals else None
     if healed is None:
         return []
     after = [op for op in ops if op.is_client and op.time is not None and op.time >= healed]
@@ -55,8 +56,9 @@ def stuck_findings(ops: Sequence[Op], limit_s: float) -> list[Finding]:
     if (first_ok is not None and first_ok - healed <= limit_ns) or (first_ok is None and watched < limit_ns):
         return []
     invoked = sum(1 for op in after if op.type == "invoke")
-    waited = "no ok completion at all" if first_ok is None else f"the first ok completion after {(first_ok - healed) / 1e9:.1f} s"
+    first_ok_after_s = None if first_ok is None else round((first_ok - healed) / 1e9, 3)
+    waited = "no ok completion at all" if first_ok_after_s is None else f"the first ok completion after {first_ok_after_s:.1f} s"
     message = f"no client operation succeeded for {limit_s:g} s after every fault healed ({waited}; {invoked} invoked)"
-    details = {"limit_s": limit_s, "first_ok_after_s": None if first_ok is None else round((first_ok - healed) / 1e9, 3),
-               "watched_s": round(watched / 1e9, 3), "invoked_after_heal": invoked}
+    details = {"limit_s": limit_s, "first_ok_after_s": first_ok_after_s, "watched_s": round(watched / 1e9, 3),
+               "invoked_after_heal": invoked}
     return [Finding(ORACLE, STUCK, (), message, None, details)]
