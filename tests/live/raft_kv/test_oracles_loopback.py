@@ -40,14 +40,14 @@ from tests.live.stack import free_ports, loopback_with_rings
 
 pytestmark = pytest.mark.timeout(240)
 
-#: a libraft metadata file of an unknown format version: raft_start refuses it
+#: a libraft metadata file of an unknown format version: raft_init refuses it
 CORRUPT_METADATA = struct.pack("<QQQQ", 99, 1, 1, 0)
 
 
 @pytest.fixture
 def cluster(binary: Path, tmp_path: Path):
     """A started 3-node raft-kv on loopback with the fault shim preloaded, the nemesis that
-    resets it, and the checks of a campaign directory (stuck after 5 s), as `mallory fuzz`
+    resets it, and the checks of a campaign directory (stuck after 10 s), as `mallory fuzz`
     wires them."""
     with loopback_with_rings() as backend:
         sut = rc.adapter(backend, binary, ports=tuple(free_ports(2)))
@@ -57,7 +57,7 @@ def cluster(binary: Path, tmp_path: Path):
         directory = CampaignDir(tmp_path / "campaign")
         directory.create(CampaignConfig(sut="raft-kv", seed=1, workload="list-append"))
         checks = ScheduleChecks(sut, directory, "list-append", RunConfig(concurrency=3, rate=100, seed=1),
-                                stuck_after_s=5.0, leader_line=sut.leader_line)
+                                stuck_after_s=10.0, leader_line=sut.leader_line)
         nemesis = Nemesis(FaultContext(backend=backend, adapter=sut, ready_timeout=15.0), enabled=["kill"])
         try:
             start_all(sut)
@@ -116,7 +116,8 @@ def test_a_node_that_cannot_start_again_is_found_with_its_last_lines(cluster) ->
     assert record["reset"]["unready"][victim]["how"] == "exited"
     (found,) = [e for e in evidence if e.report["oracle"] == "liveness"]
     assert found.report["kind"] == "cannot-restart" and found.report["node"] == victim
-    assert any("raft_start" in line for line in found.report["details"]["last_log_lines"])
+    # libraft reads its metadata in raft_init: raft-kv's own last words say so
+    assert any(line.startswith("raft-kv: raft_init: ") for line in found.report["details"]["last_log_lines"])
     assert not [e for e in evidence if e.report["kind"] == "stuck"]  # the other two served on
 
 
