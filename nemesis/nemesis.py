@@ -22,7 +22,7 @@ from typing import Any
 
 from mallory.cluster.registry import proc_state
 from mallory.errors import MalloryError
-from mallory.harness.adapter import Pausable, Stoppable
+from mallory.harness.adapter import HasProcess, Pausable, Stoppable
 from nemesis.faults.base import (
     Armed,
     FaultContext,
@@ -35,16 +35,20 @@ from nemesis.faults.disk import DiskFaults
 from nemesis.faults.membership import MembershipFaults
 from nemesis.faults.packet import PacketFaults
 from nemesis.faults.partition import PartitionFaults
-from nemesis.faults.process import ProcessFaults, sut_pid
+from nemesis.faults.process import RESTORING, ProcessFaults, sut_pid
 
 NOOP = "noop"
 SETTLE_S = 0.5
+#: how long a reset waits for each further node once one did not come back: every node
+#: has had the whole ready timeout by then, and a healthy one answers at once
+AFTER_FAILURE_S = 2.0
 
 
 def default_families() -> list[FaultFamily]:
     return [
         PartitionFaults(),
         ProcessFaults("kill"),
+        ProcessFaults("stop"),
         ProcessFaults("pause"),
         PacketFaults("delay"),
         PacketFaults("drop"),
@@ -83,10 +87,19 @@ def check_fault_names(enabled: Sequence[str]) -> None:
 
 @dataclass
 class ResetReport:
+    """What a reset did, and what keeps the cluster from being healthy (`problems`).
+    `exited`: the nodes it found dead and restarted, node -> {"status": the dead process's
+    exit status (negative: the signal that ended it), "log_end": the size of its main log
+    then, where what the dead process wrote ends}. `unready`: the nodes it could not bring
+    back, node -> {"how": "start-failed", "exited" (before it was ready) or "not-ready"
+    (running, not ready in time), "message": the adapter's words}."""
+
     healed: list[str] = field(default_factory=list)
     resumed: list[str] = field(default_factory=list)
     restarted: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    exited: dict[str, dict[str, int | None]] = field(default_factory=dict)
+    unready: dict[str, dict[str, str]] = field(default_factory=dict)
 
     @property
     def healthy(self) -> bool:
@@ -94,7 +107,7 @@ class ResetReport:
 
     def to_json(self) -> dict[str, Any]:
         return {"healed": self.healed, "resumed": self.resumed, "restarted": self.restarted,
-                "problems": self.problems, "healthy": self.healthy}
+                "problems": self.problems, "exited": self.exited, "unready": self.unready, "healthy": self.healthy}
 
 
 class Nemesis:
@@ -155,7 +168,7 @@ class Nemesis:
         ready). A heal that cannot be done now is returned as a problem; its fault stays
         active for the reset to try again."""
         problems = []
-        for report in sorted(reversed(reports), key=lambda r: r.family in ("kill", "pause")):
+        for report in sorted(reversed(reports), key=lambda r: r.family in RESTORING):
             try:
                 self.heal(report)
             except MalloryError as exc:
@@ -174,22 +187,42 @@ class Nemesis:
                 if pid is not None and isinstance(ctx.adapter, Pausable) and proc_state(pid) in ("T", "t"):
                     ctx.adapter.resume(node)
                     out.resumed.append(node)
-            else:
+                continue
+            dead = ctx.adapter.process(node) if isinstance(ctx.adapter, HasProcess) else None
+            if dead is not None:  # how it died is for the checks' death oracle to judge
+                log = ctx.adapter.log_paths(node)[0]
+                out.exited[node] = {"status": ctx.adapter.backend.wait(dead, 0),
+                                    "log_end": log.stat().st_size if log.exists() else 0}
+            try:
                 ctx.adapter.start(node)
                 out.restarted.append(node)
+            except MalloryError as exc:
+                out.unready[node] = {"how": "start-failed", "message": str(exc)}
+                out.problems.append(str(exc))
         # A node resumed after its peers restarted may answer "ready" from stale state for
         # a moment (a replica's link to a primary that has since died): check twice.
         for attempt in range(2 if (out.resumed or out.restarted or out.healed) else 1):
             if attempt:
                 time.sleep(SETTLE_S)
-            for node in ctx.nodes:
-                try:
-                    ctx.adapter.wait_ready(node, ctx.ready_timeout)
-                except MalloryError as exc:
-                    out.problems.append(str(exc))
-                    break
+            self._wait_ready(out)
         out.problems += self.health_problems()
         return out
+
+    def _wait_ready(self, out: ResetReport) -> None:
+        """Wait for every node `out` does not already count unready; each one that does not
+        get ready goes to `out.unready` (once one was waited for in vain, the others get
+        AFTER_FAILURE_S)."""
+        ctx = self.ctx
+        for node in ctx.nodes:
+            if node in out.unready:
+                continue
+            waited_in_vain = any(why["how"] != "start-failed" for why in out.unready.values())
+            try:
+                ctx.adapter.wait_ready(node, min(ctx.ready_timeout, AFTER_FAILURE_S) if waited_in_vain else ctx.ready_timeout)
+            except MalloryError as exc:
+                how = "not-ready" if ctx.adapter.is_running(node) else "exited"
+                out.unready[node] = {"how": how, "message": str(exc)}
+                out.problems.append(str(exc))
 
     def _heal_faults(self, out: ResetReport) -> None:
         """Heal every active fault, stop the families' background work (clock strobes), clear

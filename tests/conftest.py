@@ -44,6 +44,7 @@ NEEDS: dict[str, tuple[str, ...]] = {
     "live/raft_kv/": ("clang",),
     "live/raft_kv/test_cluster_netns.py": ("root",),
     "live/raft_kv/test_disk_netns.py": ("root",),
+    "live/raft_kv/test_membership_netns.py": ("root",),
     "live/redis/": ("redis",),
     "live/redis/test_build.py::test_every_annotation_is_in_the_catalogue_and_the_build_is_cached": ("root", "clang"),
     "live/redis/test_replication_netns.py": ("root",),

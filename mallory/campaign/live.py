@@ -91,7 +91,8 @@ def live_parts(config: CampaignConfig, directory: CampaignDir, run_name: str) ->
         nemesis = Nemesis(ctx, config.faults)
         workload = None if config.workload == NO_WORKLOAD else config.workload
         run_config = RunConfig(concurrency=config.concurrency, rate=config.rate, seed=config.seed)
-        checks = ScheduleChecks(adapter, directory, workload, run_config)
+        leader_line = adapter.leader_line if isinstance(adapter, ProcessAdapter) else ""
+        checks = ScheduleChecks(adapter, directory, workload, run_config, leader_line=leader_line)
         yield LiveParts(stack, adapter, nemesis, checks, TimelineWindows(stack.client, config.abstraction))
     finally:
         if checks is not None:

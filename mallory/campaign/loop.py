@@ -99,6 +99,11 @@ class Checker(Protocol):
         """The schedule starts (e.g. start its workload, mark where logs end)."""
         ...
 
+    def faults_healed(self) -> None:
+        """Every fault of the running schedule is healed now (by the schedule's last heal,
+        or by its reset when a heal had to wait for it): from here the cluster should serve."""
+        ...
+
     def check_schedule(self, index: int, record: dict[str, Any]) -> list[BugEvidence]:
         """The schedule ended and the cluster was reset: what did it find?"""
         ...
@@ -336,10 +341,14 @@ class Campaign:
             problems = self._heal_all(active)
             if problems:
                 record["heal_problems"] = problems
+            elif self.checker is not None:
+                self.checker.faults_healed()
             self.learner.end_schedule()
             self.progress.current_fault = "reset"
             self._enter("resetting")
             record["reset"] = report_json(self.nemesis.reset())
+            if problems and self.checker is not None:  # the reset healed what the heals could not
+                self.checker.faults_healed()
         self.sleeper.sleep(self.config.reset_s)
         record["ended_ns"] = self.source.now_ns()
         self._revive(record, "reset")

@@ -8,7 +8,7 @@ so one adapter runs on every backend.
 
 What only some SUTs can do is a small protocol of its own, each with its contract below:
 `Killable`, `Stoppable`, `Pausable`, `HasProcess`, `LogWatching`, `TakesEnvOverlay`,
-`HasPrimaries`, `Promotable`, `Membership`. An adapter that can do it defines the methods;
+`HasPrimaries`, `Promotable`, `Membership`, `ReportsApplied`. An adapter that can do it defines the methods;
 one that cannot does not define them at all (no stub that raises). Whoever needs an ability
 asks `isinstance(adapter, Ability)` first, so the nemesis refuses a fault up front instead
 of failing mid-schedule.
@@ -23,6 +23,7 @@ from __future__ import annotations
 import shutil
 import signal as signals
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Protocol, Sequence, runtime_checkable
 
@@ -103,13 +104,26 @@ class Killable(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class StopOutcome:
+    """How a graceful stop ended: `exited_by_itself` within the stop timeout after the stop
+    signal, or SIGKILLed once the timeout passed; `seconds` from the stop signal until the
+    process was gone; its exit `status` as the backend reports it (negative: the signal
+    that ended it; -1 where the backend cannot know)."""
+
+    exited_by_itself: bool
+    seconds: float
+    status: int | None
+
+
 @runtime_checkable
 class Stoppable(Protocol):
-    """The SUT can shut a node down the way an operator would."""
+    """The SUT can shut a node down the way an operator would (Jepsen's stop, beside kill)."""
 
-    def stop(self, node: str) -> None:
+    def stop(self, node: str) -> StopOutcome | None:
         """Stop the node's SUT gracefully (its stop signal; killed if it outlasts the
-        adapter's stop timeout) and return once it is gone; nothing if it is not running."""
+        adapter's stop timeout) and return once it is gone, saying which of the two ended
+        it; None, doing nothing, when it is not running."""
         ...
 
 
@@ -207,6 +221,20 @@ class Membership(Protocol):
         ...
 
 
+@runtime_checkable
+class ReportsApplied(Protocol):
+    """The SUT can say what each replica applied, as digests of its applied commands per
+    log index (a hash chain), so replicas can be compared (the replica divergence oracle,
+    mallory/oracles/replicas.py)."""
+
+    def applied_digests(self) -> dict[str, dict[int, str]]:
+        """node -> {log index: digest of every command it applied up to that index}, for the
+        running nodes that answer and applied something. The indexes are chosen so that the
+        nodes can be compared: one every node that kept it gives, where their records
+        overlap. Replicas that applied the same commands give the same digest at an index."""
+        ...
+
+
 class ProcessAdapter(SutAdapter, Killable, Stoppable, Pausable, HasProcess, LogWatching, TakesEnvOverlay):
     """Process control shared by SUTs that run one main process ("sut") per node: a
     `SutAdapter` that is `Killable`, `Stoppable`, `Pausable`, `HasProcess`, `LogWatching`
@@ -226,6 +254,9 @@ class ProcessAdapter(SutAdapter, Killable, Stoppable, Pausable, HasProcess, LogW
     #: log lines that become LOG events (mallory/observer/log_events.py); `file` templates
     #: take {node} {index} {address} {data_dir} {log_dir}, no `file` = the process's output
     log_events: tuple[LogPattern, ...] = ()
+    #: a regex matching the line the process logs when its node becomes leader, its group
+    #: `term` the term ("" = it logs none): the two-leaders oracle reads the logs with it
+    leader_line: str = ""
 
     def __init__(self, backend: ClusterBackend) -> None:
         self.backend = backend
@@ -309,15 +340,20 @@ class ProcessAdapter(SutAdapter, Killable, Stoppable, Pausable, HasProcess, LogW
         if self.backend.wait(proc, 10.0) is None:
             raise MalloryError(f"{self.name}: {node}'s process {proc.pid} survived SIGKILL for 10 s")
 
-    def stop(self, node: str) -> None:
+    def stop(self, node: str) -> StopOutcome | None:
         """Graceful stop: the stop signal, then SIGKILL if it is still up after stop_timeout."""
         proc = self._procs.get(node)
         if proc is None or not self.backend.is_running(proc):
-            return
+            return None
+        started = time.monotonic()
         self.backend.signal(proc, self.stop_signal)
         self.backend.signal(proc, signals.SIGCONT)  # a paused process could not act on it
-        if self.backend.wait(proc, self.stop_timeout) is None:
+        status = self.backend.wait(proc, self.stop_timeout)
+        exited = status is not None
+        if not exited:
             self.kill(node)
+            status = self.backend.wait(proc, 0)
+        return StopOutcome(exited, round(time.monotonic() - started, 3), status)
 
     def pause(self, node: str) -> None:
         """SIGSTOP; returns once the kernel shows the process stopped."""

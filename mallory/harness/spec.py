@@ -29,6 +29,10 @@
     name = "became-leader"               # optional: default the normalised message
     file = "{log_dir}/raft.log"          # optional: default the process's own output
 
+    [leader]                             # optional: the line the process logs when its
+    pattern = 'became leader at term (?P<term>\\d+)'  # node becomes leader, `term` its term
+                                         # (the two-leaders-in-a-term oracle reads it)
+
     [client]
     kind = "redis"                       # a client kind: "line" (GET/PUT/CAS text lines,
                                          # mallory/harness/line_client.py) or one a built-in
@@ -74,6 +78,7 @@ _SECTIONS = {
     "ready": {"probe", "port", "command", "pattern", "timeout", "interval"},
     "client": {"kind", "port", "timeout"},
     "log_events": None,  # an array of tables, checked by log_events.parse_log_events
+    "leader": {"pattern"},
 }
 
 
@@ -110,6 +115,7 @@ class SutSpec:
     ready: ReadySpec = ReadySpec(probe="tcp")
     client: ClientSpec | None = None
     log_events: tuple[LogPattern, ...] = ()
+    leader_line: str = ""
     source: str = "<spec>"
 
 
@@ -222,6 +228,7 @@ class _Validator:
             ready=self.ready(raw.get("ready", {}), ports),
             client=self.client(raw.get("client"), ports),
             log_events=self.log_events(raw.get("log_events", []), ports),
+            leader_line=self.leader_line(raw.get("leader", {})),
             source=self.source,
         )
 
@@ -273,6 +280,20 @@ class _Validator:
             raise
         except MalloryError as exc:
             raise SpecError(str(exc)) from None
+
+    def leader_line(self, raw: dict[str, Any]) -> str:
+        pattern = raw.get("pattern", "")
+        if not isinstance(pattern, str):
+            raise self.error("leader.pattern", f"must be a regex, not {pattern!r}")
+        if not pattern:
+            return ""
+        try:
+            groups = re.compile(pattern).groupindex
+        except re.error as exc:
+            raise self.error("leader.pattern", f"not a valid regex: {exc}") from None
+        if "term" not in groups:
+            raise self.error("leader.pattern", "needs a group (?P<term>...) that matches the term")
+        return pattern
 
     def signal(self, raw: Any, fieldname: str) -> int:
         if type(raw) is int and raw in {int(s) for s in signals.Signals}:

@@ -53,6 +53,7 @@ class SpecAdapter(ProcessAdapter):
         self._log_pattern = re.compile(spec.ready.pattern) if spec.ready.probe == "log" else None
         self._log_offsets: dict[str, dict[Path, int]] = {}
         self.log_events = spec.log_events
+        self.leader_line = spec.leader_line
 
     def context(self, node: str) -> NodeContext:
         peer_port = self.spec.ports.get("peer", self.spec.ports["client"])

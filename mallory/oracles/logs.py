@@ -9,7 +9,10 @@ the same bug.
 
 `death_finding` turns a process's exit into a finding when it died by a signal the
 harness did not send (by default SIGKILL/SIGTERM/SIGINT are the harness's own), signed by
-the signal and the last line the process logged.
+the signal and the last line the process logged. Its details keep the process's last log
+lines and, when the fault shim (nemesis/preload/mallory_faults.c) caught the crash, the
+backtrace it wrote into the process's output (`crash_backtrace`); the shim's lines are
+never taken for the process's own (`log_tail`, `scan_log`).
 """
 
 from __future__ import annotations
@@ -24,6 +27,14 @@ from mallory.oracles.triage import Finding
 
 #: a finding's key keeps this much of the line's normalised message
 KEY_CHARS = 200
+#: how many of a dying node's last log lines a finding keeps
+LAST_LINES = 30
+#: what starts every line the fault shim writes into a crashing process's output
+SHIM_PREFIX = "==mallory== "
+_BACKTRACE_START = re.compile(r"^==mallory== caught (?P<signal>SIG[A-Z]+)")
+_FRAME = re.compile(
+    r"^==mallory== #\d+ (?P<address>0x[0-9a-f]+) (?P<module>\S+)\+(?P<offset>0x[0-9a-f]+)(?: \((?P<symbol>\S+)\))?$"
+)
 
 
 def _p(name: str, regex: str) -> LogPattern:
@@ -55,10 +66,14 @@ def parse_pattern(spec: str) -> LogPattern:
 
 def scan_log(lines: Iterable[str], node: str | None = None,
              patterns: Iterable[LogPattern] = DEFAULT_PATTERNS) -> list[Finding]:
-    """One finding per matching line (the first pattern that matches names it)."""
+    """One finding per matching line (the first pattern that matches names it); the fault
+    shim's lines are not the process's own and match nothing (a crash it caught is the
+    death oracle's)."""
     pats = list(patterns)
     out = []
     for lineno, line in enumerate(lines, 1):
+        if line.startswith(SHIM_PREFIX):
+            continue
         for pat in pats:
             m = pat.regex.search(line)
             if m is None:
@@ -68,6 +83,24 @@ def scan_log(lines: Iterable[str], node: str | None = None,
             out.append(Finding("log", pat.name, (message,), text.strip()[:300], node, {"line": lineno}))
             break
     return out
+
+
+def log_tail(log: str, n: int = LAST_LINES) -> list[str]:
+    """The last `n` non-blank lines a process logged (the fault shim's left out)."""
+    return [line for line in log.splitlines() if line.strip() and not line.startswith(SHIM_PREFIX)][-n:]
+
+
+def crash_backtrace(log: str) -> list[dict[str, str | None]]:
+    """The frames of the last backtrace the fault shim wrote into a process's output when
+    it caught a crash, innermost first: address, module (the object's path), offset in it,
+    and the nearest dynamic symbol (None when the shim found none). Empty when there is none."""
+    frames: list[dict[str, str | None]] = []
+    for line in log.splitlines():
+        if _BACKTRACE_START.match(line):
+            frames = []
+        elif m := _FRAME.match(line.rstrip()):
+            frames.append(m.groupdict())
+    return frames
 
 
 HARNESS_SIGNALS = frozenset({signal.SIGKILL, signal.SIGTERM, signal.SIGINT})
@@ -80,7 +113,8 @@ def death_finding(returncode: int | None, node: str | None = None, *, log: str =
     returncode as subprocess reports it (negative = killed by that signal) or a shell's
     exit status (128 + signal number). `log`: what the process wrote to its log during the
     schedule; its last line, normalised, joins the signal in the key, so crashes at
-    different places are different bugs and one crash seen again is the same.
+    different places are different bugs and one crash seen again is the same. Its last
+    lines and the shim's backtrace (when there is one) are the finding's details.
     """
     if returncode is None:
         return None
@@ -96,7 +130,8 @@ def death_finding(returncode: int | None, node: str | None = None, *, log: str =
         name = signal.Signals(signum).name
     except ValueError:
         name = f"signal {signum}"
-    last = next((line.strip() for line in reversed(log.splitlines()) if line.strip()), "")
+    tail = log_tail(log)
+    last = tail[-1].strip() if tail else ""
     message = f"process died by {name}" + (f" after: {last[:300]}" if last else "")
-    return Finding("signal", f"killed-by-{name}", (name, normalise(last, KEY_CHARS)), message, node,
-                   {"signal": signum, "last_line": last})
+    details = {"signal": signum, "last_line": last, "last_log_lines": tail, "backtrace": crash_backtrace(log)}
+    return Finding("signal", f"killed-by-{name}", (name, normalise(last, KEY_CHARS)), message, node, details)

@@ -87,8 +87,9 @@ def when(unix_s: float | None, origin_s: float | None = None) -> str:
 
 def explanation(report: dict[str, Any]) -> str:
     """The oracle's explanation: its message, the sanitizer's report (stack) or where the
-    log line was; then every detail it recorded. (A history's anomalies have their own
-    part: `verdict_view.anomalies_part`.)"""
+    log line was, a crashed or unrestartable node's last log lines and backtrace; then
+    every detail it recorded. (A history's anomalies have their own part:
+    `verdict_view.anomalies_part`.)"""
     details = report.get("details") or {}
     parts = [f"<p><b>{escape(str(report.get('oracle', '?')))}</b> / {escape(str(report.get('kind', '?')))}"
              + (f" on {escape(str(report['node']))}" if report.get("node") else "") + "</p>"]
@@ -97,9 +98,29 @@ def explanation(report: dict[str, Any]) -> str:
         parts.append(f"<p>Sanitizer report</p><pre>{escape(str(details['report']))}</pre>")
     if isinstance(details, dict) and isinstance(details.get("line"), int) and report.get("node"):
         parts.append(f"<p class=\"note\">line {details['line']} of {escape(str(report['node']))}'s log during the schedule</p>")
+    if isinstance(details, dict):
+        parts.append(crash_part(details, str(report.get("node") or "the node")))
     if details:
         parts.append("<details><summary>all details</summary><pre>"
                      + escape(orjson.dumps(details, option=orjson.OPT_INDENT_2).decode()) + "</pre></details>")
+    return "\n".join(parts)
+
+
+def crash_part(details: dict[str, Any], node: str) -> str:
+    """A dying (or unrestartable) node's backtrace, frame by frame (where the symbolizer
+    found the function and line, else the object and offset), and its last log lines; ""
+    when the details hold neither."""
+    parts = []
+    frames = details.get("backtrace") or []
+    if frames:
+        rows = [[i, frame.get("where") or frame.get("symbol") or "?", f"{frame.get('module')}+{frame.get('offset')}"]
+                for i, frame in enumerate(frames, start=1) if isinstance(frame, dict)]
+        parts.append(f"<p>Backtrace of {escape(node)} (innermost first, as the fault shim caught the crash)</p>")
+        parts.append(table(["#", "function", "object + offset"], rows))
+    lines = details.get("last_log_lines") or []
+    if lines:
+        parts.append(f"<p>The last {len(lines)} lines {escape(node)} logged</p>")
+        parts.append("<pre>" + escape("\n".join(str(line) for line in lines)) + "</pre>")
     return "\n".join(parts)
 
 

@@ -22,7 +22,7 @@ from mallory.shrink.ddmin import ddmin
 Schedule = list[ScriptedStep]
 Fails = Callable[[Schedule], bool]
 
-#: node specs (kill, pause): fewer nodes is weaker
+#: node specs (kill, stop, pause): fewer nodes is weaker
 _NODES = {"all": ("one", "minority", "majority"), "majority": ("one", "minority"), "minority": ("one",)}
 #: partition specs: fewer links cut is weaker (one node alone cuts the fewest)
 _PARTITION = {"majorities-ring": ("one", "majority"), "bridge": ("one", "majority"), "majority": ("one",)}
@@ -32,6 +32,7 @@ _LINKS = {"all": ("pair", "one"), "one": ("pair",)}
 #: specs are different faults, not stronger and weaker versions of one: none is weakened.
 WEAKER: dict[str, dict[str, tuple[str, ...]]] = {
     "kill": _NODES,
+    "stop": _NODES,
     "pause": _NODES,
     "partition": _PARTITION,
     "delay": _LINKS,

@@ -3,8 +3,9 @@
 Network namespaces share one kernel clock and one page cache, so clock and disk faults are
 enacted by the project's preload shim (nemesis/preload/mallory_faults.c, built with make on
 first use and cached), which maps a per-node control file the nemesis rewrites at run time:
-a clock offset, a disk fault (errno or delay, on writes and/or syncs under a path prefix),
-and counters the shim increments when the SUT really got a faked time or a disk fault.
+a clock offset, a disk fault (errno or delay, on writes and/or syncs under a path prefix,
+libc calls and kernel AIO requests alike), and counters the shim increments when the SUT
+really got a faked time or a disk fault.
 
 (Debian's libfaketime was the first choice; 0.9.10 aborts Redis 7 at start, its jemalloc
 reading the clock before libfaketime is initialised, and it re-reads a file on every clock
@@ -55,6 +56,7 @@ _TRACK_OFFSET = 304
 _ENTRY = struct.Struct("<QQq")  # dev, ino, lowest unsynced offset
 _TABLE_OFFSET = 320
 _TRACK_PREFIX_OFFSET = 1856
+_AIO_INJECTED_OFFSET = 2112
 
 
 def fault_shim(build_dir: Path | None = None) -> Path:
@@ -86,12 +88,17 @@ def loaded_in(pid: int) -> set[str]:
 
 @dataclass(frozen=True)
 class DiskState:
+    """A node's disk fault as its control file holds it; `injected` counts the disk calls
+    the shim failed or delayed, `injected_aio` the part of them that were kernel AIO
+    requests (io_submit)."""
+
     mode: int
     err: int
     ops: int
     delay_us: int
     injected: int
     prefix: str
+    injected_aio: int
 
 
 class NodeControls:
@@ -190,7 +197,8 @@ class NodeControls:
         def read(mem: mmap.mmap) -> DiskState:
             _, _, mode, err, ops, delay_us, injected = _HEADER.unpack_from(mem, 0)
             prefix = bytes(mem[_PREFIX_OFFSET : _PREFIX_OFFSET + _PREFIX_SIZE]).split(b"\0")[0].decode()
-            return DiskState(mode, err, ops, delay_us, injected, prefix)
+            (injected_aio,) = struct.unpack_from("<Q", mem, _AIO_INJECTED_OFFSET)
+            return DiskState(mode, err, ops, delay_us, injected, prefix, injected_aio)
 
         return self._with(node, read)
 

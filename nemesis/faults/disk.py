@@ -7,13 +7,15 @@ the data directory, the lowest offset written since its last fsync; the nemesis 
 node's SUT and cuts every such file back to that offset (healed by starting the node). The
 files cut and the bytes lost are the evidence; it is verified by their sizes after the cut.
 
-Covers SUTs that write their data with libc's write/pwrite/writev/fsync/fdatasync or through
-stdio streams (the error surfaces at fflush/fclose) and were started with the controls' env
-(Redis with AOF/RDB persistence, libraft servers, the example SUT); not statically linked
-ones (Go: etcd), which are refused. A SUT that never writes to its data
-directory (Redis as a cache) receives nothing: the heal evidence counts what the SUT
-really hit (`injected_by_sut`). The effect is verified by a probe write in the node's data
-directory under the same env.
+Covers SUTs that write their data with libc's write/pwrite/writev/fsync/fdatasync, through
+stdio streams (the error surfaces at fflush/fclose) or with kernel AIO requests made
+through libc's syscall() (libraft's log segments: the failed request completes with the
+fault's errno), and were started with the controls' env (Redis with AOF/RDB persistence,
+libraft servers, the example SUT); not statically linked ones (Go: etcd), which are
+refused. A SUT that never writes to its data directory (Redis as a cache) receives
+nothing: the heal evidence counts what the SUT really hit (`injected_by_sut`, and
+`injected_by_sut_aio` of those, AIO requests). The effect is verified by a probe write in
+the node's data directory under the same env.
 """
 
 from __future__ import annotations
@@ -107,7 +109,7 @@ class DiskFaults:
                     "ops": ["write"] * bool(settings["ops"] & OP_WRITE) + ["fsync"] * bool(settings["ops"] & OP_SYNC),
                     "delay_ms": self.slow_ms if spec == "slow" else 0, "prefix": prefix},
             verified=verified,
-            evidence={"probe": probe, "injected_after_probe": state.injected},
+            evidence={"probe": probe, "injected_after_probe": state.injected, "injected_aio_after_probe": state.injected_aio},
         )
 
     def _lose_unsynced(self, ctx: FaultContext, rng: random.Random) -> FaultReport:
@@ -135,9 +137,12 @@ class DiskFaults:
             report.healed = True
             return
         for node in report.nodes:
-            injected = ctx.controls.disk_state(node).injected
+            state = ctx.controls.disk_state(node)
             ctx.controls.set_disk(node, MODE_OFF)
-            report.heal_evidence[node] = {"injected_by_sut": injected - report.evidence["injected_after_probe"]}
+            report.heal_evidence[node] = {
+                "injected_by_sut": state.injected - report.evidence["injected_after_probe"],
+                "injected_by_sut_aio": state.injected_aio - report.evidence.get("injected_aio_after_probe", 0),
+            }
         report.healed = True
 
 

@@ -10,6 +10,8 @@ client port, one request line, one reply line:
     -> OK [value|nil] | FAIL mismatch | ERR <why> | UNKNOWN <why>
     TXN r:k a:k:v w:k:v ...
     -> OK <per micro-op: what a read saw (nil: nothing), _ for a write or append> | ERR | UNKNOWN
+    DIGEST -> OK applied=<raft index of the last command applied> chain=<hex>
+    DIGEST <index> -> OK index=<index> chain=<hex> | ERR not-kept
 
 Every operation, reads included, is a pysyncobj `@replicated` command: it goes through the
 Raft log and is answered once applied, so any node serves every operation (a follower
@@ -18,6 +20,11 @@ queue full, not leader, discarded); `UNKNOWN` means it may still be (the op time
 the leader changed while a follower waited for its answer). An APPENDed key holds a list,
 which GET answers as `OK v1,v2,...`. A TXN (raft-kv's transaction line, so the list-append
 and rw-register workloads use mallory/suts/raft_kv/client.py) is one log entry. STATUS answers `OK role=<r> leader=<host|-> term=<n>`.
+
+DIGEST is raft-kv's too: every applied command extends a hash chain (BLAKE2b over the
+previous value, the command's raft index and the command), kept for the last CHAIN_KEPT
+commands and carried in pysyncobj's dumps with the data, so replicas can be compared at a
+common index (mallory/oracles/replicas.py).
 
 The Raft journal (`raft.journal`) and full dumps (`raft.dump`) are in the data directory,
 so a killed node restarts with its log. Every leader change is a line on stdout
@@ -31,6 +38,7 @@ so a killed node restarts with its log. Every leader change is a line on stdout
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import signal
 import socketserver
@@ -59,6 +67,8 @@ _NOT_APPLIED = {
 #: Failures after which it may still be applied (besides pysyncobj's 'Timeout').
 _MAYBE_APPLIED = {FAIL_REASON.LEADER_CHANGED: "leader-changed", FAIL_REASON.UNKNOWN_OUTCOME: "unknown-outcome"}
 _ROLES = {_RAFT_STATE.FOLLOWER: "follower", _RAFT_STATE.CANDIDATE: "candidate", _RAFT_STATE.LEADER: "leader"}
+#: how many of the last applied commands' chain values a node keeps (DIGEST <index>)
+CHAIN_KEPT = 1024
 
 
 class KVStore(SyncObj):
@@ -66,17 +76,36 @@ class KVStore(SyncObj):
 
     def __init__(self, me: str, peers: list[str], conf: SyncObjConf) -> None:
         super().__init__(me, peers, conf)
+        # Set after SyncObj's own attributes, so pysyncobj's dumps carry them.
         self._data: dict[str, object] = {}
+        #: (raft index of the last command applied, the chain's value after it), one
+        #: attribute so a client thread never reads the index of one and the value of another
+        self._chain: tuple[int, str] = (0, "0" * 16)
+        #: raft index -> the chain's value after it, for the last CHAIN_KEPT commands
+        self._chain_kept: dict[int, str] = {}
+
+    def _chain_command(self, *command: object) -> None:
+        """Extend the chain with the command being applied. Called first by every replicated
+        method, as it is applied: pysyncobj counts the entry applied only afterwards, so its
+        raft index is the one after `raftLastApplied`."""
+        index = self.raftLastApplied + 1
+        value = hashlib.blake2b(f"{self._chain[1]}|{index}|{command!r}".encode(), digest_size=8).hexdigest()
+        self._chain = (index, value)
+        self._chain_kept[index] = value
+        if len(self._chain_kept) > CHAIN_KEPT:
+            del self._chain_kept[next(iter(self._chain_kept))]
 
     # INSTRUMENT_FUNC apply-put
     @replicated
     def put(self, key: str, value: object) -> bool:
+        self._chain_command("put", key, value)
         self._data[key] = value
         return True
 
     # INSTRUMENT_FUNC apply-cas
     @replicated
     def cas(self, key: str, old: object, new: object) -> bool:
+        self._chain_command("cas", key, old, new)
         if self._data.get(key) != old:
             # INSTRUMENT_BLOCK cas-mismatch
             return False
@@ -86,6 +115,7 @@ class KVStore(SyncObj):
     # INSTRUMENT_FUNC apply-append
     @replicated
     def append(self, key: str, value: object) -> bool:
+        self._chain_command("append", key, value)
         self._append(key, value)
         return True
 
@@ -94,6 +124,7 @@ class KVStore(SyncObj):
     def txn(self, mops: list[tuple[str, str, object]]) -> list[object]:
         """Micro-ops applied as one log entry: ("r", k, None) reads, ("a", k, v) appends,
         ("w", k, v) writes. What each read saw (a list copied), None for the others."""
+        self._chain_command("txn", mops)
         seen: list[object] = []
         for f, key, value in mops:
             if f == "r":
@@ -117,7 +148,16 @@ class KVStore(SyncObj):
     # INSTRUMENT_FUNC apply-get
     @replicated
     def get(self, key: str) -> object:
+        self._chain_command("get", key)
         return self._data.get(key)
+
+    def digest(self, index: int | None = None) -> str:
+        """DIGEST's reply: the chain's last value, or its value after command `index`."""
+        if index is None:
+            applied, value = self._chain
+            return f"OK applied={applied} chain={value}"
+        value = self._chain_kept.get(index)
+        return "ERR not-kept" if value is None else f"OK index={index} chain={value}"
 
 
 def _value(text: str) -> object:
@@ -162,6 +202,8 @@ class Service:
         op, args = words[0].upper(), words[1:]
         if op == "STATUS" and not args:
             return self.status()
+        if op == "DIGEST" and len(args) <= 1 and all(a.isdigit() for a in args):
+            return self.store.digest(int(args[0]) if args else None)
         if op == "TXN":
             mops = _parse_txn(args)
             if mops is None:

@@ -6,6 +6,10 @@
  * values (get / put / cas / append); every client operation, reads included, is a log
  * entry answered when it is applied, so the service is linearizable. Snapshots serialize
  * the whole map; a restarted node restores from its latest one and replays the log after.
+ * Every applied command extends a hash chain (FNV-1a 64 over the previous value, the
+ * entry's index and its bytes), kept for the last CHAIN_KEPT commands and carried in
+ * snapshots, so two replicas can be compared at a common index: equal chains, equal
+ * commands applied up to it.
  *
  * Client protocol on the client port, one text line each way (suts/example's protocol, so
  * mallory/harness/line_client.py works):
@@ -19,13 +23,19 @@
  *   LEADER                   -> OK <leader raft address or ->
  *   STATUS                   -> OK state=<s> term=<t> leader=<a> applied=<i> snapshot=<i> ...
  *   MEMBERS                  -> OK <address>/<role> ...
- *   ADD <raft address>       -> OK once the server is in the configuration (as a spare)
+ *   DIGEST                   -> OK applied=<index of the last command applied> chain=<hex>
+ *   DIGEST <index>           -> OK index=<index> chain=<hex> | ERR not-kept (not a command
+ *                               index among the last CHAIN_KEPT applied)
+ *   ADD <raft address> [<id>] -> OK once the server is in the configuration (as a spare)
  *   ASSIGN <address> voter|standby|spare -> OK once the role change is committed
  *   REMOVE <address>         -> OK once the removal is committed
  *   TRANSFER [<address>]     -> OK <new leader or -> when the transfer ended (no address:
  *                               the library picks a voter)
- * A server's id is raft_digest(its raft address, 0), so every node (and the admin
- * commands) derive the same id from an address.
+ * A server's id is its --id, by default raft_digest(its raft address, 0): the initial
+ * voters derive each other's ids from their addresses. A server added back after it was
+ * removed gets a fresh id (--id, and ADD's <id>), as an operator would give it, so late
+ * messages of its earlier incarnation are not taken for its own. ASSIGN, REMOVE and
+ * TRANSFER name a server by address; its id is the one the configuration holds.
  *
  * Library contracts followed (raft.h, raft/uv.h): entry payloads are raft_malloc'ed and
  * padded to a multiple of 8 bytes, and belong to the library once raft_apply accepted
@@ -54,6 +64,7 @@
 #define ADDR_LEN 64
 #define LINE_MAX_LEN 65536
 #define BUCKETS 4096
+#define CHAIN_KEPT 1024
 
 /* -- the state machine: a hash map of strings ------------------------------------------ */
 
@@ -135,6 +146,62 @@ static void set_result(const char *fmt, ...)
     }
 }
 
+/* -- the applied commands' hash chain --------------------------------------------------- */
+
+static struct {
+    raft_index index; /* the last command the chain covers (0: none yet) */
+    uint64_t value;
+    struct {
+        raft_index index;
+        uint64_t value;
+    } kept[CHAIN_KEPT]; /* the chain after each of the last CHAIN_KEPT commands, a ring */
+    unsigned long count;
+} C;
+
+static uint64_t fnv1a(uint64_t h, const void *data, size_t len)
+{
+    const unsigned char *p = data;
+    for (size_t i = 0; i < len; i++)
+        h = (h ^ p[i]) * 1099511628211ULL;
+    return h;
+}
+
+static void chain_keep(raft_index index, uint64_t value)
+{
+    C.index = index;
+    C.value = value;
+    C.kept[C.count % CHAIN_KEPT].index = index;
+    C.kept[C.count % CHAIN_KEPT].value = value;
+    C.count++;
+}
+
+static void chain_extend(raft_index index, const struct raft_buffer *buf)
+{
+    uint64_t h = fnv1a(14695981039346656037ULL, &C.value, sizeof C.value);
+    h = fnv1a(h, &index, sizeof index);
+    chain_keep(index, fnv1a(h, buf->base, buf->len));
+}
+
+/* The chain restored from a snapshot: the ring starts again from there. */
+static void chain_restart(raft_index index, uint64_t value)
+{
+    C.count = 0;
+    chain_keep(index, value);
+}
+
+/* The chain's value after command `index`; 0 when it is not among those kept. */
+static int chain_at(raft_index index, uint64_t *value)
+{
+    unsigned long n = C.count < CHAIN_KEPT ? C.count : CHAIN_KEPT;
+    for (unsigned long i = 0; i < n; i++) {
+        if (C.kept[i].index == index && index != 0) {
+            *value = C.kept[i].value;
+            return 1;
+        }
+    }
+    return 0;
+}
+
 /* -- the node -------------------------------------------------------------------------- */
 
 static struct {
@@ -147,6 +214,7 @@ static struct {
     uv_signal_t sigterm, sigint;
     uv_check_t watcher;
     char address[ADDR_LEN]; /* our raft address, ip:port */
+    raft_id id;             /* our raft id: --id, else derived from the address */
     char listen_ip[40]; /* an IPv4 address */
     int client_port;
     char data_dir[512];
@@ -192,10 +260,30 @@ static void say(const char *fmt, ...)
     putchar('\n');
 }
 
+/* The id an initial voter has: derived from its address. */
 static raft_id id_of(const char *address)
 {
     raft_id id = raft_digest(address, 0);
     return id == 0 ? 1 : id;
+}
+
+/* The id of the server with this address in the configuration (derived when none has it,
+ * so the library answers for an unknown server). */
+static raft_id id_in_configuration(const char *address)
+{
+    for (unsigned i = 0; i < S.raft.configuration.n; i++)
+        if (strcmp(S.raft.configuration.servers[i].address, address) == 0)
+            return S.raft.configuration.servers[i].id;
+    return id_of(address);
+}
+
+/* A positive decimal raft id, or 0. */
+static raft_id parse_id(const char *text)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(text, &end, 10);
+    return *text == '\0' || *end != '\0' || errno != 0 || text[0] == '-' ? 0 : (raft_id)v;
 }
 
 static void kv_append(const char *key, const char *val)
@@ -259,6 +347,7 @@ static int fsm_apply(struct raft_fsm *fsm, const struct raft_buffer *buf, void *
     char op[8] = "", key[LINE_MAX_LEN], a[LINE_MAX_LEN], b[LINE_MAX_LEN];
     const char *text = buf->base;
     *result = NULL;
+    chain_extend(raft_last_applied(&S.raft) + 1, buf); /* the library sets last_applied after */
     if (buf->len == 0 || text[buf->len - 1] != '\0') {
         set_result("ERR malformed-entry");
         *result = F.result;
@@ -294,13 +383,14 @@ static int fsm_apply(struct raft_fsm *fsm, const struct raft_buffer *buf, void *
     return 0;
 }
 
-/* Snapshot: "raft-kv 1 <count>\n" then "key value\n" per pair, NUL-padded to 8 bytes. */
+/* Snapshot: "raft-kv 2 <count> <chain index> <chain hex>\n" then "key value\n" per pair,
+ * NUL-padded to 8 bytes. The chain is the one after the snapshot's last applied entry. */
 
 // INSTRUMENT_FUNC snapshot
 static int fsm_snapshot(struct raft_fsm *fsm, struct raft_buffer *bufs[], unsigned *n_bufs)
 {
     (void)fsm;
-    size_t len = 64;
+    size_t len = 96; /* the header line, at most 70 bytes */
     for (int i = 0; i < BUCKETS; i++)
         for (struct kv *e = F.buckets[i]; e != NULL; e = e->next)
             len += strlen(e->key) + strlen(e->val) + 2;
@@ -312,7 +402,8 @@ static int fsm_snapshot(struct raft_fsm *fsm, struct raft_buffer *bufs[], unsign
         raft_free(out);
         return RAFT_NOMEM;
     }
-    size_t at = (size_t)snprintf(data, len, "raft-kv 1 %lu\n", F.count);
+    size_t at = (size_t)snprintf(data, len, "raft-kv 2 %lu %llu %016llx\n", F.count, C.index,
+                                 (unsigned long long)C.value);
     for (int i = 0; i < BUCKETS; i++)
         for (struct kv *e = F.buckets[i]; e != NULL; e = e->next)
             at += (size_t)snprintf(data + at, len - at, "%s %s\n", e->key, e->val);
@@ -344,9 +435,11 @@ static int fsm_restore(struct raft_fsm *fsm, struct raft_buffer *buf)
     (void)fsm;
     const char *text = buf->base;
     unsigned long count;
+    raft_index chain_index;
+    unsigned long long chain_value;
     int used = 0;
     if (buf->len == 0 || text[buf->len - 1] != '\0' ||
-        sscanf(text, "raft-kv 1 %lu\n%n", &count, &used) != 1 || used == 0) {
+        sscanf(text, "raft-kv 2 %lu %llu %llx\n%n", &count, &chain_index, &chain_value, &used) != 3 || used == 0) {
         say("restore refused: not a raft-kv snapshot (%zu bytes)", buf->len);
         return RAFT_MALFORMED; /* on failure the buffer stays the library's */
     }
@@ -364,7 +457,8 @@ static int fsm_restore(struct raft_fsm *fsm, struct raft_buffer *buf)
         free(val);
         p = nl + 1;
     }
-    say("restored snapshot: %lu keys (of %lu)", F.count, count);
+    chain_restart(chain_index, chain_value);
+    say("restored snapshot: %lu keys (of %lu), chain at %llu", F.count, count, chain_index);
     raft_free(buf->base); /* success: the buffer is ours now */
     return 0;
 }
@@ -677,26 +771,27 @@ static void members(struct client *c)
 static void admin(struct client *c, const char *cmd, const char *arg, const char *arg2, int n)
 {
     struct op *op;
-    if (strcmp(cmd, "ADD") == 0 && n == 2) {
-        say("admin: add %s", arg);
+    if (strcmp(cmd, "ADD") == 0 && (n == 2 || (n == 3 && parse_id(arg2) != 0))) {
+        raft_id id = n == 3 ? parse_id(arg2) : id_of(arg);
+        say("admin: add %s as id %llu", arg, id);
         op = new_op(c, "add");
         op->req.change.data = op;
-        submitted(c, op, raft_add(&S.raft, &op->req.change, id_of(arg), arg, on_changed));
+        submitted(c, op, raft_add(&S.raft, &op->req.change, id, arg, on_changed));
     } else if (strcmp(cmd, "ASSIGN") == 0 && n == 3 && parse_role(arg2) >= 0) {
         say("admin: assign %s %s", arg, arg2);
         op = new_op(c, "assign");
         op->req.change.data = op;
-        submitted(c, op, raft_assign(&S.raft, &op->req.change, id_of(arg), parse_role(arg2), on_changed));
+        submitted(c, op, raft_assign(&S.raft, &op->req.change, id_in_configuration(arg), parse_role(arg2), on_changed));
     } else if (strcmp(cmd, "REMOVE") == 0 && n == 2) {
         say("admin: remove %s", arg);
         op = new_op(c, "remove");
         op->req.change.data = op;
-        submitted(c, op, raft_remove(&S.raft, &op->req.change, id_of(arg), on_changed));
+        submitted(c, op, raft_remove(&S.raft, &op->req.change, id_in_configuration(arg), on_changed));
     } else if (strcmp(cmd, "TRANSFER") == 0 && n <= 2) {
         say("admin: transfer leadership to %s", n == 2 ? arg : "any voter");
         op = new_op(c, "transfer");
         op->req.transfer.data = op;
-        submitted(c, op, raft_transfer(&S.raft, &op->req.transfer, n == 2 ? id_of(arg) : 0, on_transferred));
+        submitted(c, op, raft_transfer(&S.raft, &op->req.transfer, n == 2 ? id_in_configuration(arg) : 0, on_transferred));
     } else {
         send_line(c, "ERR bad-request");
     }
@@ -775,6 +870,15 @@ static void handle_line(struct client *c, char *line)
                   S.raft.log.snapshot.last_index, F.count);
     } else if (strcmp(cmd, "MEMBERS") == 0 && n == 1) {
         members(c);
+    } else if (strcmp(cmd, "DIGEST") == 0 && n == 1) {
+        send_line(c, "OK applied=%llu chain=%016llx", C.index, (unsigned long long)C.value);
+    } else if (strcmp(cmd, "DIGEST") == 0 && n == 2) {
+        raft_index index = (raft_index)parse_id(a);
+        uint64_t value;
+        if (chain_at(index, &value))
+            send_line(c, "OK index=%llu chain=%016llx", index, (unsigned long long)value);
+        else
+            send_line(c, "ERR not-kept");
     } else {
         admin(c, cmd, a, b, n);
     }
@@ -902,11 +1006,12 @@ static void usage(void)
 {
     fprintf(stderr,
             "usage: raft-kv --listen IP --client-port P --raft-port Q --peers IP:Q,... --data DIR\n"
-            "               [--join] [--election-ms 1000] [--heartbeat-ms 100]\n"
+            "               [--join] [--id N] [--election-ms 1000] [--heartbeat-ms 100]\n"
             "               [--snapshot-threshold 1024] [--snapshot-trailing 128]\n"
             "               [--connect-retry-ms 1000] [--pre-vote]\n"
             "--peers: the raft addresses of the other initial voters (bootstrapped on a fresh\n"
-            "data dir); --join: start empty and wait to be ADDed by the leader.\n");
+            "data dir); --join: start empty and wait to be ADDed by the leader; --id: this\n"
+            "server's raft id (default: derived from its raft address, as for --peers).\n");
     exit(2);
 }
 
@@ -928,7 +1033,7 @@ static void parse_args(int argc, char **argv)
         {"election-ms", required_argument, NULL, 'e'},   {"heartbeat-ms", required_argument, NULL, 'h'},
         {"snapshot-threshold", required_argument, NULL, 't'}, {"snapshot-trailing", required_argument, NULL, 'T'},
         {"connect-retry-ms", required_argument, NULL, 'R'}, {"pre-vote", no_argument, NULL, 'v'},
-        {NULL, 0, NULL, 0},
+        {"id", required_argument, NULL, 'i'},            {NULL, 0, NULL, 0},
     };
     unsigned raft_port = 0;
     const char *peers = "";
@@ -956,6 +1061,11 @@ static void parse_args(int argc, char **argv)
         case 'T': S.snapshot_trailing = parse_unsigned(optarg, "--snapshot-trailing"); break;
         case 'R': S.connect_retry_ms = parse_unsigned(optarg, "--connect-retry-ms"); break;
         case 'v': S.pre_vote = 1; break;
+        case 'i':
+            S.id = parse_id(optarg);
+            if (S.id == 0)
+                die("--id: not a positive number: %s", optarg);
+            break;
         default: usage();
         }
     }
@@ -966,6 +1076,8 @@ static void parse_args(int argc, char **argv)
     if (S.heartbeat_ms >= S.election_ms)
         die("--heartbeat-ms (%u) must be below --election-ms (%u)", S.heartbeat_ms, S.election_ms);
     snprintf(S.address, sizeof S.address, "%s:%u", S.listen_ip, raft_port);
+    if (S.id == 0)
+        S.id = id_of(S.address);
     snprintf(S.cluster[S.ncluster++], ADDR_LEN, "%s", S.address);
     char *copy = strdup(peers), *save = NULL;
     for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
@@ -997,7 +1109,8 @@ static void bootstrap_if_pristine(void)
     struct raft_configuration conf;
     raft_configuration_init(&conf);
     for (int i = 0; i < S.ncluster; i++)
-        check(raft_configuration_add(&conf, id_of(S.cluster[i]), S.cluster[i], RAFT_VOTER), "configuration");
+        check(raft_configuration_add(&conf, i == 0 ? S.id : id_of(S.cluster[i]), S.cluster[i], RAFT_VOTER),
+              "configuration");
     int rv = raft_bootstrap(&S.raft, &conf);
     raft_configuration_close(&conf);
     check(rv, "raft_bootstrap");
@@ -1036,7 +1149,7 @@ int main(int argc, char **argv)
         .restore = fsm_restore,
         .snapshot_finalize = fsm_snapshot_finalize,
     };
-    check(raft_init(&S.raft, &S.io, &S.fsm, id_of(S.address), S.address), "raft_init");
+    check(raft_init(&S.raft, &S.io, &S.fsm, S.id, S.address), "raft_init");
     raft_set_election_timeout(&S.raft, S.election_ms);
     raft_set_heartbeat_timeout(&S.raft, S.heartbeat_ms);
     raft_set_snapshot_threshold(&S.raft, S.snapshot_threshold);

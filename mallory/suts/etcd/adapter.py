@@ -98,6 +98,8 @@ class EtcdAdapter(ProcessAdapter, HasPrimaries, Promotable, Membership):
     ready_timeout = 30.0
     ready_interval = 0.1
     log_events = LOG_EVENTS
+    #: raft's own line (its JSON "msg"): "<member id> became leader at term <t>"
+    leader_line = r"became leader at term (?P<term>\d+)"
 
     def __init__(
         self,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import redis
 
 from mallory.cluster.backend import ClusterBackend
+from mallory.errors import MalloryError
 from mallory.harness.adapter import HasPrimaries, ProcessAdapter, Promotable
 from mallory.harness.client import Client, key_options
 from mallory.harness.workload import Workload
@@ -86,10 +87,13 @@ class RedisReplicationAdapter(ProcessAdapter, HasPrimaries, Promotable):
         return found
 
     def promote(self, node: str) -> None:
-        """Make `node` the primary and point every other running node at it."""
+        """Make `node` the primary and point every other running node at it. MalloryError
+        when `node` does not take the command (paused, say): nothing changed."""
         admin = self._admin(node)
         try:
             admin.execute_command("REPLICAOF", "NO", "ONE")
+        except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
+            raise MalloryError(f"{self.name}: cannot make {node} primary: {exc}") from None
         finally:
             admin.close()
         self.primary = node

@@ -3,7 +3,7 @@ nodes (a primary and three replicas) in network namespaces, the real mediator in
 gateway, the SUTs started with the clock/disk preload env.
 
 Each effect is checked independently of the nemesis's report: datagrams between the
-namespaces (cut, delayed, duplicated links), /proc (killed, paused), the SUT's own answers
+namespaces (cut, delayed, duplicated links), /proc (killed, stopped, paused), the SUT's own answers
 (Redis TIME for its wall clock, SAVE for its disk, INFO for its role).
 """
 
@@ -145,7 +145,7 @@ def test_fault_enacted_verified_and_healed(live, label):
         report = enact_until(nemesis, label, lambda r: abs(r.params["delta_s"]) >= 2.0 and r.params["period_s"] <= 0.3)
     else:
         report = nemesis.enact(label, random.Random(11))
-    assert report.verified, report
+    assert report.verified or label == "membership:promote-paused", report  # see below
     assert report.action == label
 
     # -- the effect, seen without the nemesis ---------------------------------------------
@@ -163,12 +163,16 @@ def test_fault_enacted_verified_and_healed(live, label):
         src, dst = sorted(as_links(report))[0]
         rtt = statistics.median(udp_rtts(cluster, src, dst, n=6))
         assert rtt >= report.params["ms"] * 0.9, rtt  # only one direction may be delayed
-    elif family == "kill":
+    elif family in ("kill", "stop"):
         assert report.nodes
         for node in report.nodes:
             assert proc_state(pids[node]) in (None, "Z")
             with pytest.raises(redis.ConnectionError):
                 node_redis(cluster, node).ping()
+            if family == "stop":  # Redis without persistence shuts down at once on SIGTERM
+                stopped = report.evidence["stop"][node]
+                assert stopped["exited_by_itself"] and stopped["status"] == 0, stopped
+                assert stopped["seconds"] < ctx.adapter.stop_timeout
     elif family == "pause":
         assert report.nodes
         for node in NODES:
@@ -210,7 +214,16 @@ def test_fault_enacted_verified_and_healed(live, label):
                 assert sut_save(cluster, other)[0]  # only the target's disk is faulty
     elif family == "membership":
         node = report.nodes[0]
-        assert node != "n1" and role(cluster, node) == "master"
+        assert node != "n1"
+        if spec == "promote-paused":  # a paused Redis answers nothing: the failover is refused, not faked
+            assert proc_state(pids[node]) == "T" and "cannot make" in report.evidence["transfer_refused"]
+        else:  # REPLICAOF NO ONE reaches it through the gateway, cut off from its peers or not
+            assert role(cluster, node) == "master"
+        if spec == "promote-cut-off":
+            check_links(cluster, as_links(report))
+        elif spec == "promote-lagging":
+            src, dst = sorted(as_links(report))[0]
+            assert statistics.median(udp_rtts(cluster, src, dst, n=6)) >= report.params["ms"] * 0.9
 
     nemesis.heal(report)
     assert report.healed
@@ -222,7 +235,7 @@ def test_fault_enacted_verified_and_healed(live, label):
         assert set(affected) == set(report.links) and all(n >= 10 for n in affected.values()) or family == "delay", affected
     if family in ("partition", "drop", "duplicate", "delay"):
         check_links(cluster, set())
-    if family == "kill":
+    if family in ("kill", "stop"):
         for node in report.nodes:
             assert proc_state(ctx.adapter.process(node).pid) not in (None, "Z", "T")  # a new process, alive
             ctx.adapter.wait_ready(node, 20)
@@ -241,6 +254,9 @@ def test_fault_enacted_verified_and_healed(live, label):
         assert all(sut_save(cluster, n)[0] for n in NODES)
         if spec != "slow":
             assert report.heal_evidence[report.nodes[0]]["injected_by_sut"] >= 1
+    if label in ("membership:promote-cut-off", "membership:promote-lagging"):
+        check_links(cluster, set())
+        ctx.adapter.promote("n1")  # these heals lift the condition only: the old primary is put back by hand
     if family == "membership":
         deadline = time.monotonic() + 10
         while role(cluster, "n1") != "master" and time.monotonic() < deadline:

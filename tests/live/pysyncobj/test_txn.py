@@ -1,6 +1,7 @@
 """Transactions on the pysyncobj KV service (loopback backend, no root): a TXN line is one
-log entry, a malformed one applies nothing, and the list-append and rw-register workloads
-through the built-in adapter's txn client check under Elle."""
+log entry, a malformed one applies nothing, the list-append and rw-register workloads
+through the built-in adapter's txn client check under Elle, and afterwards the replicas'
+hash chains over what they applied (DIGEST) agree."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from mallory.harness.session import record_run, start_all, teardown_all
 from mallory.harness.workload import APPEND, READ, make_workload
 from mallory.history.ops import read_history
 from mallory.oracles.elle import check_elle
+from mallory.oracles.replicas import divergence_findings
+from mallory.polling import wait_until
 from tests.live.pysyncobj import kv_cluster as kv
 
 pytestmark = pytest.mark.timeout(240)
@@ -55,3 +58,16 @@ def test_txn_protocol_and_elle_checked_txn_workloads(sut, tmp_path: Path) -> Non
         _, history = read_history(run / "history.edn")
         result = check_elle(history, name)
         assert result.valid is True, result.explanation
+
+    # every replica applied the same commands: their chains agree at a common index
+    def caught_up() -> dict | None:
+        digests = sut.applied_digests()
+        common = min((min(applied) for applied in digests.values()), default=None)
+        every = len(digests) == 3 and all(common in applied for applied in digests.values())
+        return digests if every else None
+
+    digests = wait_until(caught_up, 15, "every replica's chain at a common index")
+    assert divergence_findings(digests) == [], digests
+    applied, chain = max(digests[leader].items())
+    assert ask(leader, f"DIGEST {applied}") == f"OK index={applied} chain={chain}"
+    assert ask(leader, "DIGEST 0") == "ERR not-kept" and ask(leader, "DIGEST x").startswith("ERR bad request")

@@ -1,18 +1,21 @@
 """raft-kv under the nemesis's disk faults (the preload shim, on a netns cluster):
 
 * acknowledged writes survive every node crashing and losing what the shim saw unsynced
-  (libraft's metadata and snapshot files, written through libc; its log segments go
-  through kernel AIO, io_submit with RWF_DSYNC, which a preload shim cannot see: they are
-  synced by the kernel as written, and no fault of the shim reaches them);
+  (libraft's metadata and snapshot files, written through libc; its log segments are
+  O_DSYNC kernel AIO writes, durable as written, so nothing of them is cut);
 * an fsync error libraft cannot recover from makes it give the server up (state
   unavailable, for good): raft-kv then exits (fail-stop, code 3) instead of lingering as a
-  process that serves nothing, and a restart brings it back.
+  process that serves nothing, and a restart brings it back;
+* every error and delay fault of the nemesis reaches libraft's segment writes, the kernel
+  AIO requests it makes through syscall(): the heal evidence counts calls the server hit,
+  AIO requests among them, for each of disk:eio, enospc, fsync and slow.
 """
 
 from __future__ import annotations
 
 import errno
 import random
+import threading
 from pathlib import Path
 
 import pytest
@@ -82,4 +85,53 @@ def test_unsynced_writes_lost_and_fsync_errors(cluster, binary, tmp_path: Path) 
         _write(sut, 4)
         assert rc.ask(sut, rc.wait_leader(sut), "GET r") == "OK 4"
     finally:
+        teardown_all(sut)
+
+
+def _keep_writing(sut, stop: threading.Event) -> None:
+    """PUT one value after another through whichever node leads, until `stop`: every
+    committed entry is an AIO segment write on every node that appends it."""
+    value = 0
+    while not stop.is_set():
+        leaders = sut.primaries()
+        if len(leaders) == 1:
+            value += 1
+            rc.ask(sut, leaders[0], f"PUT w {value}", timeout=1.0)
+        else:
+            stop.wait(0.1)
+
+
+@pytest.mark.parametrize("spec", ["eio", "enospc", "fsync", "slow"])
+def test_each_disk_fault_reaches_libraft_segment_writes(cluster, binary, spec: str) -> None:
+    sut = rc.adapter(cluster, binary)
+    controls = NodeControls(cluster.record, list(cluster.nodes)).prepare()
+    sut.add_env_overlay(controls)
+    ctx = FaultContext(backend=cluster, adapter=sut, controls=controls)
+    disk = DiskFaults()
+    assert disk.unsupported(ctx, spec) is None
+    stop = threading.Event()
+    writer = threading.Thread(target=_keep_writing, args=(sut, stop), daemon=True)
+    try:
+        start_all(sut)
+        rc.wait_leader(sut, 20)
+        writer.start()
+        wait_until(lambda: int(rc.status(sut, rc.wait_leader(sut)).get("applied", 0)) > 20, 20, "writes committed")
+        report = disk.enact(ctx, spec, random.Random(4))
+        assert report.verified, report.evidence
+        (node,) = report.nodes
+        stop.wait(2.0)  # the node appends what the leader replicates (or leads and appends itself)
+        disk.heal(ctx, report)
+        hit = report.heal_evidence[node]
+        assert hit["injected_by_sut"] > 0 and hit["injected_by_sut_aio"] > 0, hit
+        if spec != "slow" and not sut.is_running(node):  # a failed log write gave it up: fail-stop
+            assert "raft unavailable (" in rc.log_text(sut, node)
+            sut.start(node)
+        for each in cluster.nodes:
+            sut.wait_ready(each, 30)
+        stop.set()
+        writer.join(10)
+        _write(sut, 7)
+        assert rc.ask(sut, rc.wait_leader(sut), "GET r") == "OK 7"
+    finally:
+        stop.set()
         teardown_all(sut)

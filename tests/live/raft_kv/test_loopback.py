@@ -1,8 +1,9 @@
 """raft-kv without root: it builds warning-clean with mallory-cc (the catalogue names every
 annotation), and a 3-node cluster on loopback serves the line protocol (followers name the
 leader) and atomic TXN lines (list-append and rw-register check under Elle), snapshots with a small threshold and restores a restarted node from one (its own,
-and one the leader sends), stops gracefully on SIGTERM, and changes its membership
-(remove + add back, roles, leadership transfer) through the adapter."""
+and one the leader sends), keeps the replicas' applied hash chains equal through both
+restores (DIGEST), stops gracefully on SIGTERM, and changes its membership (remove + add
+back under a fresh raft id, roles, leadership transfer) through the adapter."""
 
 from __future__ import annotations
 
@@ -22,7 +23,9 @@ from mallory.instrument.catalogue import Catalogue, catalogue_path
 from mallory.instrument.event_ids import event_id
 from mallory.observer.ring import RingReader
 from mallory.oracles.elle import check_elle
+from mallory.oracles.replicas import divergence_findings
 from mallory.polling import wait_until
+from mallory.suts.raft_kv.adapter import fresh_raft_id
 from tests.live.raft_kv import raft_cluster as rc
 from tests.live.stack import free_ports, loopback_with_rings
 
@@ -193,6 +196,55 @@ def test_snapshots_and_restores_from_one(binary: Path, loopback) -> None:
         teardown_all(sut)
 
 
+def _replicas_agree(sut) -> dict[str, dict[int, str]]:
+    """Once every node applied what the leader did: what they applied, compared."""
+    target = int(rc.status(sut, rc.wait_leader(sut))["applied"])
+    wait_until(lambda: all(int(rc.status(sut, n).get("applied", 0)) >= target for n in sut.backend.nodes), 15,
+               "every node to apply the leader's entries")
+    digests = sut.applied_digests()
+    assert set(digests) == set(sut.backend.nodes), digests
+    common = min(min(applied) for applied in digests.values())
+    assert all(common in applied for applied in digests.values()), digests  # compared at one index
+    assert divergence_findings(digests) == [], digests
+    return digests
+
+
+def test_digest_chains_agree_across_replicas_through_snapshot_restores(binary: Path, loopback) -> None:
+    """Snapshots every 8 entries: a stopped node restores its own (the chain comes back from
+    it), a killed one that missed the compacted entries gets the leader's (InstallSnapshot,
+    the chain with it); after each, every replica's chain agrees at a common index."""
+    sut = _sut(loopback, binary, "--snapshot-threshold", "8", "--snapshot-trailing", "4")
+    try:
+        start_all(sut)
+        leader = rc.wait_leader(sut)
+        assert rc.ask(sut, leader, "DIGEST").startswith("OK applied=")
+        for i in range(30):
+            assert rc.ask(sut, leader, f"PUT k{i} {i}") == "OK"
+        digests = _replicas_agree(sut)
+        applied, chain = next(iter(digests[leader].items()))
+        assert rc.ask(sut, leader, "DIGEST") == f"OK applied={applied} chain={chain}"
+        assert rc.ask(sut, leader, f"DIGEST {applied}") == f"OK index={applied} chain={chain}"
+        assert rc.ask(sut, leader, "DIGEST 999999") == "ERR not-kept" and rc.ask(sut, leader, "DIGEST x") == "ERR not-kept"
+
+        first, second = [n for n in loopback.nodes if n != leader]
+        sut.stop(first)  # its own snapshot on restart
+        sut.start(first)
+        sut.wait_ready(first)
+        wait_until(lambda: "restored snapshot: " in rc.log_text(sut, first), 10, "a restore on restart")
+        assert rc.ask(sut, rc.wait_leader(sut), "PUT after-restart 1") == "OK"
+        _replicas_agree(sut)
+
+        sut.kill(second)  # misses 30 entries: the leader's snapshot, installed
+        for i in range(30, 60):
+            assert rc.ask(sut, rc.wait_leader(sut), f"PUT k{i} {i}") == "OK"
+        sut.start(second)
+        sut.wait_ready(second)
+        wait_until(lambda: "restored snapshot with last index" in rc.log_text(sut, second), 15, "the installed snapshot")
+        _replicas_agree(sut)
+    finally:
+        teardown_all(sut)
+
+
 def test_membership_remove_add_back_roles_and_transfer(binary: Path, loopback) -> None:
     sut = _sut(loopback, binary)
     try:
@@ -207,10 +259,12 @@ def test_membership_remove_add_back_roles_and_transfer(binary: Path, loopback) -
         new_leader = rc.wait_leader(sut)
         assert new_leader != leader and rc.ask(sut, new_leader, "PUT m 2") == "OK"
 
-        sut.add_member(leader)  # back, empty: it catches up from the others
+        sut.add_member(leader)  # back, empty, under a fresh raft id: it catches up from the others
         assert sut.members() == {a: "voter" for a in addresses.values()}
         sut.wait_ready(leader)
-        assert "joining: no bootstrap" in rc.log_text(sut, leader)
+        fresh = fresh_raft_id(addresses[leader], 1)
+        assert "joining: no bootstrap" in rc.log_text(sut, leader) and f"started: id {fresh}," in rc.log_text(sut, leader)
+        assert any(f"admin: add {addresses[leader]} as id {fresh}" in rc.log_text(sut, n) for n in loopback.nodes)
         sut.promote(leader)
         assert rc.wait_leader(sut) == leader and rc.ask(sut, leader, "GET m") == "OK 2"
 
@@ -220,6 +274,18 @@ def test_membership_remove_add_back_roles_and_transfer(binary: Path, loopback) -
             assert sut.members()[addresses[follower]] == role
         assert rc.ask(sut, leader, f"ASSIGN {addresses[follower]} voter").startswith("ERR")  # already one
         assert sut.primaries() == [leader]
+
+        sut.remove_member(follower)  # a second removal of one address: another fresh id
+        sut.remove_member(leader)  # the leader, whose raft id is the fresh one: found by address
+        remaining = next(n for n in loopback.nodes if n not in (leader, follower))
+        assert sut.members() == {addresses[remaining]: "voter"}
+        for node in (follower, leader):
+            sut.add_member(node)
+        for node in (follower, leader):
+            sut.wait_ready(node)
+        assert sut.members() == {a: "voter" for a in addresses.values()}
+        assert f"started: id {fresh_raft_id(addresses[leader], 2)}," in rc.log_text(sut, leader)
+        assert rc.ask(sut, rc.wait_leader(sut), "GET m") == "OK 2"
     finally:
         teardown_all(sut)
 

@@ -185,6 +185,9 @@ class FakeChecker:
     def begin_schedule(self, index):
         pass
 
+    def faults_healed(self):
+        pass
+
     def check_schedule(self, index, record):
         if sum(s["action"] == "novel" for s in record["steps"]) >= 2:
             return [BugEvidence("log:two-leaders", {"explanation": "two leaders in term 3", "time": index},
@@ -246,6 +249,41 @@ def test_a_refused_fault_is_recorded_and_the_campaign_goes_on(tmp_path):
     assert campaign.dir.read_stats()["refused_faults"] == str(len(refused))
 
 
+class HealWatchingChecker:
+    """Records, per schedule, how many resets the nemesis had done when every fault was
+    said to be healed, and when the checks came."""
+
+    def __init__(self, nemesis: FakeNemesis) -> None:
+        self.nemesis = nemesis
+        self.events: list[tuple[str, int]] = []
+
+    def begin_schedule(self, index):
+        pass
+
+    def faults_healed(self):
+        self.events.append(("healed", self.nemesis.resets))
+
+    def check_schedule(self, index, record):
+        self.events.append(("checked", self.nemesis.resets))
+        return []
+
+
+def test_the_checks_hear_when_every_fault_is_healed_after_the_heals_or_else_after_the_reset(tmp_path):
+    campaign, nemesis = make_campaign(tmp_path, "random")
+    checker = campaign.checker = HealWatchingChecker(nemesis)
+    campaign.run(schedules=1)
+    assert checker.events == [("healed", 0), ("checked", 1)]  # the final heals healed everything
+
+    def stubborn(reports: list[dict]) -> list[str]:  # a heal that only the reset can finish
+        nemesis.active.clear()
+        return ["healing novel: no quorum to add the member back"]
+
+    nemesis.heal_all = stubborn
+    campaign.run(schedules=1)
+    assert campaign.dir.read_schedules()[1]["heal_problems"]
+    assert checker.events[2:] == [("healed", 2), ("checked", 2)]
+
+
 class StarvedChecker:
     """Says the workload of the given schedules got no op through."""
 
@@ -253,6 +291,9 @@ class StarvedChecker:
         self.starved = starved
 
     def begin_schedule(self, index):
+        pass
+
+    def faults_healed(self):
         pass
 
     def check_schedule(self, index, record):

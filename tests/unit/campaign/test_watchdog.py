@@ -31,6 +31,9 @@ class AlwaysFinds:
     def begin_schedule(self, index):
         pass
 
+    def faults_healed(self):
+        pass
+
     def check_schedule(self, index, record):
         return [BugEvidence("log:two-leaders", {"explanation": "two leaders"})]
 

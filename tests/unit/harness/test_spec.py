@@ -35,6 +35,9 @@ timeout = 5
 
 [client]
 kind = "redis"
+
+[leader]
+pattern = 'became leader at term (?P<term>\\d+)'
 """
 
 
@@ -46,6 +49,7 @@ def test_good_spec_loads_with_its_values() -> None:
     assert spec.stop_timeout == 3.0
     assert spec.ready.probe == "log" and spec.ready.pattern == "Ready to accept"
     assert spec.client is not None and spec.client.kind == "redis"
+    assert spec.leader_line == r"became leader at term (?P<term>\d+)"
     ctx = NodeContext("n2", 2, "10.0.0.2", spec.ports, "10.0.0.1:16379", "n1,n2", "/d/n2", "/l/n2")
     assert [expand(a, ctx) for a in spec.command] == [
         "redis-server", "--bind", "10.0.0.2", "--port", "6379", "--dir", "/d/n2", "--x", "16379",
@@ -91,6 +95,8 @@ BROKEN = [
     (_replace("[client]", "[clients]"), r"clients: unknown field"),
     (_replace("timeout = 5", "timout = 5"), r"ready\.timout: unknown field"),
     (GOOD + "\n[ports\n", r"not valid TOML"),
+    (_replace("(?P<term>", "("), r"leader\.pattern: needs a group \(\?P<term>"),
+    (_replace("(?P<term>\\d+)", "(?P<term>"), r"leader\.pattern: not a valid regex"),
 ]
 
 
@@ -115,3 +121,7 @@ def test_the_shipped_example_specs_load() -> None:
     for path in specs:
         spec = load_spec(path)
         assert spec.client is not None and spec.ready.timeout > 0
+
+
+def test_a_spec_without_a_leader_line_has_none() -> None:
+    assert parse_spec(GOOD.split("[leader]")[0], "x.toml").leader_line == ""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -293,3 +294,161 @@ def test_unsynced_writes_are_cut_back_after_the_crash(node):
     assert (data / "wal").read_text() == "synced\n"
     assert (tmp / "outside").read_text() == "not tracked\n"
     assert controls.unsynced("n1") == ([], 0)
+
+
+# One 3-byte AIO write the way libraft submits its segment writes (syscall(), a
+# IOCB_CMD_PWRITEV, then io_getevents; or its eventfd first, as libraft's loop polls it).
+AIO_PROGRAM = r"""
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <linux/aio_abi.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+/* argv: path, "dsync" or "buffered", "eventfd" or "wait": one 3-byte AIO write, as libraft
+ * submits its segment writes (syscall(), IOCB_CMD_PWRITEV); prints its result, the
+ * milliseconds until it completed and what the eventfd counted. */
+int main(int argc, char **argv) {
+    (void)argc;
+    int dsync = strcmp(argv[2], "dsync") == 0, resfd = strcmp(argv[3], "eventfd") == 0;
+    int fd = open(argv[1], O_WRONLY | O_CREAT | (dsync ? O_DSYNC : 0), 0644);
+    aio_context_t ctx = 0;
+    if (syscall(SYS_io_setup, 1, &ctx) != 0) { perror("io_setup"); return 2; }
+    struct iovec iov = {"abc", 3};
+    struct iocb cb;
+    memset(&cb, 0, sizeof cb);
+    cb.aio_lio_opcode = IOCB_CMD_PWRITEV;
+    cb.aio_fildes = (uint32_t)fd;
+    cb.aio_buf = (uint64_t)(uintptr_t)&iov;
+    cb.aio_nbytes = 1;
+    cb.aio_data = 42;
+    int efd = resfd ? eventfd(0, 0) : -1;
+    if (resfd) { cb.aio_flags = IOCB_FLAG_RESFD; cb.aio_resfd = (uint32_t)efd; }
+    struct iocb *cbs[1] = {&cb};
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    long n = syscall(SYS_io_submit, ctx, 1, cbs);
+    if (n != 1) { perror("io_submit"); return 3; }
+    uint64_t counted = 0;
+    if (resfd && read(efd, &counted, sizeof counted) != sizeof counted) return 4;
+    struct io_event ev;
+    if (syscall(SYS_io_getevents, ctx, 1, 1, &ev, NULL) != 1) { perror("io_getevents"); return 5; }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    syscall(SYS_io_destroy, ctx);
+    long ms = (t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000;
+    printf("%lld %llu %ld %llu\n", (long long)ev.res, (unsigned long long)ev.data, ms, (unsigned long long)counted);
+    return 0;
+}
+"""
+
+
+@pytest.fixture
+def aio_program(tmp_path: Path) -> Path:
+    src = tmp_path / "aio.c"
+    src.write_text(AIO_PROGRAM)
+    binary = tmp_path / "aio"
+    subprocess.run(["gcc", "-O1", "-o", str(binary), str(src)], check=True)
+    return binary
+
+
+def _aio_write(binary: Path, controls: NodeControls, path: Path, *how: str) -> tuple[int, int, int, int]:
+    """Run the AIO program under the node's env: the write's result, its aio_data, the
+    milliseconds it took, what the eventfd counted."""
+    env = {**os.environ, **controls.env("n1")}
+    out = subprocess.run([str(binary), str(path), *how], env=env, capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    res, data, ms, counted = map(int, out.stdout.split())
+    return res, data, ms, counted
+
+
+@pytest.mark.parametrize("wake", ["wait", "eventfd"])
+def test_aio_writes_complete_with_the_faults_errno_without_reaching_the_file(node, aio_program, wake):
+    controls, _, data, tmp = node
+    prefix = os.path.realpath(data) + "/"
+    assert _aio_write(aio_program, controls, data / "seg", "dsync", wake) == (3, 42, pytest.approx(0, abs=500), int(wake == "eventfd"))
+    assert (data / "seg").read_bytes() == b"abc"
+    controls.set_disk("n1", MODE_ERROR, err=errno.EIO, ops=OP_WRITE, prefix=prefix)
+    res, aio_data, _, counted = _aio_write(aio_program, controls, data / "failed", "dsync", wake)
+    assert (res, aio_data, counted) == (-errno.EIO, 42, int(wake == "eventfd"))  # its own completion, eventfd woken
+    assert (data / "failed").read_bytes() == b""  # never submitted
+    assert _aio_write(aio_program, controls, tmp / "outside", "dsync", wake)[0] == 3  # not under the prefix
+    state = controls.disk_state("n1")
+    assert state.injected == state.injected_aio == 1
+
+
+def test_a_synced_aio_write_is_also_a_sync_and_slow_aio_is_delayed(node, aio_program):
+    controls, _, data, _ = node
+    prefix = os.path.realpath(data) + "/"
+    controls.set_disk("n1", MODE_ERROR, err=errno.EIO, ops=OP_SYNC, prefix=prefix)
+    assert _aio_write(aio_program, controls, data / "buffered", "buffered", "wait")[0] == 3  # a plain write passes
+    assert _aio_write(aio_program, controls, data / "synced", "dsync", "wait")[0] == -errno.EIO  # O_DSYNC: a sync too
+    controls.set_disk("n1", MODE_ERROR, err=errno.ENOSPC, ops=OP_WRITE | OP_SYNC, prefix=prefix)
+    assert _aio_write(aio_program, controls, data / "full", "buffered", "wait")[0] == -errno.ENOSPC
+    controls.set_disk("n1", MODE_SLOW, ops=OP_WRITE | OP_SYNC, delay_us=80_000, prefix=prefix)
+    res, _, ms, _ = _aio_write(aio_program, controls, data / "slow", "dsync", "eventfd")
+    assert res == 3 and ms >= 80
+    assert controls.disk_state("n1").injected_aio == 3
+
+
+def test_buffered_aio_writes_are_tracked_as_unsynced_and_synced_ones_are_not(node, aio_program):
+    controls, _, data, _ = node
+    controls.set_tracking("n1", os.path.realpath(data) + "/")
+    _aio_write(aio_program, controls, data / "buffered", "buffered", "wait")
+    _aio_write(aio_program, controls, data / "synced", "dsync", "wait")
+    entries, untracked = controls.unsynced("n1")
+    assert [ino for _, ino, _ in entries] == [os.stat(data / "buffered").st_ino] and untracked == 0
+
+
+CRASH_PROGRAM = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+__attribute__((noinline)) static int read_entry(const int *entry) { return *entry; }
+__attribute__((noinline)) int apply_entry(const int *entry) { return read_entry(entry) + 1; }
+int main(int argc, char **argv) {
+    printf("applying entry 42\n");
+    fflush(stdout);
+    if (argc > 1 && strcmp(argv[1], "abort") == 0)
+        abort();
+    return apply_entry(argc > 5 ? &argc : NULL);
+}
+"""
+
+
+def _crash(node, how: list[str], *flags: str):
+    controls, _, _, tmp = node
+    src = tmp / "crash.c"
+    src.write_text(CRASH_PROGRAM)
+    binary = tmp / f"crash{len(flags)}"
+    if subprocess.run(["gcc", "-g", "-O1", *flags, "-o", str(binary), str(src)], capture_output=True).returncode:
+        pytest.skip(f"cannot build with {flags}")
+    env = {**os.environ, **controls.env("n1")}
+    return subprocess.run([str(binary), *how], env=env, capture_output=True, text=True, timeout=30)
+
+
+@pytest.mark.parametrize("how, signum", [([], signal.SIGSEGV), (["abort"], signal.SIGABRT)])
+def test_a_crash_writes_a_backtrace_then_dies_of_the_same_signal(node, how, signum):
+    from mallory.campaign.symbols import symbolize
+    from mallory.oracles.logs import crash_backtrace, death_finding
+
+    result = _crash(node, how)
+    assert result.returncode == -signum
+    log = result.stdout + result.stderr
+    assert f"==mallory== caught {signal.Signals(signum).name}: backtrace of pid " in log
+    frames = crash_backtrace(log)
+    assert frames and any(frame["module"].endswith(("crash0", "crash1")) for frame in frames)
+    where = [frame.get("where") or "" for frame in symbolize(frames)]
+    assert any(w.startswith("main at ") and "crash.c:" in w for w in where), where
+    if signum == signal.SIGSEGV:  # the faulting frame and its caller, by name and line
+        assert any(w.startswith("read_entry at ") for w in where) and any(w.startswith("apply_entry at ") for w in where)
+    death = death_finding(result.returncode, "n1", log=log)
+    assert death.details["last_line"] == "applying entry 42" and death.details["backtrace"] == frames
+
+
+def test_an_asan_build_keeps_its_own_crash_report(node):
+    result = _crash(node, [], "-fsanitize=address")
+    assert "AddressSanitizer: SEGV" in result.stderr and "==mallory==" not in result.stderr + result.stdout

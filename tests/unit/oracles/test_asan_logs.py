@@ -16,7 +16,9 @@ from mallory.errors import MalloryError
 from mallory.oracles.asan import parse_asan
 from mallory.oracles.logs import (
     DEFAULT_PATTERNS,
+    crash_backtrace,
     death_finding,
+    log_tail,
     parse_pattern,
     scan_log,
 )
@@ -165,3 +167,34 @@ def test_death_by_signal_from_a_real_process():
     assert death_finding(-signal.SIGKILL) is None  # the harness's own kill
     assert death_finding(128 + signal.SIGABRT).kind == "killed-by-SIGABRT"  # shell exit status
     assert death_finding(0) is None and death_finding(1) is None
+
+
+SHIM_CRASH = """\
+replica 3: applying entry 41
+replica 3: applying entry 42
+==mallory== caught SIGSEGV: backtrace of pid 4242, innermost first
+==mallory== #1 0x7f7c91f8b050 /lib/x86_64-linux-gnu/libc.so.6+0x3c050
+==mallory== #2 0x55e81c8e6169 /opt/sut/raft-kv+0x1169
+==mallory== #3 0x7f7c92001234 /usr/lib/x86_64-linux-gnu/libraft.so.2+0x1a234 (raft_apply+0x54)
+==mallory== end of backtrace
+"""
+
+
+def test_a_death_the_shim_caught_carries_its_backtrace_and_last_lines_and_keeps_its_signature():
+    f = death_finding(-signal.SIGSEGV, "n2", log=SHIM_CRASH)
+    assert f.details["last_line"] == "replica 3: applying entry 42"  # the shim's lines are not the node's
+    assert f.details["last_log_lines"] == ["replica 3: applying entry 41", "replica 3: applying entry 42"]
+    assert [frame["module"] for frame in f.details["backtrace"]] == [
+        "/lib/x86_64-linux-gnu/libc.so.6", "/opt/sut/raft-kv", "/usr/lib/x86_64-linux-gnu/libraft.so.2"]
+    assert f.details["backtrace"][2] == {"address": "0x7f7c92001234", "module": "/usr/lib/x86_64-linux-gnu/libraft.so.2",
+                                         "offset": "0x1a234", "symbol": "raft_apply+0x54"}
+    plain = death_finding(-signal.SIGSEGV, "n2", log="replica 3: applying entry 42\n")
+    assert plain.signature == f.signature and plain.details["backtrace"] == []
+    assert scan_log(SHIM_CRASH.splitlines(), "n2") == []  # "SIGSEGV" in the shim's line is no log finding
+
+
+def test_only_the_last_backtrace_counts_and_the_tail_is_bounded():
+    log = SHIM_CRASH + "restarted\n==mallory== caught SIGABRT: backtrace of pid 4243, innermost first\n" \
+        "==mallory== #1 0x10 ?+0x0\n==mallory== #2 0x20 /opt/sut/raft-kv+0x20\n==mallory== end of backtrace\n"
+    assert [frame["offset"] for frame in crash_backtrace(log)] == ["0x0", "0x20"]
+    assert log_tail("\n".join(f"line {i}" for i in range(100)), 3) == ["line 97", "line 98", "line 99"]

@@ -46,6 +46,25 @@ def test_report_build_end_to_end(tmp_path):
     assert len(events) == sum(min(e.real_ns for e in entries) <= e.real_ns < bounds[-1] for e in entries)
 
 
+def test_a_crash_bug_page_shows_the_backtrace_and_the_last_log_lines(tmp_path):
+    from mallory.campaign.directory import CampaignDir
+
+    root, _ = make_campaign(tmp_path / "c", "random", [1, 2])
+    d = CampaignDir(root)
+    details = {"signal": 11, "last_line": "applying entry 42",
+               "last_log_lines": ["snapshot taken: 8 keys", "applying entry 42"],
+               "backtrace": [{"address": "0x7f00", "module": "/lib/libc.so.6", "offset": "0x3c050", "symbol": None},
+                             {"address": "0x5500", "module": "/opt/raft-kv", "offset": "0x1169", "symbol": None,
+                              "where": "fsm_apply at raft_kv.c:312"}]}
+    report = {"oracle": "signal", "kind": "killed-by-SIGSEGV", "node": "n2", "message": "process died by SIGSEGV",
+              "details": details}
+    d.record_bug("signal-killed-by-sigsegv-0123456789ab", report, d.read_schedules()[0], [], d.config())
+    build_report([root], ReportOptions(max_events=50))
+    text = (root / "report" / "bugs" / "signal-killed-by-sigsegv-0123456789ab.html").read_text()
+    assert "Backtrace of n2" in text and "<td>fsm_apply at raft_kv.c:312</td><td>/opt/raft-kv+0x1169</td>" in text
+    assert "The last 2 lines n2 logged" in text and "snapshot taken: 8 keys\napplying entry 42" in text
+
+
 def test_overlay_of_two_synthetic_campaigns(tmp_path):
     a, _ = make_campaign(tmp_path / "a", "qlearning", [2, 4, 6, 8])
     b, _ = make_campaign(tmp_path / "b", "random", [1, 2, 3, 3])

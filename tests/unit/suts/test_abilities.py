@@ -27,6 +27,7 @@ from mallory.harness.adapter import (
     Membership,
     Pausable,
     Promotable,
+    ReportsApplied,
     Stoppable,
     SutAdapter,
     TakesEnvOverlay,
@@ -39,7 +40,8 @@ from nemesis.nemesis import Nemesis
 
 EXAMPLE = paths.SUTS / "example" / "example.toml"
 
-ABILITIES = (Killable, Stoppable, Pausable, HasProcess, LogWatching, TakesEnvOverlay, HasPrimaries, Promotable, Membership)
+ABILITIES = (Killable, Stoppable, Pausable, HasProcess, LogWatching, TakesEnvOverlay, HasPrimaries, Promotable, Membership,
+             ReportsApplied)
 #: what every ProcessAdapter can do
 PROCESS = frozenset({Killable, Stoppable, Pausable, HasProcess, LogWatching, TakesEnvOverlay})
 #: SUT -> the abilities its adapter has ("example": the generic SpecAdapter on EXAMPLE)
@@ -47,8 +49,8 @@ EXPECTED = {
     "redis-replication": PROCESS | {HasPrimaries, Promotable},
     "redis-sentinel": PROCESS | {HasPrimaries},
     "etcd": PROCESS | {HasPrimaries, Promotable, Membership},
-    "raft-kv": PROCESS | {HasPrimaries, Promotable, Membership},
-    "pysyncobj": PROCESS,
+    "raft-kv": PROCESS | {HasPrimaries, Promotable, Membership, ReportsApplied},
+    "pysyncobj": PROCESS | {ReportsApplied},
     "example": PROCESS,
 }
 #: faults that need the SUT to name its primaries
@@ -123,9 +125,11 @@ def test_the_nemesis_offers_the_faults_the_abilities_allow(name: str, made) -> N
     ctx = FaultContext(adapter.backend, adapter, mediator=UnusedFirewall())
     nemesis = Nemesis(ctx)
     offered = set(nemesis.actions())
-    assert {"kill:one", "pause:one"} <= offered
+    assert {"kill:one", "stop:one", "pause:one"} <= offered
     wanted = {label: HasPrimaries in abilities for label in PRIMARIES_FAULTS}
     wanted["membership:promote"] = {Promotable, HasPrimaries} <= abilities
+    wanted["membership:promote-cut-off"] = wanted["membership:promote-lagging"] = {Promotable, HasPrimaries} <= abilities
+    wanted["membership:promote-paused"] = {Promotable, HasPrimaries, Pausable} <= abilities
     wanted["membership:remove"] = Membership in abilities
     for label, allowed in wanted.items():
         assert (label in offered) == allowed, label
