@@ -1,6 +1,7 @@
 """Mediator forwarding rate: packets/s through the gateway's FORWARD queue with verdicts and
 ids (target >= 30,000 pps), and the in-process rates of parsing + packet id and of the
-whole per-packet decision.
+whole per-packet decision; how much a delay rule adds to a round trip against the time
+asked, and how soon a rule change is in effect.
 
 Run as root: `.venv/bin/python bench/bench_mediator_forwarding.py [--seconds 3]`.
 It brings up a 2-node netns run, floods UDP from n1 to n2 for a bounded time without
@@ -13,6 +14,7 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import statistics
 import sys
 import threading
 import time
@@ -96,6 +98,21 @@ def flood(cluster, seconds: float) -> tuple[float, float]:
     return sent / elapsed, received / elapsed
 
 
+def delay_accuracy(cluster, mediator) -> None:
+    """What a 40 ms delay on n1->n2, then 20 ms more on n2->n1, add to the median round
+    trip (the live test checks only that they add at least that)."""
+    from tests.live.netns_helpers import udp_rtts
+
+    base = statistics.median(udp_rtts(cluster, "n1", "n2", n=30))
+    mediator.ok("POST", "/firewall/delay", {"links": ["n1->n2"], "ms": 40})
+    one = statistics.median(udp_rtts(cluster, "n1", "n2", n=30)) - base
+    mediator.ok("POST", "/firewall/delay", {"links": ["n2->n1"], "ms": 20})
+    both = statistics.median(udp_rtts(cluster, "n1", "n2", n=30)) - base
+    mediator.ok("POST", "/firewall/heal", {})
+    print(f"delay added to a round trip:        {one:.1f} ms for 40 ms one way, {both:.1f} ms for 40 + 20 ms "
+          f"(target: at most 20 and 25 ms over; base {base:.2f} ms)")
+
+
 def through_queue(seconds: float) -> None:
     from mallory.cluster.netns import NetnsCluster
     from tests.live.netns_helpers import MediatorProcess
@@ -120,6 +137,7 @@ def through_queue(seconds: float) -> None:
             print(f"forwarding, mediator (1 ms delay):  sent {sent2:>10,.0f} pps, delivered {recv2:>10,.0f} pps, "
                   f"verdicts {(fw['seen'] - seen_before) / seconds:>10,.0f} pps")
             mediator.ok("POST", "/firewall/heal", {})
+            delay_accuracy(cluster, mediator)
             applied = []
             done = threading.Event()
 

