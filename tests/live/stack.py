@@ -1,9 +1,11 @@
 """Scaffolding shared by the live-cluster tests (root, network namespaces): a netns cluster
 taken down whatever happens, the mediator in its gateway, an observer in every node, the
-recording's node events, and a register run checked linearizable."""
+recording's node events, a register run checked linearizable, and clock faults drawn until
+their effect is measurable."""
 
 from __future__ import annotations
 
+import random
 import signal
 import socket
 import sys
@@ -157,3 +159,24 @@ def loopback_with_rings(nodes: int = 3, capacity: int = 1 << 16, root: Path | No
         yield backend
     finally:
         backend.destroy()
+
+
+def enact_until(nemesis, label: str, wanted: Callable[[Any], bool], tries: int = 40) -> Any:
+    """Enact `label` with successive seeds until its random parameters make the effect
+    measurable (`wanted` of its report); the other attempts are healed."""
+    for seed in range(tries):
+        report = nemesis.enact(label, random.Random(seed))
+        if wanted(report):
+            return report
+        nemesis.heal(report)
+    raise AssertionError(f"no seed in {tries} gave a measurable {label}")
+
+
+def clock_bumped(report) -> bool:
+    """A clock:bump a reader tells from noise: every node it moved, by a second or more."""
+    return min(abs(d) for d in report.params["delta_s"].values()) >= 1.0
+
+
+def clock_strobing(report) -> bool:
+    """A clock:strobe a reader sees flip: by two seconds or more, at least every 0.3 s."""
+    return abs(report.params["delta_s"]) >= 2.0 and report.params["period_s"] <= 0.3
