@@ -4,7 +4,8 @@ mediator container, the SUT started with the clock/disk preload env.
 
 As in tests/live/nemesis/test_catalogue.py, each effect is checked without the nemesis:
 datagrams between the node containers' namespaces (cut, delayed, duplicated links), /proc
-(killed, paused), `date` and `dd` run in the node under the SUT's environment (clock, disk).
+(killed, paused), `date` and `dd` run in the node under the SUT's environment (clock, disk;
+a strobe sampled in the node until it is seen to flip, a reset until it has stopped it).
 And as there, a kill -9 of the controller leaves nothing `mallory cleanup` does not remove.
 
 The project is the one `mallory compose` writes, with a test-only override: the mediator
@@ -15,8 +16,10 @@ read-only in the nodes at its own path (the SUT binary and the fault shim the ho
 
 from __future__ import annotations
 
+import math
 import os
 import random
+import shlex
 import signal
 import statistics
 import subprocess
@@ -50,6 +53,7 @@ from tests.live.netns_helpers import (
     in_netns,
     udp_rtts,
 )
+from tests.live.stack import clock_bumped, clock_strobing, enact_until
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -171,6 +175,23 @@ def node_clock_offset(ctx: FaultContext, node: str) -> float:
     return float(out.strip()) - (t0 + time.time()) / 2
 
 
+def node_clock_offsets(ctx: FaultContext, node: str, seconds: float) -> list[float]:
+    """The node's wall clock under the SUT's preload env minus the true one, sampled in the
+    node for at least `seconds`: each `date` under the env read between two plain ones, so
+    neither an exec's overhead nor a busy machine's delays become an error (a sample whose
+    plain reads lie more than 0.4 s apart is left out)."""
+    env = " ".join(shlex.quote(f"{k}={v}") for k, v in ctx.controls.env(node).items())
+    script = (f"end=$(($(date +%s) + {math.ceil(seconds) + 1})); while [ $(date +%s) -lt $end ]; do "
+              f"a=$(date +%s%N); f=$(env {env} date +%s%N); b=$(date +%s%N); echo $a $f $b; done")
+    out = ctx.backend.exec(node, ["sh", "-c", script], timeout=seconds + 30).stdout
+    samples = []
+    for line in out.splitlines():
+        before, faked, after = map(int, line.split())
+        if after - before < 400_000_000:
+            samples.append((faked - (before + after) / 2) / 1e9)
+    return samples
+
+
 def node_disk_seconds(ctx: FaultContext, node: str) -> float:
     """How long a 4 KiB write + fsync in the node's data dir takes under the SUT's env,
     timed inside the node (an exec's own overhead is larger than the fault's delay)."""
@@ -197,8 +218,15 @@ def test_fault_enacted_verified_and_healed(daemon, live, label):
     pids = {n: ctx.adapter.process(n).pid for n in NODES}
     with in_netns(daemon.namespace):
         if label == "clock:bump":
-            report = next(r for seed in range(40) if (r := nemesis.enact(label, random.Random(seed)))
-                          and (min(abs(d) for d in r.params["delta_s"].values()) >= 1.0 or nemesis.heal(r)))
+            report = enact_until(nemesis, label, clock_bumped)
+        elif label == "clock:strobe":
+            report = enact_until(nemesis, label, clock_strobing)
+        elif label == "clock:reset":
+            # clocks to reset: some bumped, some strobing (a reset that stopped no strobe
+            # would see its clocks flip back)
+            enact_until(nemesis, "clock:bump", clock_bumped)
+            strobe = enact_until(nemesis, "clock:strobe", clock_strobing)
+            report = nemesis.enact(label, random.Random(11))
         else:
             report = nemesis.enact(label, random.Random(11))
         assert report.verified, report
@@ -223,6 +251,18 @@ def test_fault_enacted_verified_and_healed(daemon, live, label):
             for node in NODES:
                 want = report.params["delta_s"].get(node, 0.0)
                 assert abs(node_clock_offset(ctx, node) - want) < 0.5, (node, want)
+        elif label == "clock:strobe":
+            # over 8 periods the node's clock is seen at the delta and at the true time, and
+            # nowhere else
+            delta, period = report.params["delta_s"], report.params["period_s"]
+            seen = node_clock_offsets(ctx, report.nodes[0], 8 * period + 0.5)
+            assert any(abs(s - delta) < 0.5 for s in seen) and any(abs(s) < 0.5 for s in seen), (delta, period, seen)
+            assert all(min(abs(s - delta), abs(s)) < 0.5 for s in seen), (delta, period, seen)
+        elif label == "clock:reset":
+            # every node's clock true, and still so after two of the strobe's periods
+            for node in NODES:
+                seen = node_clock_offsets(ctx, node, 2 * strobe.params["period_s"] + 0.5)
+                assert seen and all(abs(s) < 0.5 for s in seen), (node, seen)
         elif label == "disk:slow":
             node = report.nodes[0]
             assert node_disk_seconds(ctx, node) >= 0.045  # the fsync alone waits 50 ms
