@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -103,31 +104,67 @@ def test_kill9_of_the_controller_then_cleanup_leaves_nothing(tmp_path):
         load_run(run)
 
 
-@pytest.mark.parametrize("delay", [0.05, 0.15, 0.3])
-def test_kill9_during_cluster_up_then_cleanup_leaves_nothing(tmp_path, delay):
+#: `ip` for a `mallory cluster up` under test: the call whose arguments match $STOP_AT (a
+#: glob) writes its pid to $STOPPED and waits there, before doing anything, to be killed.
+STOPPING_IP = """#!/bin/sh
+case "$*" in
+  $STOP_AT) echo $$ > "$STOPPED.tmp" && mv "$STOPPED.tmp" "$STOPPED" && exec sleep 600 ;;
+esac
+exec {ip} "$@"
+"""
+#: Points of `cluster up` (mallory/cluster/netns.py `_build`): the `ip` call it is stopped
+#: in, the namespaces (by suffix) made by then, and whether the control link is.
+UP_STAGES = {
+    "registered": ("netns add mal-{run}-gw", [], False),
+    "gateway namespace made": ("netns exec mal-{run}-gw sysctl *", ["gw"], False),
+    "control link made": ("addr add * dev mal*c", ["gw"], True),
+    "third node's namespace made": ("-n mal-{run}-gw link add to-n3 *", ["gw", "n1", "n2", "n3"], True),
+}
+
+
+@pytest.mark.parametrize("stage", UP_STAGES)
+def test_kill9_during_cluster_up_then_cleanup_leaves_nothing(tmp_path, stage):
     """The journal is written before each thing is created, so a kill at any point of
-    `cluster up` leaves nothing that cleanup does not know about."""
+    `cluster up` leaves nothing that cleanup does not know about. `up` is stopped in a
+    chosen `ip` call (a stand-in for `ip` first on its PATH), so the kill lands there."""
     run = run_name("ku")
-    up = subprocess.Popen(
-        [sys.executable, "-m", "mallory.cli", "cluster", "up", "--nodes", "5", "--name", run],
-        cwd=REPO,
-        stdout=subprocess.DEVNULL,
-        env={**os.environ, "MALLORY_DATA_ROOT": str(tmp_path)},
-    )
-    time.sleep(delay)
-    up.kill()
-    up.wait()
+    stop_at, namespaces, link = UP_STAGES[stage]
+    bin_dir, stopped = tmp_path / "bin", tmp_path / "stopped"
+    bin_dir.mkdir()
+    (bin_dir / "ip").write_text(STOPPING_IP.format(ip=shutil.which("ip")))
+    (bin_dir / "ip").chmod(0o755)
+    env = {**os.environ, "MALLORY_DATA_ROOT": str(tmp_path / "data"), "PATH": f"{bin_dir}:{os.environ['PATH']}",
+           "STOP_AT": stop_at.format(run=run), "STOPPED": str(stopped)}
+    up = subprocess.Popen([sys.executable, "-m", "mallory.cli", "cluster", "up", "--nodes", "5", "--name", run],
+                          cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+    held = None
     try:
-        index = load_run(run).index
-    except MalloryError:
-        index = None  # killed before it registered: then it created nothing
-    if index is not None:
-        out = subprocess.run([sys.executable, "-m", "mallory.cli", "cleanup", run], capture_output=True, text=True, cwd=REPO)
-        assert out.returncode == 0, out.stderr
-        after = leftovers(run, f"mal{index}c", f"10.{100 + index}.", [])
-        assert after.empty(), after
-    else:
-        assert not leftovers(run, "-none-", "-none-", []).netns
+        deadline = time.monotonic() + 60
+        while not stopped.exists():
+            assert up.poll() is None, f"cluster up ended before {stage}: {up.stderr.read()}"
+            assert time.monotonic() < deadline, f"cluster up did not get to {stage}"
+            time.sleep(0.02)
+        held = int(stopped.read_text())
+    finally:
+        up.kill()
+        up.wait()
+        if held is not None:
+            os.kill(held, signal.SIGKILL)
+    record = load_run(run)  # registered, with its owner now gone
+    index, data = record.index, record.run_dir / "data"
+    journaled = {e["netns"] for e in record.entries() if "netns" in e}
+    before = leftovers(run, f"mal{index}c", f"10.{100 + index}.", [])
+    assert sorted(before.netns) == sorted(f"mal-{run}-{ns}" for ns in namespaces), before
+    assert bool(before.links) == link and data.is_dir(), before
+    assert f"mal-{run}-gw" in journaled and set(before.netns) <= journaled  # each journaled before it was made
+
+    out = subprocess.run([sys.executable, "-m", "mallory.cli", "cleanup", run], capture_output=True, text=True, cwd=REPO)
+    assert out.returncode == 0, out.stderr
+    after = leftovers(run, f"mal{index}c", f"10.{100 + index}.", [])
+    assert after.empty(), after
+    assert not data.exists()
+    with pytest.raises(MalloryError):
+        load_run(run)
 
 
 def _forward_count(cluster: NetnsCluster, src: str, dst: str) -> int:
@@ -273,8 +310,6 @@ def test_a_failure_during_up_removes_what_was_created(tmp_path, monkeypatch, fai
 
 
 def test_cleanup_orphans_removes_a_run_whose_registry_was_wiped(make_cluster):
-    import shutil
-
     cluster = make_cluster(2, "or")
     sleeper = cluster.spawn("n1", ["sleep", "300"], name="sleeper")
     run, link = cluster.run, cluster.layout.host_interface
