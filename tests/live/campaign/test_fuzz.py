@@ -60,10 +60,14 @@ def assert_gone(campaign: Path) -> None:
 
 
 def test_short_campaign_writes_a_complete_directory_and_leaves_nothing(spec, tmp_path):
+    """The example SUT without its seeded bugs is linearizable under these faults (kill,
+    pause and partition: suts/example/README.md; a delay keeps each link's order; it reads
+    no wall clock, so clock faults do not reach it), so every history checks valid and
+    the campaign finds nothing."""
     out = tmp_path / "campaign"
     proc = subprocess.run(fuzz(*campaign_args(spec, out, schedules=2)), capture_output=True, text=True, timeout=300)
     d = CampaignDir(out)
-    assert proc.returncode == (1 if d.known_bugs() else 0), proc.stdout + proc.stderr  # 1: bugs found
+    assert proc.returncode == 0 and not d.known_bugs(), proc.stdout + proc.stderr
     assert "2 schedules, 6 steps" in proc.stdout
     stats = d.read_stats()
     assert stats["schedules_done"] == "2" and stats["steps_done"] == "6"
@@ -71,13 +75,7 @@ def test_short_campaign_writes_a_complete_directory_and_leaves_nothing(spec, tmp
     schedules = d.read_schedules()
     for record in schedules:
         assert record["reset"]["healthy"], record["reset"]
-        # every schedule's history is checked; an invalid one is one recorded bug, whatever
-        # its anomalies
-        assert record["history"]["valid"] in (True, False, "unknown")
-        if record["history"]["valid"] is False:
-            assert record["findings"] and set(record["findings"]) <= d.known_bugs(), record
-            history_bugs = [f for f in record["findings"] if f.startswith(record["history"]["checker"] + "-")]
-            assert len(history_bugs) == 1, record["findings"]
+        assert record["history"]["valid"] is True and not record["findings"], record
         for step in record["steps"]:
             if step["report"] is not None:
                 assert step["report"]["verified"], step["report"]
