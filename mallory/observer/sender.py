@@ -33,6 +33,10 @@ import orjson
 from mallory.timeline.codec import encode
 from mallory.timeline.event import Batch, ClockPair, Event
 
+#: how long the sender waits for a reply or a wake-up before looking again; a submit wakes
+#: it at once, so a batch never waits for this
+IDLE_POLL_S = 0.5
+
 
 @dataclass
 class SenderStats:
@@ -224,7 +228,7 @@ class BatchSender:
                 lines = self._take_lines()
                 if lines:
                     sock.sendall(b"".join(lines))
-                readable, _, _ = select.select([sock, self._wake_r], [], [], 0.5)
+                readable, _, _ = select.select([sock, self._wake_r], [], [], IDLE_POLL_S)
                 if self._wake_r in readable:
                     self._drain_wake()
                 if sock in readable:
