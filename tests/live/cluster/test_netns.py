@@ -216,10 +216,11 @@ print(s.recv(100).decode())
 """
 
 
-def _wait_listening(cluster: NetnsCluster, node: str, port: int, timeout: float = 10.0) -> None:
+def _wait_listening(cluster: NetnsCluster, node: str, port: int, timeout: float = 10.0, udp: bool = False) -> None:
+    """Until something listens on the node's TCP port (a UDP socket is bound to it)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if f":{port} " in cluster.exec(node, ["ss", "-Hltn"]).stdout:
+        if f":{port} " in cluster.exec(node, ["ss", "-Hlun" if udp else "-Hltn"]).stdout:
             return
         time.sleep(0.05)
     raise AssertionError(f"nothing listens on {node}:{port}")

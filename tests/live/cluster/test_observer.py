@@ -130,7 +130,9 @@ def test_raft_cluster_is_observed_segment_for_segment(make_cluster, mode):
             cluster.signal(proc, signal.SIGKILL)
         for proc in rafts:
             cluster.wait(proc, 5)
-        time.sleep(0.5)  # let the last segments (RSTs, FINs) cross
+        # the last segments (RSTs, FINs) cross, and both ends' observers report them
+        wait_until(lambda: len(sink.events(Kind.SEND)) == len(sink.events(Kind.RECV)) == _forward_tcp_packets(cluster),
+                   15, "the observers to report every segment the gateway forwarded")
         forwarded = _forward_tcp_packets(cluster)
         _stop(cluster, observers.values())
     finally:
@@ -400,18 +402,21 @@ def test_observer_buffer_is_bounded_and_counts_what_it_drops(make_cluster):
 
 
 UDP_COUNTER = """
-import socket, sys, time
+import socket, sys
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 s.setsockopt(socket.SOL_SOCKET, 33, 32 << 20)  # SO_RCVBUFFORCE: past rmem_max, no drops while descheduled
 s.bind(("0.0.0.0", int(sys.argv[1])))
-s.settimeout(3.0)
+s.settimeout(10.0)  # ten silent seconds end it too (a lost end mark)
 n = 0
 try:
-    while True:
-        s.recv(100)
+    while s.recv(100) == b"d":
         n += 1
+    s.settimeout(1.0)  # after the end mark: a datagram the stop put back in line behind it
+    while True:
+        n += s.recv(100) == b"d"
 except socket.timeout:
-    print(n, flush=True)
+    pass
+print(n, flush=True)
 """
 UDP_SENDER = """
 import socket, sys, time
@@ -422,6 +427,7 @@ for i in range(count):
     s.sendto(b"d", (sys.argv[1], int(sys.argv[2])))
     t += period
     time.sleep(max(0.0, t - time.monotonic()))
+s.sendto(b"e", (sys.argv[1], int(sys.argv[2])))
 """
 
 
@@ -436,13 +442,16 @@ def test_stopping_an_observer_drops_no_packet(make_cluster):
     try:
         observers = _start_observers(cluster, sink, port)
         counter = cluster.spawn("n2", [sys.executable, "-c", UDP_COUNTER, "9500"], name="counter")
-        time.sleep(0.5)
-        sender = cluster.spawn("n1", [sys.executable, "-c", UDP_SENDER, cluster.node_address("n2"), "9500", "6000", "3000"],
+        _wait_listening(cluster, "n2", 9500, udp=True)
+        sender = cluster.spawn("n1", [sys.executable, "-c", UDP_SENDER, cluster.node_address("n2"), "9500", "6000", "2000"],
                                name="sender")
-        time.sleep(1.0)  # mid-stream
+        # mid-stream: once the observers have reported a part of the 3 s stream
+        wait_until(lambda: len(sink.events(Kind.RECV)) >= 500, 30, "the observers to see the stream")
         _stop(cluster, observers.values())
-        assert cluster.wait(sender, 20) == 0
-        assert cluster.wait(counter, 20) == 0
+        observed = len(sink.events(Kind.RECV))
+        assert cluster.wait(sender, 30) == 0
+        assert cluster.wait(counter, 30) == 0
     finally:
         server.close()
     assert counter.log_path.read_text().split() == ["6000"]
+    assert observed < 6000, "the observers were stopped after the stream, not during it"
