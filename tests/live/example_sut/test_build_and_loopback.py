@@ -6,7 +6,6 @@ shm ring by name; a killed or paused leader is replaced and the cluster serves a
 from __future__ import annotations
 
 import subprocess
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -75,8 +74,11 @@ def test_register_workload_is_linearizable_and_events_reach_the_rings(binary: Pa
     try:
         start_all(sut)
         leader = ex.wait_leader(sut)
-        summary = record_run(sut, RegisterWorkload(), RunConfig(concurrency=4, time_limit=2.0, rate=400), tmp_path / "run")
-        assert summary.completions["ok"] > 300
+        # 400 ops, however long a busy machine takes (the time limit only bounds a hang);
+        # reads and writes (2 in 3) cannot fail on a healthy cluster, a cas succeeds 1 in 5
+        config = RunConfig(concurrency=4, time_limit=120.0, rate=400, op_limit=400)
+        summary = record_run(sut, RegisterWorkload(), config, tmp_path / "run")
+        assert summary.invokes == 400 and summary.completions["ok"] > 200, summary
         _, history = read_history(tmp_path / "run" / "history.edn")
         result = check_linearizable(history, CasRegister())
         assert result.valid is True, result.explanation
@@ -143,8 +145,12 @@ def test_killed_or_paused_leader_is_replaced_and_the_cluster_recovers(binary: Pa
         assert ex.request(loopback.client_address(third), "GET x") == "OK 2"
         sut.resume(second)
         wait_until(lambda: "following leader" in ex.log_text(sut, second).rsplit("stalled for", 1)[-1], 10, "the resumed node to follow")
-        time.sleep(0.3)
-        assert ex.request(loopback.client_address(second), "GET x") == f"ERR not-leader {loopback.client_address(third)}"
+        # until it redirects to the new leader it may time out or answer UNKNOWN, never serve the read itself
+        answers = []
+        redirect = f"ERR not-leader {loopback.client_address(third)}"
+        wait_until(lambda: answers.append(ex.request(loopback.client_address(second), "GET x")) or answers[-1] == redirect,
+                   10, "the resumed node to redirect to the new leader")
+        assert not [a for a in answers if a.startswith("OK")], answers
         assert ex.leaders(sut) == [third]
         for node in loopback.nodes:
             assert scan_log(ex.log_text(sut, node).splitlines(), node) == []
