@@ -18,6 +18,7 @@ REPO = paths.HOME
 SUT_DIR = REPO / "suts" / "example"
 SPEC = SUT_DIR / "example.toml"
 DEFAULT_BINARY = "build/example-sut"  # as the spec names it, relative to the spec
+ELECTION_S = 0.3  # the spec's --election-ms: a node whose loop stood still longer was stalled
 LABELS = {
     "election-started", "became-leader", "stepped-down", "replicate", "append-received", "commit",
     "apply", "truncate", "heartbeat-timeout", "client-request", "sticky-leader-kept-term", "stall-catchup-applied",
@@ -33,7 +34,7 @@ def build(dest: Path) -> Path:
 def adapter(backend, binary: Path, bugs: str | None = None, client_timeout: float = 1.0) -> SpecAdapter:
     """The shipped spec, pointed at `binary`, with the seeded bugs `bugs` switched on."""
     text = SPEC.read_text().replace(f'"{DEFAULT_BINARY}"', f'"{binary}"')
-    assert str(binary) in text
+    assert str(binary) in text and f'"--election-ms", "{round(ELECTION_S * 1000)}"' in text, "update ELECTION_S"
     if bugs:
         text = text.replace('"--heartbeat-ms", "50"]', f'"--heartbeat-ms", "50", "--bugs", "{bugs}"]')
         assert f'"--bugs", "{bugs}"' in text
