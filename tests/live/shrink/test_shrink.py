@@ -21,7 +21,11 @@ sets both up through the SUT's spec and the schedule's seed, not through the shr
   1 s before exec'ing the SUT.
 
 Replays of a real cluster are not deterministic even so: the shrinker's verdicts are
-counts, and the test asks for the bug in 1 of 1 replays.
+counts (here: kept on one hit in up to two replays). The test asserts what the shrink
+guarantees whatever the replays answered (the result is a sub-schedule, at most weakened,
+with which the bug came back, and without any one of whose steps it did not; no verdict
+kept a candidate lacking the partition or the kill), and, when every replay holding both
+brought the bug back, that the result is exactly the seeded sequence.
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ from mallory.shrink.live_replay import LiveReplay
 from nemesis.faults.targets import partition_grudge, pick_nodes
 from tests.live.example_sut.example_cluster import SUT_DIR, build
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = pytest.mark.timeout(900)
 
 NODES = ["n1", "n2", "n3"]
 #: Padded with duplicates, which are irrelevant (TCP drops duplicate segments). On 3 nodes
@@ -89,35 +93,76 @@ def test_shrink_reduces_a_padded_schedule_to_the_seeded_sequence(tmp_path):
                             window_s=0.5, reset_s=1.0, abstraction="event-history")
     script = [ScriptedStep(action, draw, window) for draw, (action, window) in enumerate(SCHEDULE)]
 
-    # The bug bundle to shrink: the padded schedule, enacted once by a scripted replay.
-    found, campaign = LiveReplay(config, seed, "-", tmp_path / "padded")(script)
-    bugs = [p for p in (Path(campaign) / "bugs").iterdir() if p.name.startswith("log-assertion-")]
+    # The bug bundle to shrink: the padded schedule, enacted by a scripted replay (up to
+    # three times: it is no more deterministic than the shrink's replays).
+    padded = LiveReplay(config, seed, "-", tmp_path / "padded")
+    for _ in range(3):
+        _, campaign = padded(script)
+        bugs = [p for p in (Path(campaign) / "bugs").iterdir() if p.name.startswith("log-assertion-")]
+        if bugs:
+            break
     assert len(bugs) == 1, f"the padded schedule did not surface the bug: {list((Path(campaign) / 'bugs').iterdir())}"
     bundle = bugs[0]
     recorded = json.loads((bundle / "schedule.json").read_text())
     assert [s["action"] for s in recorded["steps"]] == [a for a, _ in SCHEDULE]
 
     out = tmp_path / "minimal"
-    shrink = subprocess.run([sys.executable, "-m", "mallory.cli", "shrink", str(bundle), "--replays", "1",
-                             "--min-fraction", "1", "--min-window", "5", "--out", str(out)],
-                            capture_output=True, text=True, timeout=540)
+    # --min-window above every window: no window is shortened (windows are not what this tests)
+    shrink = subprocess.run([sys.executable, "-m", "mallory.cli", "shrink", str(bundle), "--replays", "2",
+                             "--min-fraction", "0.5", "--min-window", "5", "--out", str(out)],
+                            capture_output=True, text=True, timeout=780)
     assert shrink.returncode == 0, shrink.stdout + shrink.stderr
     assert "not deterministic" in shrink.stdout
+    # each verdict as its replays gave it: kept on the first hit (no replay more), rejected after two misses
     candidates = re.findall(r"candidate \d+: .*: reappeared (\d)/(\d) .* -> (kept|rejected)", shrink.stdout)
-    assert candidates and all(int(total) == 1 for _, total, _ in candidates), shrink.stdout
-
-    minimal = json.loads((out / "schedule.json").read_text())
-    assert [s["action"] for s in minimal["steps"]] == ESSENTIAL, shrink.stdout
-    assert "after drop faults: 2 steps: partition:majority" in shrink.stdout
-    assert "after weaken faults: 2 steps: partition:one" in shrink.stdout
-    assert [s["draw"] for s in minimal["steps"]] == [2, 3]  # the same faults, on the same targets
-    assert minimal["findings"] and bundle.name in minimal["findings"]
+    assert candidates and all((verdict == "kept") == (hits == "1") and (hits == "1" or total == "2")
+                              for hits, total, verdict in candidates), shrink.stdout
     provenance = json.loads((out / "provenance.json").read_text())
     assert provenance["signature"] == bundle.name
     assert provenance["shrunk_from"] == str(bundle.resolve())
     assert [s["action"] for s in provenance["original_steps"]] == [a for a, _ in SCHEDULE]
-    journal = (out.with_name("minimal.work") / "journal.jsonl").read_text().splitlines()
-    assert len(journal) == provenance["live_replays"] == len(candidates)
+    lines = (out.with_name("minimal.work") / "journal.jsonl").read_text().splitlines()
+    assert len(lines) == provenance["live_replays"] == sum(int(total) for _, total, _ in candidates)
+    journal = [(tuple(map(tuple, e["candidate"])), e["hit"]) for e in map(json.loads, lines)]
+
+    def answers(steps: list) -> list[bool]:
+        return [hit for candidate, hit in journal if candidate == tuple(steps)]
+
+    def both(steps) -> bool:
+        return (any(a.startswith("partition:") and d == 2 for a, d, _ in steps)
+                and any(a == "kill:one" and d == 3 for a, d, _ in steps))
+
+    # What the shrink guarantees, whatever the replays answered. The bug needs the partition
+    # and then the kill: no replay without both brought it back.
+    assert not [c for c, hit in journal if hit and not both(c)], journal
+    # The result: original steps in order, on their draws and windows, at most weakened; the
+    # bug came back with it.
+    original = {s["draw"]: (s["action"], s["draw"], s["window_s"]) for s in provenance["original_steps"]}
+    result = [(s["action"], s["draw"], s["window_s"]) for s in provenance["steps"]]
+    draws = [d for _, d, _ in result]
+    assert draws == sorted(set(draws)) and all(w == original[d][2] for _, d, w in result), result
+    assert both(result) and True in answers(result), (result, journal)
+    # 1-minimal as the replays answered: with any one step of what dropping kept left out,
+    # the bug did not come back.
+    kept = [original[d] for d in draws]
+    for i in range(len(kept)):
+        without = kept[:i] + kept[i + 1:]
+        assert answers(without) and True not in answers(without), (without, journal)
+    # The partition is weakened unless the bug did not come back with the weaker one.
+    at = draws.index(2)
+    if result[at][0] == "partition:majority":
+        weaker = [*result[:at], ("partition:one", 2, result[at][2]), *result[at + 1:]]
+        assert answers(weaker) and True not in answers(weaker), (weaker, journal)
+    # With replays that agreed (each one holding both faults brought the bug back), exactly
+    # the seeded sequence, by the path the phases take.
+    if all(hit for c, hit in journal if both(c)):
+        assert [a for a, _, _ in result] == ESSENTIAL and draws == [2, 3], shrink.stdout
+        assert "after drop faults: 2 steps: partition:majority" in shrink.stdout
+        assert "after weaken faults: 2 steps: partition:one" in shrink.stdout
+
+    minimal = json.loads((out / "schedule.json").read_text())  # the replay whose bundle it is
+    assert [(s["action"], s["draw"]) for s in minimal["steps"]] == [(a, d) for a, d, _ in result]
+    assert minimal["findings"] and bundle.name in minimal["findings"]
 
     # The run inside the new bundle is Jepsen-shaped: results.edn beside history.edn.
     (run,) = [p for p in out.iterdir() if (p / "history.edn").exists()]
