@@ -41,20 +41,21 @@
   ;; a socket that accepts connections and never answers: every request hangs until timeout
   (with-open [silent (ServerSocket. 0 50 (InetAddress/getLoopbackAddress))]
     (let [conn (m/connect {:url (str "http://127.0.0.1:" (.getLocalPort silent)) :token "t"
-                           :timeout-ms 500 :relay-capacity 100})
+                           :timeout-ms 5000 :relay-capacity 100})
           t0   (System/nanoTime)
           kept (count (filter true? (for [i (range 1000)]
                                       (m/relay-op! conn {:process 1, :type :invoke, :f :write}))))
           ms   (/ (- (System/nanoTime) t0) 1e6)]
-      (testing "1000 relayed ops cost no request each (a blocking relay would take 1000 x 500 ms)"
-        (is (< ms 2000) (str "relaying took " ms " ms")))
+      ;; what a relay-op! costs is bench/bench_jepsen_relay.py's
+      (testing "1000 relayed ops take less than one request's timeout: none waited for a request"
+        (is (< ms 5000) (str "relaying took " ms " ms")))
       (testing "the bounded queue drops what does not fit, and counts it"
         (is (<= 100 kept 999))
         (is (= (- 1000 kept) (:dropped (m/relay-stats conn)))))
       (let [e (thrown-data #(m/status conn))]
         (is (= ::m/timeout (:type e)))
-        (is (re-find #"did not answer /status within 500 ms" (:message e))))
-      (wait-until #(pos? (:failed (m/relay-stats conn))) 10000 "the hung batch to fail")
+        (is (re-find #"did not answer /status within 5000 ms" (:message e))))
+      (wait-until #(pos? (:failed (m/relay-stats conn))) 30000 "the hung batch to fail")
       (is (re-find #"did not answer /client/batch" (:last-error (m/relay-stats conn)))))))
 
 (deftest a-wrong-token-and-a-bad-catalogue-are-refused-with-the-mediators-reason
