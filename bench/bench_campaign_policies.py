@@ -257,6 +257,9 @@ class Run:
     waypoints_reached: Mapping[str, int]
     #: seeded bug label -> seconds from the campaign's start to its first firing (those that fired)
     seeded_fires: Mapping[str, float] = field(default_factory=dict)
+    #: seeded bug label -> seconds to the first bug bundle seen in a schedule where the seeded
+    #: bug's code ran (firing is necessary, not sufficient: this is the bug found)
+    seeded_found: Mapping[str, float] = field(default_factory=dict)
 
 
 def parse_waypoints_reached(text: str) -> dict[str, int]:
@@ -281,13 +284,24 @@ def campaign_origin_ns(data: CampaignData) -> int:
 def first_fires(recordings: Sequence[Path], labels: Mapping[int, str], origin_ns: int) -> dict[str, float]:
     """Seconds from `origin_ns` (real time, ns) to the first code event with each id of
     `labels` (id -> label) in the recordings, by label; events before the origin do not
-    count, labels that never fired are absent. Event times are mapped to real time through
-    the node's latest clock pair. A malformed line (the torn last line of a killed
-    campaign) ends the reading of its file."""
+    count, labels that never fired are absent."""
+    first = {}
+    for label, times in fire_times(recordings, labels).items():
+        after = [t for t in times if t >= origin_ns]
+        if after:
+            first[label] = (min(after) - origin_ns) / 1e9
+    return first
+
+
+def fire_times(recordings: Sequence[Path], labels: Mapping[int, str]) -> dict[str, list[int]]:
+    """Every real time (Unix ns) at which a code event with an id of `labels` (id -> label)
+    ran, by label. Event times are mapped to real time through the node's latest clock
+    pair. A malformed line (the torn last line of a killed campaign) ends the reading of
+    its file."""
     # Only lines holding one of the ids (as text) are decoded: a recording has millions of
     # events, a few of them seeded bugs'.
     needles = [str(ident).encode() for ident in labels]
-    first: dict[str, float] = {}
+    fired: dict[str, list[int]] = {}
     for path in recordings:
         clocks: dict[str, ClockPair] = {}
         with open(path, "rb") as stream:
@@ -305,10 +319,26 @@ def first_fires(recordings: Sequence[Path], labels: Mapping[int, str], origin_ns
                         label = labels.get(event.id) if event.kind in (Kind.FUNC, Kind.BLOCK) else None
                         if label is None:
                             continue
-                        real_ns = clocks[record.node].to_real(event.ts)
-                        if real_ns >= origin_ns:
-                            first[label] = min(first.get(label, float("inf")), (real_ns - origin_ns) / 1e9)
-    return first
+                        fired.setdefault(label, []).append(clocks[record.node].to_real(event.ts))
+    return fired
+
+
+def bugs_found_by(data: CampaignData, fired: Mapping[str, Sequence[int]], origin_ns: int) -> dict[str, float]:
+    """Per seeded bug label, seconds from `origin_ns` to the first sighting of any bug
+    bundle in a schedule during which that label fired (the schedule's started_ns..ended_ns
+    span): the bug found, not just its code reached."""
+    spans = {s["index"]: (s.get("started_ns"), s.get("ended_ns")) for s in data.schedules}
+    found: dict[str, float] = {}
+    for bug in data.bugs:
+        for sighting in bug.sightings:
+            start, end = spans.get(sighting.get("schedule"), (None, None))
+            seen = sighting.get("time")
+            if not (isinstance(start, int) and isinstance(end, int) and isinstance(seen, (int, float))):
+                continue
+            for label, times in fired.items():
+                if any(start <= t < end for t in times):
+                    found[label] = min(found.get(label, float("inf")), (seen * 1e9 - origin_ns) / 1e9)
+    return found
 
 
 def read_run(root: Path, variant: str, seed: int, seeded_bugs: Sequence[str]) -> Run:
@@ -319,6 +349,7 @@ def read_run(root: Path, variant: str, seed: int, seeded_bugs: Sequence[str]) ->
     if not data.plot:
         raise MalloryError(f"{root}: no plot_data rows (did the campaign fail? see {root}.log); remove it or rerun it")
     fires: dict[str, float] = {}
+    found: dict[str, float] = {}
     if seeded_bugs:
         catalogue = sut_catalogue(data.config.sut)
         if catalogue is None:
@@ -329,9 +360,12 @@ def read_run(root: Path, variant: str, seed: int, seeded_bugs: Sequence[str]) ->
         if unnamed:
             raise MalloryError(f"{root}: the catalogue of {data.config.sut}'s program has no annotation "
                                f"{', '.join(sorted(unnamed))}")
-        fires = first_fires(data.recordings(), labels, campaign_origin_ns(data))
+        origin_ns = campaign_origin_ns(data)
+        fired = fire_times(data.recordings(), labels)
+        fires = first_fires(data.recordings(), labels, origin_ns)
+        found = bugs_found_by(data, fired, origin_ns)
     return Run(variant, seed, root, tuple(data.plot), data.config.abstraction, data.config.threshold,
-               parse_waypoints_reached(data.stats.get("waypoints_reached", "-")), fires)
+               parse_waypoints_reached(data.stats.get("waypoints_reached", "-")), fires, found)
 
 
 def find_runs(root: Path) -> dict[str, list[tuple[str, int, Path]]]:
@@ -522,6 +556,7 @@ class RunSummary:
     bend: Bend
     first_bug_s: float | None
     seeded_fires: Mapping[str, float]
+    seeded_found: Mapping[str, float]
     waypoints_reached: Mapping[str, int]
 
 
@@ -538,6 +573,8 @@ class VariantResult:
     first_bug: TimeToEvent
     #: seeded bug label -> when it first fired
     seeded_bugs: dict[str, TimeToEvent]
+    #: seeded bug label -> when a bug bundle first came of a schedule where it fired
+    seeded_found: dict[str, TimeToEvent]
     #: waypoint name -> schedules that reached it, summed over the runs
     waypoints_reached: dict[str, int]
 
@@ -605,7 +642,7 @@ def summarize_run(run: Run, horizon_s: float) -> RunSummary:
     return RunSummary(run.seed, str(run.root), run.plot[-1].time_s, run.plot[-1].steps_done, run.abstraction,
                       run.threshold, bend(curve_of(run.plot, "time_s", "distinct_states"), horizon_s),
                       time_to_reach(curve_of(run.plot, "time_s", "bugs"), 1), dict(run.seeded_fires),
-                      dict(run.waypoints_reached))
+                      dict(run.seeded_found), dict(run.waypoints_reached))
 
 
 def analyze_sut(name: str, runs: Sequence[Run], baseline: str, seeded_bugs: Sequence[str]) -> SutResult:
@@ -628,6 +665,9 @@ def analyze_sut(name: str, runs: Sequence[Run], baseline: str, seeded_bugs: Sequ
     seeded = {label: times_to_event({v: [s.seeded_fires.get(label) for s in runs] for v, runs in summaries.items()},
                                     horizon_s, baseline)
               for label in seeded_bugs}
+    found = {label: times_to_event({v: [s.seeded_found.get(label) for s in runs] for v, runs in summaries.items()},
+                                   horizon_s, baseline)
+             for label in seeded_bugs}
     variants = {}
     for variant, runs_summaries in summaries.items():
         waypoints: dict[str, int] = {}
@@ -642,6 +682,7 @@ def analyze_sut(name: str, runs: Sequence[Run], baseline: str, seeded_bugs: Sequ
             bend=mean_bend([summary.bend for summary in runs_summaries]),
             first_bug=first_bug[variant],
             seeded_bugs={label: by_variant[variant] for label, by_variant in seeded.items()},
+            seeded_found={label: by_variant[variant] for label, by_variant in found.items()},
             waypoints_reached=waypoints,
         )
     return SutResult(name, baseline, horizon_s, shortest.root.name, horizon_steps, fewest.root.name, variants)
@@ -769,8 +810,10 @@ def render_sut(result: SutResult) -> str:
                 f"({'bends' if v.bend.bends else 'no bend'})")))
     rows.append((f"time to bug (s), by {result.horizon_s:.0f} s", None))
     events = [("first bug bundle", "found", lambda v: v.first_bug)]
-    events += [(label, "fired", lambda v, label=label: v.seeded_bugs[label])
-               for label in result.variants[baseline].seeded_bugs]
+    for label in result.variants[baseline].seeded_bugs:
+        events += [(f"{label} fired", "fired", lambda v, label=label: v.seeded_bugs[label]),
+                   (f"{label} found (a bundle of a schedule where it fired)", "found",
+                    lambda v, label=label: v.seeded_found[label])]
     for what, happened, event in events:
         rows += [row(f"{what}: per seed", lambda v: " ".join(map(format_time, event(v).per_seed))),
                  row(f"{what}: median ({happened}/seeds)", lambda v: format_median(event(v).median)),

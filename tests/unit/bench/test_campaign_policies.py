@@ -375,13 +375,28 @@ def test_analyze_times_the_seeded_bugs(tmp_path, capsys):
     assert bench.main(["--analyze", str(tmp_path / "camps")]) == 0
     out = capsys.readouterr().out
     # sticky: random 30, 80 (median 55), qlearning 10, 20 (median 15): 55 / 15 = 3.67
-    assert table_row(out, "sticky-leader-kept-term: per seed") == ["30 80", "10 20"]
-    assert table_row(out, "sticky-leader-kept-term: median (fired/seeds)") == ["55 (2/2)", "15 (2/2)"]
-    assert table_row(out, "sticky-leader-kept-term: random's median / variant's") == ["—", "3.67x"]
+    assert table_row(out, "sticky-leader-kept-term fired: per seed") == ["30 80", "10 20"]
+    assert table_row(out, "sticky-leader-kept-term fired: median (fired/seeds)") == ["55 (2/2)", "15 (2/2)"]
+    assert table_row(out, "sticky-leader-kept-term fired: random's median / variant's") == ["—", "3.67x"]
     # stall: random never by the horizon (100, censored), qlearning 40, 60 (50): at least 2x
-    assert table_row(out, "stall-catchup-applied: per seed") == ["– –", "40 60"]
-    assert table_row(out, "stall-catchup-applied: median (fired/seeds)") == ["≥100 (0/2)", "50 (2/2)"]
-    assert table_row(out, "stall-catchup-applied: random's median / variant's") == ["—", "≥2.00x"]
+    assert table_row(out, "stall-catchup-applied fired: per seed") == ["– –", "40 60"]
+    assert table_row(out, "stall-catchup-applied fired: median (fired/seeds)") == ["≥100 (0/2)", "50 (2/2)"]
+    assert table_row(out, "stall-catchup-applied fired: random's median / variant's") == ["—", "≥2.00x"]
+
+
+def test_a_bug_bundle_counts_for_the_seeded_bugs_whose_code_ran_in_its_schedule():
+    """Found = the first sighting of any bundle in a schedule during which the seeded bug's
+    annotation fired; firing outside every bundle's schedule finds nothing."""
+    from types import SimpleNamespace
+
+    s = 1_000_000_000
+    data = SimpleNamespace(
+        schedules=[{"index": 0, "started_ns": 0, "ended_ns": 10 * s}, {"index": 1, "started_ns": 10 * s, "ended_ns": 20 * s}],
+        bugs=[SimpleNamespace(sightings=[{"schedule": 1, "time": 19.0}, {"schedule": 0, "time": 9.5}])],
+    )
+    fired = {"sticky": [12 * s], "stall": [3 * s, 15 * s], "never-with-a-bug": [25 * s]}
+    found = bench.bugs_found_by(data, fired, origin_ns=2 * s)
+    assert found == {"sticky": 17.0, "stall": 7.5}
 
 
 def test_seeded_bugs_need_the_catalogue(tmp_path, capsys):
