@@ -47,6 +47,7 @@ EXIT_CODES_HELP = f"""exit codes (every command):
   {ExitCode.OK:<4} ok: done; check: valid; fuzz: no bug found; replay: the bug came back
   {ExitCode.FAILED:<4} check: invalid; fuzz: bugs found; replay, shrink: the bug did not come back
   {ExitCode.UNKNOWN:<4} check: unknown (the checker's budget ran out)
+  {ExitCode.UNAVAILABLE:<4} fuzz: a part of the campaign died (the mediator); --resume continues
   {ExitCode.INTERRUPTED:<4} interrupted (Ctrl-C)
   {ExitCode.BAD_INPUT:<4} bad arguments or input (the message says what)
   {ExitCode.INTERNAL_ERROR:<4} internal error: a bug in Mallory (the traceback is printed)"""
@@ -150,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
         return int(args._run(args) or ExitCode.OK)
     except MalloryError as exc:
         print(f"mallory {args.command}: error: {exc}", file=sys.stderr)
-        return ExitCode.BAD_INPUT
+        return exc.exit_code
     except KeyboardInterrupt:
         print(f"mallory {args.command}: interrupted", file=sys.stderr)
         return ExitCode.INTERRUPTED

@@ -21,6 +21,9 @@ class ExitCode(IntEnum):
     FAILED = 1
     #: `mallory check` could not decide (its search budget ran out)
     UNKNOWN = 2
+    #: `mallory fuzz`: a part of the campaign's machinery died (the mediator); sysexits'
+    #: EX_UNAVAILABLE. `--resume` continues from the last whole schedule
+    UNAVAILABLE = 69
     #: Ctrl-C
     INTERRUPTED = 130
     #: bad arguments or input: a usage error, or a MalloryError (its message says what)
@@ -30,4 +33,7 @@ class ExitCode(IntEnum):
 
 
 class MalloryError(Exception):
-    """A user-facing error: the message says what was wrong and where."""
+    """A user-facing error: the message says what was wrong and where. The command exits
+    with the class's `exit_code`."""
+
+    exit_code: ExitCode = ExitCode.BAD_INPUT

@@ -122,11 +122,14 @@ class ScheduleChecks:
         self._healed_at: float | None = None
         #: set by the first ok completion after that
         self._served_after_heal = threading.Event()
+        #: when the last workload stopped, on its history's clock (the stuck oracle's watch)
+        self._watched_until: int | None = None
         self._leader_line = re.compile(leader_line) if leader_line else None
 
     # -- around a schedule ---------------------------------------------------------------
 
     def begin_schedule(self, index: int) -> None:
+        self._watched_until = None
         self._offsets = {p: p.stat().st_size if p.exists() else 0 for p in self._log_paths()}
         self._healed_at = None
         self._served_after_heal.clear()
@@ -176,6 +179,7 @@ class ScheduleChecks:
         self._runner.stop()
         if self._thread is not None:
             self._thread.join(30)
+        self._watched_until = self.recorder.elapsed_ns()
         self.recorder.close()
         self._runner = self._thread = self.recorder = None
 
@@ -266,7 +270,7 @@ class ScheduleChecks:
             findings += divergence_findings(digests)
         unready = _reset_report(record).get("unready", {})
         findings += cannot_restart_findings(unready, list(self.adapter.backend.nodes), main)
-        findings += stuck_findings(ops, self.stuck_after_s)
+        findings += stuck_findings(ops, self.stuck_after_s, self._watched_until)
         return findings
 
     def _log_paths(self) -> list[Path]:

@@ -43,7 +43,7 @@ from mallory.campaign.config import LoopConfig
 from mallory.campaign.directory import CampaignDir
 from mallory.campaign.progress import Progress
 from mallory.campaign.waypoints import Waypoints
-from mallory.errors import MalloryError
+from mallory.errors import ExitCode, MalloryError
 from mallory.learner.learner import Learner
 from mallory.mediator.windows import Window
 
@@ -109,18 +109,25 @@ class Checker(Protocol):
         ...
 
 
+# How long a failure waits for a component that may be dying to show as dead (see revive_dead).
+FAILURE_GRACE_S = 2.0
+
+
 class ComponentDied(MalloryError):
     """A part of the campaign's machinery died and the campaign cannot go on (the message
     says which, and where its log is)."""
 
-    exit_code = 69  # sysexits' EX_UNAVAILABLE: a service the command needs went away
+    exit_code = ExitCode.UNAVAILABLE
 
 
 class Watchdog(Protocol):
-    def revive_dead(self) -> list[str]:
+    def revive_dead(self, grace_s: float = 0.0) -> list[str]:
         """Restart the components found dead since the last call and wait until they work
         again; their names ("observer n2"), empty when all were alive. ComponentDied for
-        one whose death ends the campaign."""
+        one whose death ends the campaign. `grace_s` > 0 after a failure: a component may
+        have dropped its connections a moment before it shows as dead (a killed process
+        closes its sockets before it becomes a zombie), so one that ends within `grace_s`
+        counts as dead."""
         ...
 
 
@@ -326,7 +333,7 @@ class Campaign:
         except ComponentDied:
             raise
         except Exception:
-            self._revive(record, "failure")
+            self._revive(record, "failure", grace_s=FAILURE_GRACE_S)
             raise
 
     def _end_schedule(self, index: int, record: dict[str, Any], active: list[Any]) -> None:
@@ -354,10 +361,10 @@ class Campaign:
         self._revive(record, "reset")
         self._finish(index, record)
 
-    def _revive(self, record: dict[str, Any], at: str | int) -> list[str]:
+    def _revive(self, record: dict[str, Any], at: str | int, grace_s: float = 0.0) -> list[str]:
         """Ask the watchdog; components it restarted are a gap in the schedule's observation
         at `at` (a step number, "start", "reset"), noted in the record. ComponentDied passes."""
-        revived = self.watchdog.revive_dead() if self.watchdog is not None else []
+        revived = self.watchdog.revive_dead(grace_s) if self.watchdog is not None else []
         if revived:
             record.setdefault("unobserved", []).append({"at": at, "restarted": revived})
         return revived

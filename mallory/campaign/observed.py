@@ -123,14 +123,18 @@ class ObservedStack:
         wait_until(lambda: all(n > after[node] for node, n in self._batches().items() if node in after),
                    self.start_timeout, what)
 
-    def revive_dead(self) -> list[str]:
+    def revive_dead(self, grace_s: float = 0.0) -> list[str]:
         """The watchdog: a dead mediator ends the campaign (ComponentDied); each dead observer
         is restarted, and waited for until its first batch arrives. The observers restarted,
-        as "observer NODE" (see the module docstring for why each is treated so)."""
-        if self.mediator_proc is not None and not self.cluster.is_running(self.mediator_proc):
-            proc = self.mediator_proc
-            raise ComponentDied(f"the mediator (pid {proc.pid}) {_death(self.cluster.wait(proc, 0))}; "
-                                f"its log: {proc.log_path}")
+        as "observer NODE" (see the module docstring for why each is treated so). With
+        `grace_s`, a mediator that exits within it is dead (see Watchdog.revive_dead)."""
+        proc = self.mediator_proc
+        if proc is not None:
+            status = self.cluster.wait(proc, grace_s) if grace_s > 0 else None
+            if status is not None or not self.cluster.is_running(proc):
+                if status is None:
+                    status = self.cluster.wait(proc, 0)
+                raise ComponentDied(f"the mediator (pid {proc.pid}) {_death(status)}; its log: {proc.log_path}")
         dead = [i for i, proc in enumerate(self.observers) if not self.cluster.is_running(proc)]
         if not dead:
             return []

@@ -105,6 +105,11 @@ class HistoryRecorder:
         with self._lock:
             return list(self._ops or ())
 
+    def elapsed_ns(self) -> int:
+        """The recorder's time now, on the clock of its ops' `time` (never before the last op)."""
+        with self._lock:
+            return max(self._clock() - self._t0, self._last_time)
+
     def invoke(self, process: int, f: str, value: Any) -> Op:
         """Record that `process` starts op `f`. A process has at most one op in flight."""
         with self._lock:

@@ -41,17 +41,20 @@ def cannot_restart_findings(unready: Mapping[str, Mapping[str, str]], nodes: Seq
     return [Finding(ORACLE, CANNOT_RESTART, (how,), message.strip(), node, details)]
 
 
-def stuck_findings(ops: Sequence[Op], limit_s: float) -> list[Finding]:
+def stuck_findings(ops: Sequence[Op], limit_s: float, watched_until: int | None = None) -> list[Finding]:
     """A finding when the history's clients got no ok completion within `limit_s` of its
     last `heal` nemesis op, and it was watched that long (or an ok came only later). None
-    without such an op: the schedule's faults were never healed while clients ran."""
+    without such an op: the schedule's faults were never healed while clients ran.
+    `watched_until`: when the recording stopped, on the ops' clock (default: its last op;
+    clients that fail fast may record their last op a moment before the limit)."""
     heals = [op.time for op in ops if not op.is_client and str(op.f) == HEAL and op.time is not None]
     healed = heals[-1] if heals else None
     if healed is None:
         return []
     after = [op for op in ops if op.is_client and op.time is not None and op.time >= healed]
     first_ok = next((op.time for op in after if op.type == "ok"), None)
-    watched = max((op.time for op in ops if op.time is not None), default=healed) - healed
+    last = max((op.time for op in ops if op.time is not None), default=healed)
+    watched = max(last, watched_until or 0) - healed
     limit_ns = limit_s * 1e9
     if (first_ok is not None and first_ok - healed <= limit_ns) or (first_ok is None and watched < limit_ns):
         return []

@@ -12,12 +12,24 @@ import sys
 import pytest
 
 import mallory.commands.synthesize as synthesize
+from mallory.campaign.loop import ComponentDied
 from mallory.cli import main
+from mallory.commands import check
 from mallory.errors import ExitCode
 
 
 def test_the_codes_are_jepsens():
-    assert [int(code) for code in ExitCode] == [0, 1, 2, 130, 254, 255]
+    # Jepsen's, plus sysexits' EX_UNAVAILABLE for a campaign whose machinery died
+    assert [int(code) for code in ExitCode] == [0, 1, 2, 69, 130, 254, 255]
+
+
+def test_an_error_exits_with_its_class_code(monkeypatch, capsys):
+    def dies(args):
+        raise ComponentDied("the mediator (pid 1) was killed by SIGKILL")
+
+    monkeypatch.setattr(check, "run", dies)
+    assert main(["check", "/nonexistent"]) == ExitCode.UNAVAILABLE
+    assert "error: the mediator" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("argv", [

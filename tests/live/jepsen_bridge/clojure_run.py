@@ -85,10 +85,10 @@ class RecordingLearner(Learner):
         self.shown: list[frozenset[str]] = []
         self.chosen: list[str] = []
 
-    def observe(self, summary, pairs=(), waypoint=0):  # type: ignore[override]
+    def observe(self, summary, pairs=(), waypoint=0, faults=()):  # type: ignore[override]
         summary = frozenset(summary)
         self.shown.append(summary)
-        return super().observe(summary, pairs, waypoint)
+        return super().observe(summary, pairs, waypoint, faults)
 
     def next_action(self, actions):  # type: ignore[override]
         action = super().next_action(actions)

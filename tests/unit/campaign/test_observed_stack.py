@@ -9,6 +9,7 @@ import os
 import secrets
 import signal
 import sys
+import threading
 from collections import Counter
 from pathlib import Path
 
@@ -120,3 +121,18 @@ def test_a_dead_mediator_ends_the_campaign_naming_its_log(stack):
     kill(stack, stack.mediator_proc)
     with pytest.raises(ComponentDied, match=r"the mediator \(pid \d+\) was killed by SIGKILL; its log: .*mediator\.log"):
         stack.revive_dead()
+
+
+def test_a_mediator_dying_within_the_grace_is_dead(stack):
+    """A killed process drops its connections before it shows as dead: the failure path asks
+    with a grace, and a mediator that ends within it ends the campaign."""
+    proc = stack.mediator_proc
+    os.kill(proc.pid, signal.SIGSTOP)  # alive for now; the grace sees it end
+    threading.Timer(0.3, os.kill, (proc.pid, signal.SIGKILL)).start()
+    with pytest.raises(ComponentDied, match=r"the mediator \(pid \d+\) was killed by SIGKILL"):
+        stack.revive_dead(grace_s=5.0)
+
+
+def test_a_live_mediator_outlasts_the_grace(stack):
+    assert stack.revive_dead(grace_s=0.2) == []
+    assert stack.cluster.is_running(stack.mediator_proc)

@@ -19,9 +19,11 @@ class ScriptedWatchdog:
         self.revive_at = revive_at
         self.fatal_from = fatal_from
         self.calls = 0
+        self.graces: list[float] = []
 
-    def revive_dead(self) -> list[str]:
+    def revive_dead(self, grace_s: float = 0.0) -> list[str]:
         self.calls += 1
+        self.graces.append(grace_s)
         if self.fatal_from is not None and self.calls >= self.fatal_from:
             raise ComponentDied("the mediator (pid 4242) was killed by SIGKILL; its log: gw/mediator.log")
         return ["observer n2"] if self.calls in self.revive_at else []
@@ -111,6 +113,8 @@ def test_a_step_that_failed_because_the_mediator_died_ends_as_its_death(tmp_path
         campaign.run(schedules=1)
     assert "unreachable" in str(died.value.__context__)
     assert campaign.dir.read_schedules() == [] and nemesis.resets == 0
+    # only the call after the failure waits for a component that may be dying
+    assert campaign.watchdog.graces[:3] == [0.0] * 3 and campaign.watchdog.graces[3] > 0
 
 
 class DyingNemesis:

@@ -93,6 +93,10 @@ def test_recorder_indices_times_and_pairing(tmp_path: Path) -> None:
     assert [o.time for o in ops] == [500, 500, 1000, 1000]
     assert ops[1].process == "nemesis" and ops[1].type == "info"
     assert ops[2].f == "read"  # a completion carries its invoke's f
+    clock.now = 900  # the time now is on the ops' clock, and never before the last op
+    assert rec.elapsed_ns() == 1000
+    clock.now = 3_000
+    assert rec.elapsed_ns() == 2000
 
     # Written and flushed before close: a killed harness would leave exactly these lines.
     edn_lines = (tmp_path / "history.edn").read_text().splitlines()

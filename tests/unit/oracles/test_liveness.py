@@ -69,3 +69,12 @@ def test_stuck_fires_when_nothing_succeeds_for_the_limit_after_the_heal():
 ])  # fmt: skip
 def test_stuck_is_quiet_when_the_cluster_served_again_or_cannot_be_judged(history):
     assert stuck_findings(history, limit_s=15.0) == []
+
+
+def test_stuck_counts_the_watch_until_the_recording_stopped_not_its_last_op():
+    """Clients that fail fast record their last op a tick before the limit; the recording
+    itself went on until it was stopped."""
+    history = _history(2.0, [0.4], end_s=16.9)  # last op at 16.9 s: 14.9 s after the heal
+    assert stuck_findings(history, limit_s=15.0) == []
+    (finding,) = stuck_findings(history, limit_s=15.0, watched_until=int(17.1 * S))
+    assert finding.details["watched_s"] == pytest.approx(15.1)
