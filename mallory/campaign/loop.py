@@ -298,7 +298,8 @@ class Campaign:
         # Orient: where does the schedule start from? (Not from a window with a gap in it.)
         gap = self._revive(record, "start")
         end = self.source.now_ns()
-        first = self._feedback(end - window_ns, end)
+        with self._deaths_explained(record):
+            first = self._feedback(end - window_ns, end)
         observed = self.learner.observe_window(first.summary if first.complete and not gap else None, first.pairs)
         record["initial_state"] = None if observed is None else observed[0].state_id
         if observed is not None:

@@ -105,16 +105,22 @@ class DyingTimeline(FakeTimeline):
         return super().window(start_ns, end_ns, wait_s)
 
 
-def test_a_step_that_failed_because_the_mediator_died_ends_as_its_death(tmp_path):
+@pytest.mark.parametrize("dies_at, fatal_from", [
+    (1, 2),  # the schedule's orientation window; the watchdog's call after it finds the mediator dead
+    (3, 4),  # step 1's window
+])  # fmt: skip
+def test_a_window_that_failed_because_the_mediator_died_ends_as_its_death(tmp_path, dies_at, fatal_from):
     campaign, nemesis = make_campaign(tmp_path, "random")
     campaign.source = DyingTimeline(campaign.source.clock, nemesis)
-    campaign.watchdog = ScriptedWatchdog(fatal_from=4)  # the call after the failed window: it finds the mediator dead
+    campaign.source.dies_at = dies_at
+    campaign.watchdog = ScriptedWatchdog(fatal_from=fatal_from)
     with pytest.raises(ComponentDied, match="the mediator") as died:
         campaign.run(schedules=1)
     assert "unreachable" in str(died.value.__context__)
     assert campaign.dir.read_schedules() == [] and nemesis.resets == 0
     # only the call after the failure waits for a component that may be dying
-    assert campaign.watchdog.graces[:3] == [0.0] * 3 and campaign.watchdog.graces[3] > 0
+    graces = campaign.watchdog.graces
+    assert graces[:-1] == [0.0] * (fatal_from - 1) and graces[-1] > 0
 
 
 class DyingNemesis:
