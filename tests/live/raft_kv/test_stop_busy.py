@@ -1,13 +1,17 @@
 """The nemesis's `stop` fault (graceful: SIGTERM, SIGKILL after the spec's 5 s) through
 raft-kv while it is busy: clients keep a list-append workload in flight and a snapshot is
 taken every 8 entries, so SIGTERM's `raft_close` cancels in-flight appends and snapshots.
-The stopped servers exit by themselves (status 0, "stopped" their last line, nothing the
-log oracle or the death oracle would flag), the heal restarts them, and the history checks
-under Elle: a stop loses nothing acknowledged. On loopback: no root."""
+The stopped servers exit by themselves, within the stop timeout: with status 0, "stopped"
+their last line, nothing the log oracle or the death oracle would flag; or by SIGSEGV inside
+libraft's raft_close (a libraft 0.15 bug this fault finds, about one stop in four here; the
+core shows it under raft_close, called from raft-kv's SIGTERM handler), which the death
+oracle reports. The heal restarts them, and the history checks under Elle: a stop loses
+nothing acknowledged. On loopback: no root."""
 
 from __future__ import annotations
 
 import random
+import signal
 import threading
 from pathlib import Path
 
@@ -55,7 +59,7 @@ def test_a_stop_fault_runs_sigterm_through_raft_kv_while_it_is_busy(binary: Path
                         assert report.nodes == list(backend.nodes)
                     for node in report.nodes:
                         stopped = report.evidence["stop"][node]
-                        assert stopped["exited_by_itself"] and stopped["status"] == 0, (node, stopped)
+                        assert stopped["exited_by_itself"] and stopped["status"] in (0, -signal.SIGSEGV), (node, stopped)
                         assert stopped["seconds"] < sut.stop_timeout
                         assert applied_before[node] > 0  # it was applying entries when stopped
                     nemesis.heal(report)
@@ -72,9 +76,14 @@ def test_a_stop_fault_runs_sigterm_through_raft_kv_while_it_is_busy(binary: Path
             for report in reports:
                 for node in report.nodes:
                     text = rc.log_text(sut, node)
-                    assert "signal 15: closing raft" in text and f"[raft-kv {sut.raft_address(node)}] stopped\n" in text
+                    status = report.evidence["stop"][node]["status"]
+                    assert "signal 15: closing raft" in text
                     assert scan_log(text.splitlines(), node) == []
-                    assert death_finding(report.evidence["stop"][node]["status"], node, log=text) is None
+                    if status == 0:
+                        assert f"[raft-kv {sut.raft_address(node)}] stopped\n" in text
+                        assert death_finding(status, node, log=text) is None
+                    else:  # libraft crashed in raft_close: a bug, and the death oracle says so
+                        assert death_finding(status, node, log=text) is not None
             assert sum(rc.log_text(sut, n).count("snapshot taken: ") for n in backend.nodes) >= 3
         finally:
             teardown_all(sut)
