@@ -180,3 +180,19 @@ def clock_bumped(report) -> bool:
 def clock_strobing(report) -> bool:
     """A clock:strobe a reader sees flip: by two seconds or more, at least every 0.3 s."""
     return abs(report.params["delta_s"]) >= 2.0 and report.params["period_s"] <= 0.3
+
+
+def enact_measurably(nemesis, label: str) -> tuple[Any, Any]:
+    """Enact `label` so that a reader can tell it took: clock:bump and clock:strobe retried
+    until measurable; clock:reset after some clocks were bumped and some set strobing (a reset
+    that stopped no strobe would see its clocks flip back); anything else once, seed 11.
+    The report, and the strobe's report for a reset (None otherwise)."""
+    if label == "clock:bump":
+        return enact_until(nemesis, label, clock_bumped), None
+    if label == "clock:strobe":
+        return enact_until(nemesis, label, clock_strobing), None
+    strobe = None
+    if label == "clock:reset":
+        enact_until(nemesis, "clock:bump", clock_bumped)
+        strobe = enact_until(nemesis, "clock:strobe", clock_strobing)
+    return nemesis.enact(label, random.Random(11)), strobe

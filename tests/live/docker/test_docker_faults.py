@@ -53,7 +53,7 @@ from tests.live.netns_helpers import (
     in_netns,
     udp_rtts,
 )
-from tests.live.stack import clock_bumped, clock_strobing, enact_until
+from tests.live.stack import enact_measurably
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -217,18 +217,7 @@ def test_fault_enacted_verified_and_healed(daemon, live, label):
     family, _, spec = label.partition(":")
     pids = {n: ctx.adapter.process(n).pid for n in NODES}
     with in_netns(daemon.namespace):
-        if label == "clock:bump":
-            report = enact_until(nemesis, label, clock_bumped)
-        elif label == "clock:strobe":
-            report = enact_until(nemesis, label, clock_strobing)
-        elif label == "clock:reset":
-            # clocks to reset: some bumped, some strobing (a reset that stopped no strobe
-            # would see its clocks flip back)
-            enact_until(nemesis, "clock:bump", clock_bumped)
-            strobe = enact_until(nemesis, "clock:strobe", clock_strobing)
-            report = nemesis.enact(label, random.Random(11))
-        else:
-            report = nemesis.enact(label, random.Random(11))
+        report, strobe = enact_measurably(nemesis, label)
         assert report.verified, report
 
         if family in ("partition", "drop"):

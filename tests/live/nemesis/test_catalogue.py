@@ -37,7 +37,7 @@ from tests.live.netns_helpers import (
     count_delivered,
     udp_rtts,
 )
-from tests.live.stack import clock_bumped, clock_strobing, enact_until
+from tests.live.stack import enact_measurably
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -152,18 +152,7 @@ def test_fault_enacted_verified_and_healed(live, label):
             cluster.exec(node, ["env", *env, "sh", "-c", script])
             assert path.stat().st_size == 9
 
-    if label == "clock:bump":
-        report = enact_until(nemesis, label, clock_bumped)
-    elif label == "clock:strobe":
-        report = enact_until(nemesis, label, clock_strobing)
-    elif label == "clock:reset":
-        # Clocks to reset: some bumped, some strobing (a reset that stopped no strobe would
-        # see its clocks flip back).
-        enact_until(nemesis, "clock:bump", clock_bumped)
-        strobe = enact_until(nemesis, "clock:strobe", clock_strobing)
-        report = nemesis.enact(label, random.Random(11))
-    else:
-        report = nemesis.enact(label, random.Random(11))
+    report, strobe = enact_measurably(nemesis, label)
     assert report.verified or label == "membership:promote-paused", report  # see below
     assert report.action == label
 
