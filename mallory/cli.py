@@ -31,12 +31,17 @@ from mallory import __version__
 from mallory.errors import ExitCode, MalloryError
 
 
-def _command_modules() -> list[ModuleType]:
+def _command_modules(word: str | None = None) -> list[ModuleType]:
+    """Every command's module; with `word`, the module of that command alone when it has one
+    (a module is named as its command). A process then loads only what its own command needs:
+    an observer, one in every node, stays at ~20 MB instead of ~95 MB with numpy, scipy and
+    datasketch that other commands import."""
+    names = [info.name for info in pkgutil.iter_modules(mallory.commands.__path__) if not info.name.startswith("_")]
+    if word in names:
+        names = [word]
     modules = []
-    for info in pkgutil.iter_modules(mallory.commands.__path__):
-        if info.name.startswith("_"):
-            continue
-        module = importlib.import_module(f"mallory.commands.{info.name}")
+    for name in names:
+        module = importlib.import_module(f"mallory.commands.{name}")
         if hasattr(module, "NAME") and hasattr(module, "run"):
             modules.append(module)
     return sorted(modules, key=lambda m: m.NAME)
@@ -104,7 +109,21 @@ def configure_logging(level: str) -> None:
         logging.getLogger(name).setLevel(level.upper())
 
 
-def build_parser() -> ArgumentParser:
+def command_word(argv: list[str]) -> str | None:
+    """The command named in argv: its first argument that is neither an option of the CLI's
+    own nor --log-level's value (None when there is none, as for `mallory --help`)."""
+    args = iter(argv)
+    for arg in args:
+        if arg == "--log-level":
+            next(args, None)
+        elif not arg.startswith("-"):
+            return arg
+    return None
+
+
+def build_parser(word: str | None = None) -> ArgumentParser:
+    """The CLI's parser: with `word` (`command_word`), only that command's subparser when the
+    command exists, else every command's (so a misspelt one is listed among the choices)."""
     parser = ArgumentParser(
         prog="mallory",
         description="Greybox fuzzer for distributed systems.",
@@ -117,7 +136,7 @@ def build_parser() -> ArgumentParser:
     parser.add_argument("-v", "--verbose", dest="log_level", action="store_const", const="debug",
                         help="the same as --log-level debug")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for module in _command_modules():
+    for module in _command_modules(word):
         command = sub.add_parser(module.NAME, help=module.HELP, description=module.HELP)
         module.configure(command)
         command.set_defaults(_run=module.run)
@@ -138,7 +157,7 @@ def tune_gc() -> None:
 def main(argv: list[str] | None = None) -> int:
     """Run one command; its exit code (ExitCode)."""
     tune_gc()
-    parser = build_parser()
+    parser = build_parser(command_word(sys.argv[1:] if argv is None else argv))
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, --version, a usage error: argparse exits

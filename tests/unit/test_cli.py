@@ -13,7 +13,7 @@ import pytest
 
 import mallory.commands.synthesize as synthesize
 from mallory.campaign.loop import ComponentDied
-from mallory.cli import main
+from mallory.cli import command_word, main
 from mallory.commands import check
 from mallory.errors import ExitCode
 
@@ -82,3 +82,27 @@ def test_progress_goes_to_stderr_with_the_time_and_results_to_stdout(tmp_path, c
     logging.getLogger("mallory.test").debug("not shown at info")
     out, err = capsys.readouterr()
     assert out == "" and re.fullmatch(r"\d\d:\d\d:\d\d bringing up the cluster\n", err), err
+
+
+@pytest.mark.parametrize("argv, word", [
+    (["observe", "--run", "r1"], "observe"),
+    (["--log-level", "debug", "observe"], "observe"),
+    (["-v", "--log-level=warning", "fuzz", "--sut", "x"], "fuzz"),
+    (["--help"], None),
+    ([], None),
+])
+def test_the_command_word_skips_the_clis_own_options(argv, word):
+    assert command_word(argv) == word
+
+
+def test_a_command_imports_only_its_own_module():
+    """An observer runs in every node: it must not carry numpy, scipy and datasketch, which
+    the learner's commands import (~75 MB resident). A misspelt command still lists them all."""
+    heavy = ("numpy", "scipy", "datasketch")
+    code = ("import sys; from mallory.cli import main; main(['observe', '--help']); "
+            f"print([m for m in {heavy!r} if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip().splitlines()[-1] == "[]"
+    code = "from mallory.cli import main; raise SystemExit(main(['obsrve']))"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == ExitCode.BAD_INPUT and "'fuzz'" in r.stderr and "'observe'" in r.stderr
