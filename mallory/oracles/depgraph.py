@@ -145,11 +145,14 @@ class CycleSpec:
 
 
 def _base_specs() -> list[CycleSpec]:
+    # Every rw edge here is an anti-dependency on a key (there are no predicate reads), so
+    # the rw cycles carry Elle's -item names; asking for G-single or G-nonadjacent finds
+    # them through the anomalies that imply those (consistency.IMPLIED_ANOMALIES).
     return [
         CycleSpec("G0", WW, NO_RW),
         CycleSpec("G1c", WW | WR, NO_RW, (WR,)),
-        CycleSpec("G-single", WW | WR | RW, SINGLE_RW),
-        CycleSpec("G-nonadjacent", WW | WR | RW, NONADJACENT_RW),
+        CycleSpec("G-single-item", WW | WR | RW, SINGLE_RW),
+        CycleSpec("G-nonadjacent-item", WW | WR | RW, NONADJACENT_RW),
         CycleSpec("G2-item", WW | WR | RW, ADJACENT_RW),
     ]
 
@@ -167,16 +170,18 @@ Step = tuple[int, int, int]  # (from, relation bit used, to)
 
 
 def classify(cycle: list[Step]) -> str:
-    """Name a cycle the way Elle's explainer does, from the relations its edges use."""
+    """Name a cycle the way Elle's explainer does, from the relations its edges use. Every
+    rw edge is on a key, so an rw cycle is G-single-item, G-nonadjacent-item or G2-item,
+    never Elle's predicate G-single, G-nonadjacent or G2."""
     rels = [r for _, r, _ in cycle]
     n_rw = rels.count(RW)
     if n_rw == 0:
         base = "G1c" if WR in rels else "G0"
     elif n_rw == 1:
-        base = "G-single"
+        base = "G-single-item"
     else:
         adjacent = any(rels[i] == RW and rels[i - 1] == RW for i in range(len(rels)))
-        base = "G2-item" if adjacent else "G-nonadjacent"
+        base = "G2-item" if adjacent else "G-nonadjacent-item"
     if REALTIME in rels:
         return base + "-realtime"
     if PROCESS in rels:

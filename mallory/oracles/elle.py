@@ -16,8 +16,10 @@ Observations"):
 4. The dependency graph: ww, wr, rw edges from those orders, plus process and real-time
    edges when the consistency models asked for need them.
 5. Strongly connected components, then a search in each for a cycle of each prohibited
-   shape (G0, G1c, G-single, G-nonadjacent, G2-item and their -process / -realtime
-   variants), most severe first, each witness explained in words.
+   shape (G0, G1c, G-single-item, G-nonadjacent-item, G2-item and their -process /
+   -realtime variants), most severe first, each witness explained in words. Every rw edge
+   is on a key, so the rw cycles carry Elle's -item names; asking for G-single or
+   G-nonadjacent (directly or through a model) searches for the -item cycles that imply them.
 
 The verdict: invalid if any anomaly the requested models prohibit was found; unknown if
 the cycle search ran out of time (or there was nothing to check); valid otherwise.

@@ -34,7 +34,7 @@ from mallory.oracles.result import CheckResult
 #: data, but none that keeps each process's order / real-time order (stale reads).
 #: Finer classes (the anomaly types, or the weakest model of Elle's whole lattice) split one
 #: root cause into many bugs: whether a reader happened to see an acknowledged append
-#: before a failover lost it decides between incompatible-order, G1c, G-single or G2-item,
+#: before a failover lost it decides between incompatible-order, G1c, G-single-item or G2-item,
 #: and each schedule's mix differs.
 HISTORY_CLASSES = ("serializable", "strong-session-serializable", "strict-serializable")
 

@@ -2,7 +2,7 @@
 each dependency an arrow labelled with its relation (Elle draws the same as Graphviz).
 
 The input is a cycle case as the transactional checkers explain it
-(`mallory.oracles.txn`): {"type": "G-single", "cycle": [{"from": 3, "rel": "rw",
+(`mallory.oracles.txn`): {"type": "G-single-item", "cycle": [{"from": 3, "rel": "rw",
 "to": 7, "op": {"process": 1, "index": 40, "type": "ok", "line": 41}, "mops": "..."}, ...]}.
 """
 

@@ -140,19 +140,6 @@ ELLE = "jepsen-io/elle@ccdee6f test/elle/"
 STRICTER_TYPES = {"garbage-read"}
 
 
-def mallory_name(elle_type: str) -> str:
-    """This checker's name for an anomaly type of Elle's. Elle (since 0.2) calls a cycle
-    whose dependencies are all on items (keys, as every list-append / rw-register edge is)
-    G-single-item / G-nonadjacent-item (and their -process / -realtime variants); this
-    checker names those cycles as Elle's explainer did before that split (G-single,
-    G-nonadjacent; see depgraph.classify). `test_item_cycles_carry_elles_item_names`
-    keeps the difference visible; G2-item is the same name in both."""
-    for item in ("G-single-item", "G-nonadjacent-item"):
-        if elle_type.startswith(item):
-            return elle_type.replace("-item", "", 1)
-    return elle_type
-
-
 def _bare(*texts: str, types: dict[int, str] | None = None, register: bool = False) -> list[Op]:
     """Elle's tests often build a history of completions alone (`(op "ax1")`, no invocation):
     no real-time or process order between them. Here each is invoked before any completes,
@@ -176,15 +163,12 @@ def _opts(models=("strict-serializable",), anomalies=(), **kw) -> ElleOptions:
 NONE = ()
 EMPTY_GRAPH = ("Elle reports empty-transaction-graph when the dependency graph has no edge (and answers "
                "unknown when nothing else is found); this checker only when no transaction completed ok")
-ITEM_VERDICT = ("this checker names these cycles G-single / G-nonadjacent, and repeatable-read prohibits only "
-                "G2-item and the -item cycles that imply it: it lets the history pass repeatable-read, a wrong "
-                "verdict, not just a name")
 DUPLICATES = ("x read [1 2 1]: Elle orders x's versions once and finds the G1c T2 -wr-> T1 -ww-> T2; this "
               "checker draws x's ww edges both ways and reports G0 instead")
 CYCLIC = ("the version order of :x is cyclic: Elle then infers no dependency from it and reports only "
           "cyclic-versions (and cycles without it); this checker still draws edges from it and reports cycles "
           "through them")
-STALE_READ = ("this checker also reports G-single-realtime: a read missing an append that completed before it "
+STALE_READ = ("this checker also reports G-single-item-realtime: a read missing an append that completed before it "
               "began (T -rw-> T' -realtime-> T is in the graph); Elle's search, which skips anomaly types "
               "implied by those it found or ruled out by its cycle-existence checks, lists only these")
 
@@ -197,7 +181,7 @@ class ElleCase:
     history: list[Op] = field(repr=False, hash=False, compare=False)
     opts: ElleOptions = field(repr=False, hash=False, compare=False)
     valid: bool | str  # Elle's :valid?
-    types: tuple[str, ...]  # Elle's :anomaly-types, in Elle's names
+    types: tuple[str, ...]  # Elle's :anomaly-types
     differs: str | None = None  # why this checker misses one of them or answers another verdict
     more: str | None = None  # why this checker reports types Elle does not
 
@@ -275,10 +259,10 @@ ELLE_ASSERTED = [
              False, ("G1c-process",)),
     ElleCase(f"{LA}:1118", "repeatable read prohibits G-single-item", "list-append",
              _paired((0, "ax1ay1"), (0, "rx1ry")), _opts(["repeatable-read"]),
-             False, ("G-single-item",), differs=ITEM_VERDICT),
+             False, ("G-single-item",)),
     ElleCase(f"{LA}:1147", "repeatable read prohibits G-nonadjacent-item", "list-append",
              _paired((0, "ax1at1"), (0, "rx1ry"), (0, "ay1az2"), (0, "rz2rt")), _opts(["repeatable-read"]),
-             False, ("G-nonadjacent-item",), differs=ITEM_VERDICT),
+             False, ("G-nonadjacent-item",)),
     ElleCase(f"{LA}:1188", "future read", "list-append", _paired((0, "rx1ax1")), _opts(["read-committed"]),
              False, ("empty-transaction-graph", "future-read"), differs=EMPTY_GRAPH),
     ElleCase(f"{RW}:346", "a read of a value not written, then of the last write", "rw-register",
@@ -338,18 +322,11 @@ def _check(case: ElleCase):
 def test_reports_the_anomaly_types_elle_asserts(case):
     result = _check(case)
     assert result.valid == case.valid, result.render()
-    assert {mallory_name(t) for t in case.types} <= set(result.anomaly_types), result.render()
+    assert set(case.types) <= set(result.anomaly_types), result.render()
 
 
 @pytest.mark.parametrize("case", _cases("more"))
 def test_reports_no_anomaly_type_elle_does_not(case):
     result = _check(case)
-    extra = set(result.anomaly_types) - {mallory_name(t) for t in case.types} - STRICTER_TYPES
+    extra = set(result.anomaly_types) - set(case.types) - STRICTER_TYPES
     assert not extra, result.render()
-
-
-@pytest.mark.xfail(strict=True, reason="this checker names item cycles G-single / G-nonadjacent, not Elle's "
-                                       "G-single-item / G-nonadjacent-item (see mallory_name)")
-def test_item_cycles_carry_elles_item_names():
-    case = next(c for c in ELLE_ASSERTED if c.where == f"{LA}:563")
-    assert "G-single-item" in _check(case).anomaly_types

@@ -173,4 +173,4 @@ def test_a_stale_read_is_flagged(w):
         ops = force_stale(ops, store)
     result = check_elle(ops, "list-append", STRICT)
     assert result.valid is False, result.render()
-    assert any(t.endswith("-realtime") or t in ("G-single", "G2-item", "G1c") for t in result.anomaly_types)
+    assert any(t.endswith("-realtime") or t in ("G-single-item", "G2-item", "G1c") for t in result.anomaly_types)

@@ -57,7 +57,7 @@ def test_signature_ignores_keys_values_and_transaction_counts():
 def test_different_anomaly_mixes_of_one_class_are_one_bug():
     mixes = [concurrent("ax1ry1", "ax2ay1", "rx12"),  # G1c
              concurrent("rx_ay1", "ry_ax1"),  # G2-item (write skew)
-             failover_history()]  # incompatible-order, G-single, G2-item, realtime cycles
+             failover_history()]  # incompatible-order, G-single-item, realtime cycles
     found = [finding(ops) for ops in mixes]
     assert len({f.seen for f in found}) == 3
     (bug,) = deduplicate(found).values()
@@ -66,7 +66,7 @@ def test_different_anomaly_mixes_of_one_class_are_one_bug():
 
 def test_classes_stay_apart():
     stale = finding(stale_read_history())  # only real time is violated: a stale read
-    assert stale.kind == "not-strict-serializable" and stale.seen == ("G-single-realtime",)
+    assert stale.kind == "not-strict-serializable" and stale.seen == ("G-single-item-realtime",)
     lost = finding(failover_history())
     rw_skew = finding(concurrent("rx_wy1", "ry_wx1", register=True))  # rw-register: another checker
     assert rw_skew.kind == "not-serializable"
