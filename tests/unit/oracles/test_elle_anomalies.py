@@ -140,6 +140,34 @@ def test_realtime_variant_needs_strict_serializability():
     assert_clean(la(concurrent("ax1", "rx_"), ElleOptions(consistency_models=("strict-serializable",))))
 
 
+G_SINGLE_ITEM = HistoryBuilder().txn(0, "ax1ay1").txn(0, "rx1ry").ops  # T0 -wr-> T1 -rw-> T0, on x and y
+G_NONADJACENT_ITEM = concurrent("rx_rq1", "ax1ay1", "ry1rz_", "az1aq1")
+WRITE_SKEW = concurrent("rx_ay1", "ry_ax1")  # G2-item alone: two adjacent rw edges
+
+
+def test_repeatable_read_prohibits_g_single_item():
+    # Elle's list_append_test.clj:1118: G-single-item implies G-nonadjacent-item, which implies G2-item
+    result = la(G_SINGLE_ITEM, ElleOptions(consistency_models=("repeatable-read",)))
+    assert result.valid is False and result.anomaly_types == ["G-single-item"], result.render()
+    assert result.not_models == ["consistent-view", "repeatable-read"]
+
+
+@pytest.mark.parametrize("models,anomalies,history,found", [
+    (("consistent-view",), (), G_SINGLE_ITEM, ["G-single-item"]),
+    ((), ("G-single",), G_SINGLE_ITEM, ["G-single-item"]),
+    (("snapshot-isolation",), (), G_NONADJACENT_ITEM, ["G-nonadjacent-item"]),
+    ((), ("G-nonadjacent",), G_NONADJACENT_ITEM, ["G-nonadjacent-item"]),
+    (("consistent-view",), (), WRITE_SKEW, []),
+    (("snapshot-isolation",), (), WRITE_SKEW, []),
+    (("repeatable-read",), (), WRITE_SKEW, ["G2-item"]),
+], ids=["consistent-view G-single-item", "G-single G-single-item", "snapshot-isolation G-nonadjacent-item",
+        "G-nonadjacent G-nonadjacent-item", "consistent-view write skew", "snapshot-isolation write skew",
+        "repeatable-read write skew"])
+def test_asking_for_an_anomaly_finds_the_item_cycles_that_imply_it(models, anomalies, history, found):
+    result = la(history, ElleOptions(consistency_models=models, anomalies=anomalies))
+    assert result.valid is (not found) and result.anomaly_types == found, result.render()
+
+
 def test_indeterminate_append_may_have_committed():
     # An :info append observed by a read is not an aborted read, and orders like an ok one.
     result = la(concurrent("ax1", "rx1", types={0: "info"}))
