@@ -244,12 +244,28 @@ class RaftKvAdapter(RaftKvProtocolAdapter, HasPrimaries, Promotable, Membership)
             else:
                 raise MalloryError(f"raft-kv: cannot remove {node}: leadership did not move away from it")
         address = self.raft_address(node)
-        self._on_leader(f"REMOVE {address}", done=lambda: address not in self.members())
+        try:
+            self._on_leader(f"REMOVE {address}", done=lambda: address not in self.members())
+        except MalloryError:
+            # Sent, then no leader left to confirm it: the change may have committed all the
+            # same. A node left out of the configuration must be wiped like any removed one,
+            # or it restarts as a voter of a configuration without it and campaigns forever.
+            if not self._left_configuration(address):
+                raise
         self.stop(node)
         super().teardown(node)  # wipe: it comes back only as a fresh server, with a fresh id
         self._joining.add(node)
         self._incarnations[node] = self._incarnations.get(node, 0) + 1
         self._ids[node] = fresh_raft_id(address, self._incarnations[node])
+
+    def _left_configuration(self, address: str) -> bool:
+        """Whether a majority of the nodes hold a configuration without `address` (each node's
+        own MEMBERS, leader or not; a node waiting to join has none to count): a change a
+        majority stored is committed, or will be."""
+        without = sum(1 for n in self.backend.nodes
+                      if n not in self._joining and self.is_running(n) and (reply := self.ask(n, "MEMBERS", timeout=1.0)).startswith("OK")
+                      and f" {address}/" not in f"{reply[2:]} ")
+        return without > len(self.backend.nodes) // 2
 
     def add_member(self, node: str) -> None:
         """Start `node` empty (when it was removed) and make it a voter; returns once the

@@ -284,6 +284,23 @@ def test_the_checks_hear_when_every_fault_is_healed_after_the_heals_or_else_afte
     assert checker.events[2:] == [("healed", 2), ("checked", 2)]
 
 
+def test_after_a_heal_step_failed_every_fault_is_healed_only_by_the_reset(tmp_path):
+    """A heal step that could not heal (a node not added back) leaves its fault in force:
+    the end of the schedule's heals is then no moment of a whole cluster, the reset is (a
+    raft-kv campaign measured 'stuck' from it while two nodes were still dead)."""
+    campaign, nemesis = make_campaign(tmp_path, "random")
+    checker = campaign.checker = HealWatchingChecker(nemesis)
+    nemesis.unhealable = "dull-1"
+    campaign.run(schedules=6)
+    records = campaign.dir.read_schedules()
+    healed = [resets for event, resets in checker.events if event == "healed"]
+    failed_at_a_step = [any(s.get("heal_problems") for s in r["steps"]) or bool(r.get("heal_problems"))
+                        for r in records]
+    assert any(failed_at_a_step) and not all(failed_at_a_step)  # both kinds of schedule, seed 3
+    # after the reset of schedule i (i + 1 resets) when a heal failed, before it otherwise
+    assert healed == [i + 1 if failed else i for i, failed in enumerate(failed_at_a_step)]
+
+
 class StarvedChecker:
     """Says the workload of the given schedules got no op through."""
 
