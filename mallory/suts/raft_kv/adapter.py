@@ -64,6 +64,11 @@ def parse_status(reply: str) -> dict[str, str]:
     return dict(field.split("=", 1) for field in reply[3:].split() if "=" in field)
 
 
+def parse_members(reply: str) -> dict[str, str]:
+    """`OK <address>/<role> ...` (MEMBERS) -> {address: role}."""
+    return dict(item.rsplit("/", 1) for item in reply[2:].split())
+
+
 def fresh_raft_id(address: str, incarnation: int) -> int:
     """The raft id of the `incarnation`-th server added back at `address` (1, 2, ...): a
     positive 63-bit number of its own, the same in a replay of the schedule."""
@@ -175,8 +180,7 @@ class RaftKvAdapter(RaftKvProtocolAdapter, HasPrimaries, Promotable, Membership)
 
     def members(self) -> dict[str, str]:
         """raft address -> role, as the leader's configuration has it."""
-        reply = self._on_leader("MEMBERS")
-        return dict(item.rsplit("/", 1) for item in reply[2:].split())
+        return parse_members(self._on_leader("MEMBERS"))
 
     # -- process side -----------------------------------------------------------------------
 
@@ -262,9 +266,9 @@ class RaftKvAdapter(RaftKvProtocolAdapter, HasPrimaries, Promotable, Membership)
         """Whether a majority of the nodes hold a configuration without `address` (each node's
         own MEMBERS, leader or not; a node waiting to join has none to count): a change a
         majority stored is committed, or will be."""
-        without = sum(1 for n in self.backend.nodes
-                      if n not in self._joining and self.is_running(n) and (reply := self.ask(n, "MEMBERS", timeout=1.0)).startswith("OK")
-                      and f" {address}/" not in f"{reply[2:]} ")
+        asked = [n for n in self.backend.nodes if n not in self._joining and self.is_running(n)]
+        replies = [self.ask(n, "MEMBERS", timeout=1.0) for n in asked]
+        without = sum(1 for reply in replies if reply.startswith("OK") and address not in parse_members(reply))
         return without > len(self.backend.nodes) // 2
 
     def add_member(self, node: str) -> None:
