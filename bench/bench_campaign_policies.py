@@ -27,10 +27,15 @@ What it measures, per SUT and variant, at a common horizon, from what each campa
     campaign's end, not at the horizon).
 
 Distinct states are counted by each campaign's own abstraction and similarity threshold
-(the table shows them): a variant with another abstraction (the paper preset's
-event-history) or threshold counts states with another yardstick. Pairs covered (the
-happens-before pairs of code and log events, whatever the abstraction) is the yardstick
-common to all variants.
+(the table shows them). The threshold is calibrated once per (SUT, seed), not by each
+campaign: a calibration-only campaign (`--schedules 0`, OUT/<sut>/calibration/<seed>/) runs
+first, alone, and every variant that does not set its own yardstick (--threshold,
+--calibrate, --abstraction or --preset) fuzzes with its threshold, uncalibrated. Campaigns
+calibrating themselves side by side chose different thresholds (0.47 and 0.41 in one etcd
+pair), and their state counts were not strictly comparable. A variant with another
+abstraction (the paper preset's event-history) or threshold counts states with another
+yardstick. Pairs covered (the happens-before pairs of code and log events, whatever the
+abstraction) is the yardstick common to all variants.
 
 Time origin: plot_data's relative_time_s counts from the campaign's start (after the
 calibration). The recording's events are on the real-time axis (each node's monotonic clock
@@ -216,27 +221,61 @@ def run_batch(jobs: Sequence[Job]) -> None:
         sys.exit("\n\n".join(failed))
 
 
+#: fuzz options with which a variant counts states by a yardstick of its own, not the
+#: (SUT, seed)'s shared calibrated threshold
+OWN_YARDSTICK_OPTIONS = ("--threshold", "--calibrate", "--abstraction", "--preset")
+
+
+def sets_own_yardstick(variant_args: Sequence[str]) -> bool:
+    """Whether a variant's arguments name one of OWN_YARDSTICK_OPTIONS (also as --opt=value)."""
+    return any(arg.partition("=")[0] in OWN_YARDSTICK_OPTIONS for arg in variant_args)
+
+
+def calibration_dir(root: Path, sut: str, seed: int) -> Path:
+    """Where the calibration-only campaign of one (SUT, seed) lives (find_runs skips it)."""
+    return root / sut / "calibration" / str(seed)
+
+
+def calibrated_threshold(out: Path) -> float:
+    """The threshold a calibration-only campaign recorded in its campaign.json; exits saying
+    why when there is none."""
+    try:
+        return float(json.loads((out / "campaign.json").read_text())["calibration"]["threshold"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        sys.exit(f"calibration campaign {out} recorded no calibrated threshold ({exc!r}); see {out}.log")
+
+
 def run_campaigns(args: argparse.Namespace, root: Path) -> None:
     """Every (SUT, seed, variant) campaign under `root`: all variants of one (SUT, seed) at
-    once with --side-by-side, else one after the other. Refuses before starting anything if
-    one of the campaign directories already holds a campaign."""
-    batches = []
-    for target in args.sut:
-        for seed in args.seeds:
-            batch = []
-            for name, extra in args.variants.items():
-                out = campaign_dir(root, target.name, name, seed)
-                batch.append(Job(f"{target.name} {name} seed {seed}", out, fuzz_argv(target, extra, seed, out, args)))
-            batches += [batch] if args.side_by_side else [[job] for job in batch]
-    taken = [str(job.out) for batch in batches for job in batch if (job.out / "campaign.json").exists()]
+    once with --side-by-side, else one after the other, each (SUT, seed) after its
+    calibration-only campaign when a variant uses the shared threshold. Refuses before
+    starting anything if one of the campaign directories already holds a campaign."""
+    plan = [(target, seed, [(name, extra, campaign_dir(root, target.name, name, seed))
+                            for name, extra in args.variants.items()])
+            for target in args.sut for seed in args.seeds]
+    outs = [out for target, seed, variants in plan for *_, out in variants]
+    outs += [calibration_dir(root, target.name, seed) for target, seed, _ in plan]
+    taken = [str(out) for out in outs if (out / "campaign.json").exists()]
     if taken:
         sys.exit("these campaign directories already hold campaigns (use --analyze, or another --out):\n  "
                  + "\n  ".join(taken))
     for target in {t.name: t for t in args.sut}.values():
         if target.prepare is not None:
             target.prepare()
-    for batch in batches:
-        run_batch(batch)
+    for target, seed, variants in plan:
+        shared: tuple[str, ...] = ()
+        if any(not sets_own_yardstick(extra) for _, extra, _ in variants):
+            out = calibration_dir(root, target.name, seed)
+            run_batch([Job(f"{target.name} calibration seed {seed}", out,
+                           fuzz_argv(target, ("--schedules", "0"), seed, out, args))])
+            threshold = calibrated_threshold(out)
+            print(f"{target.name} seed {seed}: shared calibrated threshold {threshold:.3f}", flush=True)
+            shared = ("--threshold", repr(threshold), "--calibrate", "0")
+        batch = [Job(f"{target.name} {name} seed {seed}", out,
+                     fuzz_argv(target, extra if sets_own_yardstick(extra) else (*shared, *extra), seed, out, args))
+                 for name, extra, out in variants]
+        for jobs in [batch] if args.side_by_side else [[job] for job in batch]:
+            run_batch(jobs)
 
 
 # -- reading campaigns ------------------------------------------------------------------------

@@ -147,35 +147,80 @@ def test_sut_targets_by_name_or_spec():
         bench.sut_target("no-such-sut")
 
 
+def fake_run_batch(batches: list, threshold: float = 0.42):
+    """A fake run_batch for tests of run_campaigns: records each batch, and a calibration
+    job "calibrates" by writing the campaign.json a real one would (threshold `threshold`)."""
+
+    def run(jobs):
+        batches.append(jobs)
+        for job in jobs:
+            if " calibration " in job.label:
+                job.out.mkdir(parents=True)
+                (job.out / "campaign.json").write_text(json.dumps(
+                    {"threshold": threshold, "calibration": {"windows": 30, "threshold": threshold}}))
+    return run
+
+
 def test_campaigns_are_laid_out_and_batched_side_by_side(tmp_path, monkeypatch):
     spec = tmp_path / "mine.toml"
     spec.write_text("")
     batches = []
-    monkeypatch.setattr(bench, "run_batch", batches.append)
+    monkeypatch.setattr(bench, "run_batch", fake_run_batch(batches))
     args = bench.parse_args(["--sut", str(spec), "--sut", "etcd", "--seeds", "1", "2", "--duration", "1m",
                              "--variant", "random=--policy random", "--variant", "w=--policy bonus-max --workload register",
                              "--side-by-side"])
     bench.run_campaigns(args, tmp_path / "out")
     assert [[job.label for job in batch] for batch in batches] == [
-        ["mine random seed 1", "mine w seed 1"], ["mine random seed 2", "mine w seed 2"],
-        ["etcd random seed 1", "etcd w seed 1"], ["etcd random seed 2", "etcd w seed 2"]]
-    job = batches[2][1]
+        ["mine calibration seed 1"], ["mine random seed 1", "mine w seed 1"],
+        ["mine calibration seed 2"], ["mine random seed 2", "mine w seed 2"],
+        ["etcd calibration seed 1"], ["etcd random seed 1", "etcd w seed 1"],
+        ["etcd calibration seed 2"], ["etcd random seed 2", "etcd w seed 2"]]
+    calibration = batches[4][0]
+    assert calibration.out == tmp_path / "out" / "etcd" / "calibration" / "1"
+    assert calibration.argv[-2:] == ("--schedules", "0")
+    job = batches[5][1]
     assert job.out == tmp_path / "out" / "etcd" / "w-1"
     assert job.log == tmp_path / "out" / "etcd" / "w-1.log"
-    # the SUT's workload, then the variant's arguments last: they win
+    # the SUT's workload, the shared threshold, then the variant's arguments last: they win
     assert job.argv[3:] == ("fuzz", "--plain", "--sut", "etcd", "--nodes", "3", "--duration", "1m", "--seed", "1",
-                            "--out", str(job.out), "--workload", "list-append", "--policy", "bonus-max",
-                            "--workload", "register")
-    assert "--workload" not in batches[0][0].argv  # a spec's: fuzz's default
+                            "--out", str(job.out), "--workload", "list-append", "--threshold", "0.42",
+                            "--calibrate", "0", "--policy", "bonus-max", "--workload", "register")
+    assert "--workload" not in batches[1][0].argv  # a spec's: fuzz's default
+    assert bench.find_runs(tmp_path / "out") == {}  # calibrations are no variant's runs
+
+
+def test_a_variant_with_its_own_yardstick_keeps_it(tmp_path, monkeypatch):
+    batches = []
+    monkeypatch.setattr(bench, "run_batch", fake_run_batch(batches, threshold=0.5))
+    args = bench.parse_args(["--sut", "etcd", "--seeds", "1", "--side-by-side"])
+    bench.run_campaigns(args, tmp_path)
+    random, qlearning, paper = batches[1]
+    assert random.argv[-6:] == ("--threshold", "0.5", "--calibrate", "0", "--policy", "random")
+    assert qlearning.argv[-6:] == ("--threshold", "0.5", "--calibrate", "0", "--policy", "qlearning")
+    assert "--threshold" not in paper.argv and paper.argv[-2:] == ("--preset", "paper")
+    assert bench.sets_own_yardstick(("--threshold=0.3",)) and not bench.sets_own_yardstick(("--policy", "random"))
+    # only variants with their own yardstick: nothing to calibrate once
+    batches.clear()
+    args = bench.parse_args(["--sut", "etcd", "--seeds", "1", "--variant", "a=--calibrate 20",
+                             "--variant", "b=--abstraction event-count", "--baseline", "a"])
+    bench.run_campaigns(args, tmp_path / "x")
+    assert [[job.label for job in batch] for batch in batches] == [["etcd a seed 1"], ["etcd b seed 1"]]
+
+
+def test_a_calibration_that_recorded_no_threshold_stops_the_bench(tmp_path, monkeypatch):
+    monkeypatch.setattr(bench, "run_batch", lambda jobs: None)
+    args = bench.parse_args(["--sut", "etcd", "--seeds", "1"])
+    with pytest.raises(SystemExit, match="recorded no calibrated threshold"):
+        bench.run_campaigns(args, tmp_path)
 
 
 def test_one_after_the_other_and_never_over_an_existing_campaign(tmp_path, monkeypatch):
     batches = []
-    monkeypatch.setattr(bench, "run_batch", batches.append)
+    monkeypatch.setattr(bench, "run_batch", fake_run_batch(batches))
     args = bench.parse_args(["--sut", "etcd", "--seeds", "3"])
     bench.run_campaigns(args, tmp_path)
     assert [[job.label for job in batch] for batch in batches] == [
-        ["etcd random seed 3"], ["etcd qlearning seed 3"], ["etcd paper seed 3"]]
+        ["etcd calibration seed 3"], ["etcd random seed 3"], ["etcd qlearning seed 3"], ["etcd paper seed 3"]]
     (tmp_path / "etcd" / "paper-3").mkdir(parents=True)
     (tmp_path / "etcd" / "paper-3" / "campaign.json").write_text("{}")
     with pytest.raises(SystemExit, match="paper-3"):
