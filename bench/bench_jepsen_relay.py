@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -23,12 +24,21 @@ sys.path.insert(0, str(REPO))
 from mallory.history.edn import loads  # noqa: E402
 from mallory.mediator.service import MEDIATOR_NODE, Mediator  # noqa: E402
 from mallory.polling import wait_until  # noqa: E402
+from mallory.timeline.builder import Committed  # noqa: E402
 
 TOKEN = "bench-relay"
 
 
-def own_committed(m: Mediator) -> int:
-    return sum(1 for e in m.ingest.committed if e.event.node == MEDIATOR_NODE)
+def count_own_committed(m: Mediator) -> Callable[[], int]:
+    """A counter of the mediator's own committed events (its ingest keeps none: a subscriber
+    counts them); subscribe before the mediator starts."""
+    counted = [0]
+
+    def on_commit(entries: list[Committed]) -> None:
+        counted[0] += sum(1 for e in entries if e.event.node == MEDIATOR_NODE)
+
+    m.ingest.subscribers.append(on_commit)
+    return lambda: counted[0]
 
 
 def main() -> int:
@@ -42,7 +52,9 @@ def main() -> int:
         print("clojure is not installed: run scripts/setup.sh", file=sys.stderr)
         return 1
     m = Mediator({"n1": "10.9.1.2"}, token=TOKEN, api_address=("127.0.0.1", 0),
-                 batch_address=("127.0.0.1", 0), batch_interval=0.05).start()
+                 batch_address=("127.0.0.1", 0), batch_interval=0.05)
+    own_committed = count_own_committed(m)
+    m.start()
     try:
         host, port = m.api.server_address[:2]
         env = {**os.environ, "MALLORY_URL": f"http://{host}:{port}", "MALLORY_TOKEN": TOKEN}
@@ -53,7 +65,7 @@ def main() -> int:
             return 1
         r = {str(k): v for k, v in loads(done.stdout.strip().splitlines()[-1]).items()}
         total = 2000 + 200 + args.ops + args.single  # with the warm-up
-        wait_until(lambda: own_committed(m) >= total, 30, "every relayed op committed")
+        wait_until(lambda: own_committed() >= total, 30, "every relayed op committed")
         print(f"relay-op! call (worker's cost)   : {r['relay-op-call-us']:.2f} us per op")
         print(f"batched relay                     : {r['batched-ops-per-s']:.0f} ops/s ({r['batched-n']} ops)")
         print(f"one POST /client per op (baseline): {r['single-ops-per-s']:.0f} ops/s ({r['single-n']} ops)")

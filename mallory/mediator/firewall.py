@@ -1,8 +1,8 @@
 """The gateway firewall: every packet between nodes crosses NFQUEUE on FORWARD.
 
 For each packet it computes the packet id and payload abstraction (observer/packet.py),
-names the link (src node -> dst node) from the node addresses, records it in the
-`PacketLog` (joined with observer events by id), and gives the verdict the `RuleTable`
+names the link (src node -> dst node) from the node addresses, remembers its id in
+`SeenPackets` (the ingest joins observer events with it), and gives the verdict the `RuleTable`
 says: accept, drop, hold for a delay then accept (in order per link), or accept and inject
 copies through a raw socket (the copy leaves the gateway through OUTPUT, so it is not
 queued again).
@@ -32,7 +32,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from time import monotonic_ns
-from typing import NamedTuple, Protocol
+from typing import Protocol
 
 from mallory.errors import MalloryError
 from mallory.mediator.queue import ForwardQueue
@@ -43,45 +43,31 @@ CHAIN = "MALLORY-MEDIATOR"
 _NO_ADDRESSES = (0, 0)
 
 
-class PacketRecord(NamedTuple):
-    """What the mediator saw of one packet (ts: the mediator's monotonic ns)."""
-
-    id: int
-    ts: int
-    src: str
-    dst: str
-    data: str
-    verdict: str  # "accept", "drop", "delay", "duplicate"
 
 
-class PacketLog:
-    """The last `capacity` packets the firewall saw, by packet id (for the ingest join).
-
-    Stored as plain tuples (ts, src, dst, data, verdict): the firewall adds one per packet.
-    """
+class SeenPackets:
+    """The ids of the last `capacity` inter-node packets the firewall saw, for the ingest's
+    join (did the gateway see the packet an observer reports?). Ids only: the firewall adds
+    one per packet, and a record per packet held ~54 MB at capacity for nothing read."""
 
     def __init__(self, capacity: int = 200_000) -> None:
         self.capacity = capacity
-        self._by_id: dict[int, tuple[int, str, str, str, str]] = {}
+        self._ids: set[int] = set()
         self._order: deque[int] = deque()
 
-    def add(self, packet_id: int, ts: int, src: str, dst: str, data: str, verdict: str) -> None:
-        by_id = self._by_id
-        if packet_id not in by_id:
+    def add(self, packet_id: int) -> None:
+        ids = self._ids
+        if packet_id not in ids:
+            ids.add(packet_id)
             self._order.append(packet_id)
             if len(self._order) > self.capacity:
-                by_id.pop(self._order.popleft(), None)
-        by_id[packet_id] = (ts, src, dst, data, verdict)
-
-    def get(self, packet_id: int) -> PacketRecord | None:
-        found = self._by_id.get(packet_id)
-        return None if found is None else PacketRecord(packet_id, *found)
+                ids.discard(self._order.popleft())
 
     def __contains__(self, packet_id: int) -> bool:
-        return packet_id in self._by_id
+        return packet_id in self._ids
 
     def __len__(self) -> int:
-        return len(self._by_id)
+        return len(self._ids)
 
 
 class _Held:
@@ -106,11 +92,11 @@ class Verdicts(Protocol):
 
 
 class Firewall:
-    def __init__(self, node_addresses: Mapping[str, str], log: PacketLog | None = None) -> None:
+    def __init__(self, node_addresses: Mapping[str, str], seen: SeenPackets | None = None) -> None:
         self.nodes = sorted(node_addresses)
         self.node_by_ip = {ip_int(addr): node for node, addr in node_addresses.items()}
         self.table = RuleTable(self.nodes)
-        self.log = log if log is not None else PacketLog()
+        self.seen = seen if seen is not None else SeenPackets()
         self.counts = {
             "seen": 0,  # inter-node packets through the queue
             "accepted": 0,  # let through at once (outside packets included)
@@ -149,7 +135,7 @@ class Firewall:
         assert queue is not None, "no queue to give verdicts to"
         counts = self.counts
         node_by_ip = self.node_by_ip
-        log_add = self.log.add
+        seen_add = self.seen.add
         held = self._held
         affected = self.affected
         rules = self.table.rules
@@ -172,21 +158,13 @@ class Firewall:
                     drop, delay_ns, copies = rule.drop, rule.delay_ns, rule.copies
                 if not drop and self._held_count and held.get(link):
                     delay_ns = delay_ns or 1  # behind packets still held on the link, in order
-                if drop:
-                    verdict = "drop"
-                elif delay_ns:
-                    verdict = "delay"
-                elif copies:
-                    verdict = "duplicate"
-                else:
-                    verdict = "accept"
                 if rule is not None and (drop or rule.delay_ns or copies):
                     affected[link] = affected.get(link, 0) + 1
                 found = id_and_data(buf)
                 if found is None:
                     counts["no_id"] += 1
                 else:
-                    log_add(found[0], now, src, dst, found[1], verdict)
+                    seen_add(found[0])
             if drop:
                 counts["dropped"] += 1
                 queue.drop(packet_id)

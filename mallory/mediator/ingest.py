@@ -9,10 +9,12 @@ connection, hence the lock). Per node it
   restarted observer whose seqs start again at 0) starts a new base after what the
   builder already has. The builder orders the batches per node by seq and drops
   duplicates (resends after a reconnect);
-* joins SEND/RECV events with the mediator's own packet records by packet id;
+* joins SEND/RECV events with the packet ids the gateway saw (`SeenPackets`);
 * writes every clock pair and batch, as fed to the builder, to the recording (wire codec);
-* drains committed entries and measures commit lag (real time now minus the event's time
-  on the common axis).
+* drains committed entries, measures commit lag (real time now minus the event's time
+  on the common axis) and hands them to each of `subscribers` (callables of the entries,
+  called under the ingest's lock: they must not call back into it). It keeps none itself:
+  a window service subscribed takes what it needs.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import IO
 
-from mallory.mediator.firewall import PacketLog
+from mallory.mediator.firewall import SeenPackets
 from mallory.timeline.builder import Committed, TimelineBuilder
 from mallory.timeline.codec import encode
 from mallory.timeline.event import Batch, ClockPair, Kind
@@ -54,14 +56,12 @@ class Ingest:
     def __init__(
         self,
         builder: TimelineBuilder,
-        packets: PacketLog | None = None,
+        packets: SeenPackets | None = None,
         recording: IO[bytes] | None = None,
-        keep_committed: int = 100_000,
     ) -> None:
         self.builder = builder
         self.packets = packets
         self.recording = recording
-        self.committed: deque[Committed] = deque(maxlen=keep_committed)
         self.subscribers: list[Callable[[list[Committed]], None]] = []
         self.lags_ns: deque[int] = deque(maxlen=10_000)
         self.duplicates = 0
@@ -125,7 +125,6 @@ class Ingest:
             return
         now = time.time_ns()
         self.lags_ns.extend(now - c.real_ns for c in entries)
-        self.committed.extend(entries)
         for subscriber in self.subscribers:
             subscriber(entries)
 

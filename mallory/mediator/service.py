@@ -63,7 +63,7 @@ class Mediator:
             self.recording_path.parent.mkdir(parents=True, exist_ok=True)
             self._recording = open(self.recording_path, "ab")
         self.builder = TimelineBuilder(skew_ns=skew_ns, nodes=[*self.nodes, MEDIATOR_NODE])
-        self.ingest = Ingest(self.builder, self.firewall.log, self._recording)
+        self.ingest = Ingest(self.builder, self.firewall.seen, self._recording)
         self.windows = WindowService(self.ingest.frontier_ns)
         #: Jepsen-driven mode's learner (see advisor.py); None unless the command enables it
         self.advisor: Advisor | None = None

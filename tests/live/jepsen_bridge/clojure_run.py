@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,6 +15,7 @@ from mallory import paths
 from mallory.history.edn import Keyword, loads
 from mallory.learner.learner import Learner
 from mallory.mediator.service import MEDIATOR_NODE, Mediator
+from mallory.timeline.builder import Committed
 from mallory.timeline.event import Kind
 
 BRIDGE = paths.HOME / "jepsen-bridge"
@@ -51,17 +53,25 @@ def plain(value: Any) -> Any:
     return value
 
 
+#: each started mediator's committed entries (its ingest keeps none: a subscriber collects them)
+_COMMITTED: weakref.WeakKeyDictionary[Mediator, list[Committed]] = weakref.WeakKeyDictionary()
+
+
 def start_mediator(nodes: dict[str, str]) -> Mediator:
-    """An in-process mediator on loopback ports, for a program to drive."""
-    return Mediator(nodes, token=TOKEN, api_address=("127.0.0.1", 0), batch_address=("127.0.0.1", 0),
-                    batch_interval=0.02).start()
+    """An in-process mediator on loopback ports, for a program to drive; `own_events` reads
+    what it commits."""
+    m = Mediator(nodes, token=TOKEN, api_address=("127.0.0.1", 0), batch_address=("127.0.0.1", 0),
+                 batch_interval=0.02)
+    _COMMITTED[m] = committed = []
+    m.ingest.subscribers.append(committed.extend)
+    return m.start()
 
 
 def own_events(m: Mediator) -> list[tuple[str, int, str]]:
     """The mediator's own committed events (relayed client ops, faults, log lines): what
     the Clojure side caused."""
     kinds = {Kind.CLIENT_INVOKE, Kind.CLIENT_COMPLETE, Kind.FAULT, Kind.LOG}
-    return [(e.event.kind.name, e.event.id, e.event.data) for e in m.ingest.committed
+    return [(e.event.kind.name, e.event.id, e.event.data) for e in list(_COMMITTED[m])
             if e.event.node == MEDIATOR_NODE and e.event.kind in kinds]
 
 

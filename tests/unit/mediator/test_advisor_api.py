@@ -59,6 +59,8 @@ class FakeObservers:
 
 
 def test_next_faults_come_from_the_catalogue_and_windows_follow_the_requests(mediator, tmp_path):
+    committed = []
+    mediator.ingest.subscribers.append(committed.extend)
     c = client(mediator)
     obs = FakeObservers(mediator)
     assert c._call("POST", "/advisor/catalogue", {"actions": CATALOGUE}) == {"actions": CATALOGUE}
@@ -79,7 +81,7 @@ def test_next_faults_come_from_the_catalogue_and_windows_follow_the_requests(med
     # the reported faults entered the timeline as FAULT events of the mediator's own stream
     # (committed once the observers' batches pass them: they still run)
     def faults() -> list[str]:
-        return [e.event.data for e in mediator.ingest.committed if e.event.kind is Kind.FAULT]
+        return [e.event.data for e in list(committed) if e.event.kind is Kind.FAULT]
 
     wait_until(lambda: len(faults()) >= len(answers), 10, "the reported faults in the timeline")
     assert faults() == [a["action"] for a in answers]

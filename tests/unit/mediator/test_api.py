@@ -118,7 +118,9 @@ def test_observer_batches_are_ingested_joined_and_recorded(mediator, tmp_path):
 
     pkt = tcp(NODES["n1"], NODES["n2"], 1000, 2000, 77, b"hello")
     p = parse(pkt)
-    mediator.firewall.log.add(p.id, 1, "n1", "n2", p.data, "accept")
+    mediator.firewall.seen.add(p.id)
+    committed = []
+    mediator.ingest.subscribers.append(committed.extend)
     senders = []
     try:
         for node in ("n1", "n2", "n3"):
@@ -131,7 +133,7 @@ def test_observer_batches_are_ingested_joined_and_recorded(mediator, tmp_path):
         stats = call(mediator, "GET", "/metrics")[1]["ingest"]
         assert stats["nodes"]["n1"] == {"batches": 1, "events": 2, "lost": 0, "joined": 1, "unjoined": 1, "next_seq": 1}
         assert stats["nodes"]["n2"]["joined"] == 1
-        recv = [c for c in mediator.ingest.committed if c.event.kind is Kind.RECV]
+        recv = [c for c in list(committed) if c.event.kind is Kind.RECV]
         assert len(recv) == 1 and recv[0].send is not None and recv[0].send.event.node == "n1"
     finally:
         for s in senders:

@@ -106,6 +106,8 @@ def test_edn_requests_get_edn_answers_and_the_json_checks(mediator):
 
 
 def test_a_client_batch_is_checked_whole_then_enters_the_timeline_in_order(mediator):
+    committed = []
+    mediator.ingest.subscribers.append(committed.extend)
     bad = b"{:ops [{:process 1, :type :invoke, :f :read} {:process 1, :type :ok}]}"
     status, _, data = post(mediator, "/client/batch", bad)
     assert status == 400 and "ops[1]: missing field 'f'" in loads(data.decode())[Keyword("error")]
@@ -118,7 +120,7 @@ def test_a_client_batch_is_checked_whole_then_enters_the_timeline_in_order(media
     assert status == 200 and loads(data.decode()) == {Keyword("ok"): True, Keyword("ops"): 4}
 
     def client_events():
-        return [(e.event.id, e.event.data) for e in mediator.ingest.committed
+        return [(e.event.id, e.event.data) for e in list(committed)
                 if e.event.node == MEDIATOR_NODE and e.event.kind in (Kind.CLIENT_INVOKE, Kind.CLIENT_COMPLETE)]
 
     seen = wait_until(lambda: len(client_events()) >= 4 and client_events(), 10, "the batch in the timeline")

@@ -2,7 +2,7 @@
 
 import itertools
 
-from mallory.mediator.firewall import Firewall
+from mallory.mediator.firewall import Firewall, SeenPackets
 from mallory.observer.packet import ip_int, parse
 from tests.unit.mediator.packets import ipv4, tcp
 
@@ -60,13 +60,12 @@ def run(fw, *bufs):
     return [pid for pid, _ in packets]
 
 
-def test_plain_forwarding_records_id_link_and_payload_and_batches_verdicts():
+def test_plain_forwarding_remembers_packet_ids_and_batches_verdicts():
     fw = firewall()
     buf = pkt("n1", "n2", payload=b"\x01\x02\x03\x04\x05")
     ids = run(fw, buf, pkt("n2", "n1"), pkt("n1", "n3"))
     assert [fw.queue.verdicts[i] for i in ids] == ["accept"] * 3
-    rec = fw.log.get(parse(buf).id)
-    assert (rec.src, rec.dst, rec.data, rec.verdict) == ("n1", "n2", "01020304", "accept")
+    assert parse(buf).id in fw.seen and len(fw.seen) == 3
     assert fw.counts["seen"] == 3 and fw.counts["accepted"] == 3
 
 
@@ -95,7 +94,7 @@ def test_icmp_between_nodes_obeys_rules_without_an_id():
     fw = firewall()
     fw.drop([("n1", "n2")])
     (ping,) = run(fw, ipv4(NODES["n1"], NODES["n2"], 1, b"\x08\x00" + b"\x00" * 6))
-    assert fw.queue.verdicts[ping] == "drop" and fw.counts["no_id"] == 1 and len(fw.log) == 0
+    assert fw.queue.verdicts[ping] == "drop" and fw.counts["no_id"] == 1 and len(fw.seen) == 0
 
 
 def test_delay_holds_then_releases_in_order_per_link_and_no_batch_covers_a_held_packet():
@@ -158,3 +157,10 @@ def test_a_shorter_or_removed_delay_never_lets_a_packet_overtake_held_ones():
     fw.release_due(fw._held[("n1", "n2")][0].due)
     assert fw.queue.order[-2:] == [first[0], second[0]]
     assert fw.affected == {("n1", "n2"): 1}  # only the real delay counts as the rule's doing
+
+
+def test_seen_packets_forget_the_oldest_beyond_capacity():
+    seen = SeenPackets(capacity=2)
+    for packet_id in (1, 2, 2, 3):
+        seen.add(packet_id)
+    assert 1 not in seen and 2 in seen and 3 in seen and len(seen) == 2

@@ -2,7 +2,7 @@
 
 import io
 
-from mallory.mediator.firewall import PacketLog
+from mallory.mediator.firewall import SeenPackets
 from mallory.mediator.ingest import Ingest
 from mallory.timeline.builder import TimelineBuilder
 from mallory.timeline.codec import read_records
@@ -10,10 +10,13 @@ from mallory.timeline.event import Batch, ClockPair, Event, Kind
 
 
 def make(nodes=("n1", "n2")):
+    """An ingest whose committed entries are collected in `ingest.collected` (a subscriber)."""
     recording = io.BytesIO()
-    log = PacketLog()
-    ingest = Ingest(TimelineBuilder(skew_ns=1_000_000, nodes=list(nodes)), log, recording)
-    return ingest, log, recording
+    seen = SeenPackets()
+    ingest = Ingest(TimelineBuilder(skew_ns=1_000_000, nodes=list(nodes)), seen, recording)
+    ingest.collected = []
+    ingest.subscribers.append(ingest.collected.extend)
+    return ingest, seen, recording
 
 
 def func(node, ts):
@@ -25,7 +28,7 @@ def test_a_restarted_mediator_takes_observers_in_mid_stream():
     ingest.on_clock(ClockPair("n1", 0, 10**18))
     ingest.on_batch(Batch("n1", 41, 100, [func("n1", 50)]))  # the observer's seq 41 is our first
     ingest.on_batch(Batch("n1", 42, 200, [func("n1", 150)]))
-    assert [c.event.ts for c in ingest.committed] == [50, 150]
+    assert [c.event.ts for c in ingest.collected] == [50, 150]
     recorded = [r for r in read_records(io.BytesIO(recording.getvalue())) if isinstance(r, Batch)]
     assert [b.seq for b in recorded] == [0, 1]  # a self-contained stream for `mallory analyze`
 
@@ -47,13 +50,13 @@ def test_a_restarted_observer_continues_after_what_we_have():
     ingest.on_batch(Batch("n1", 1, 200, [func("n1", 150)]))
     ingest.on_clock(ClockPair("n1", 0, 10**18 + 1))  # a new incarnation: seqs start at 0 again
     ingest.on_batch(Batch("n1", 0, 300, [func("n1", 250)]))
-    assert [c.event.ts for c in ingest.committed] == [50, 150, 250]
+    assert [c.event.ts for c in ingest.collected] == [50, 150, 250]
     assert ingest.duplicates == 0 and ingest.stats()["nodes"]["n1"]["next_seq"] == 3
 
 
 def test_send_and_recv_join_the_mediators_packet_records():
-    ingest, log, _ = make()
-    log.add(111, 5, "n1", "n2", "abcd", "accept")
+    ingest, seen, _ = make()
+    seen.add(111)
     for node in ("n1", "n2"):
         ingest.on_clock(ClockPair(node, 0, 10**18))
     ingest.on_batch(Batch("n1", 0, 100, [Event("n1", Kind.SEND, 10, 111, "abcd"), Event("n1", Kind.SEND, 20, 222, "")]))
@@ -61,10 +64,10 @@ def test_send_and_recv_join_the_mediators_packet_records():
     nodes = ingest.stats()["nodes"]
     assert (nodes["n1"]["joined"], nodes["n1"]["unjoined"]) == (1, 1)
     assert (nodes["n2"]["joined"], nodes["n2"]["unjoined"]) == (1, 0)  # FUNC events are not packets
-    recv = [c for c in ingest.committed if c.event.kind is Kind.RECV]
+    recv = [c for c in ingest.collected if c.event.kind is Kind.RECV]
     assert recv and recv[0].send.event.id == 111
     # The batch overtook packet 222 to the firewall: it joins once the firewall logs it.
-    log.add(222, 6, "n1", "n2", "", "accept")
+    seen.add(222)
     nodes = ingest.stats()["nodes"]
     assert (nodes["n1"]["joined"], nodes["n1"]["unjoined"]) == (2, 0)
 
