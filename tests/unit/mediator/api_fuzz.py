@@ -21,6 +21,7 @@ import json
 import socket
 import struct
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -84,8 +85,13 @@ class Answer:
 
 
 # -- strategies -------------------------------------------------------------------------------
+# Every strategy that does not depend on what was drawn is built once, here: Hypothesis
+# caches few of them (none over a list), and building and validating one per draw cost
+# about as much as the draw itself. (A strategy's label is its structure, not its
+# identity, so what is drawn is the same.)
 
 
+@cache
 def one_in(n: int) -> st.SearchStrategy[bool]:
     """True about once in `n` draws. (Hypothesis favours the simplest value, index 0 or the
     integer 0, well beyond its share: the rare case must not be that one.)"""
@@ -154,6 +160,10 @@ _GOOD: dict[str, st.SearchStrategy] = {
     "/advisor/next": st.just({}),
     "/nemesis": st.fixed_dictionaries({"f": st.sampled_from(["start-partition", "stop-partition", "kill"])}),
 }
+_no_body = st.just({})
+_field_names = st.lists(st.sampled_from(FIELDS), max_size=4, unique=True)
+_field_values = {name: st.one_of(plausible, _values) for name, plausible in _PLAUSIBLE.items()}
+_unknown_fields = st.dictionaries(st.text(max_size=10), _values, max_size=2)
 
 
 @st.composite
@@ -161,11 +171,14 @@ def bodies(draw: st.DrawFn) -> dict[str, Any]:
     """A body shaped like a route's: known fields with plausible or arbitrary values, and
     sometimes unknown fields."""
     body: dict[str, Any] = {}
-    for name in draw(st.lists(st.sampled_from(FIELDS), max_size=4, unique=True)):
-        body[name] = draw(st.one_of(_PLAUSIBLE[name], _values))
+    for name in draw(_field_names):
+        body[name] = draw(_field_values[name])
     if draw(st.booleans()):
-        body.update(draw(st.dictionaries(st.text(max_size=10), _values, max_size=2)))
+        body.update(draw(_unknown_fields))
     return body
+
+
+_bodies = bodies()
 
 
 def _edn_key(name: str) -> Any:
@@ -189,73 +202,96 @@ def to_edn(value: Any) -> bytes | None:
         return None
 
 
+_payload_kinds = st.sampled_from(["json", "json", "edn", "edn", "good json", "good edn", "raw", "empty", "deep", "huge"])
+_edn_types = st.sampled_from(["application/edn", "application/EDN; charset=utf-8"])
+_raw_types = st.sampled_from([None, "application/json", "application/edn", "text/plain"])
+_empty_types = st.sampled_from([None, "application/json", "application/edn"])
+_huge_offsets = st.sampled_from([-1, 0, 1])
+
+
 @st.composite
 def payloads(draw: st.DrawFn, path: str) -> tuple[bytes, str | None]:
     """(body bytes, Content-Type) of a request to `path`."""
-    kind = draw(st.sampled_from(["json", "json", "edn", "edn", "good json", "good edn", "raw", "empty", "deep", "huge"]))
+    kind = draw(_payload_kinds)
     if kind in ("json", "edn", "good json", "good edn"):
-        body = draw(_GOOD.get(path, st.just({})) if kind.startswith("good") else bodies())
+        body = draw(_GOOD.get(path, _no_body) if kind.startswith("good") else _bodies)
         data = to_edn(body) if kind.endswith("edn") else None
         if data is None:  # JSON asked for, or EDN cannot say every value
             data = json.dumps(body).encode()  # not orjson: it refuses integers beyond 64 bits
             ctype = "application/json"
         else:
-            ctype = draw(st.sampled_from(["application/edn", "application/EDN; charset=utf-8"]))
+            ctype = draw(_edn_types)
         if draw(one_in(10)):  # a cut encoding
             data = data[: draw(st.integers(0, max(0, len(data) - 1)))]
         return data, ctype
     if kind == "raw":
-        return draw(st.binary(max_size=200)), draw(st.sampled_from([None, "application/json", "application/edn",
-                                                                   "text/plain"]))
+        return draw(st.binary(max_size=200)), draw(_raw_types)
     if kind == "empty":
-        return b"", draw(st.sampled_from([None, "application/json", "application/edn"]))
+        return b"", draw(_empty_types)
     if kind == "deep":
         depth = draw(st.integers(60, 3000))
         if draw(st.booleans()):
             return b'{"name": ' + b"[" * depth + b"]" * depth + b"}", "application/json"
         return b"{:name " + b"{:a " * depth + b"1" + b"}" * depth + b"}", "application/edn"
     # huge: a real body at or just over the limit (a JSON string field padding it out)
-    size = MAX_BODY + draw(st.sampled_from([-1, 0, 1]))
+    size = MAX_BODY + draw(_huge_offsets)
     head = b'{"pad": "'
     return head + b"a" * (size - len(head) - 2) + b'"}', "application/json"
 
 
-@st.composite
-def requests(draw: st.DrawFn, routes: list[tuple[str, str]]) -> Request:
+_payloads = cache(payloads)
+_twists = st.sampled_from(["none"] * 17 + ["method", "path", "swap"])
+_unserved_methods = st.sampled_from(["PUT", "DELETE", "HEAD", "PATCH", "OPTIONS", "CONNECT", "get", "GETS"])
+_unknown_paths = st.sampled_from(UNKNOWN_PATHS)
+_versions = st.sampled_from([b"HTTP/1.0", b"HTTP/2.0", b"HTTP/1.1.1", b"HTTX/1.1", b"HTTP/9", b""])
+_broken_lines = st.sampled_from([b"", b"GET", b"GET  /status HTTP/1.1 x", b"\x00\xff", b"GET /" + b"a" * 70_000 + b" HTTP/1.1"])
+_tokens = st.sampled_from(["right"] * 15 + ["missing", "wrong", "empty", "long", "latin1"])
+_TOKEN_VALUES = {"right": TOKEN.encode(), "wrong": b"fuzz-tokem", "empty": b"", "long": b"t" * 70_000,
+                 "latin1": "fuzz-tokén".encode("latin-1")}
+_junk_counts = st.sampled_from([0, 0, 0, 1, 2])
+_junk_headers = st.sampled_from([(b"X-Junk", b"1"), (b"Expect", b"100-continue"), (b"Connection", b"close"),
+                                 (b"Broken header line", b""), (b"X-Many", b"x" * 9000)])
+_framings = st.sampled_from(["exact"] * 10 + ["short", "none", "chunked", "declared-huge", "bad-length", "two-lengths"])
+_bad_lengths = st.sampled_from([b"-1", b"12abc", b"\xb2", b" ", b"0x10", b"1e3"])
+
+
+def requests(routes: list[tuple[str, str]]) -> st.SearchStrategy[Request]:
     """One request to a server serving `routes` ((method, path) pairs)."""
-    method, path = draw(st.sampled_from(routes))
-    twist = draw(st.sampled_from(["none"] * 17 + ["method", "path", "swap"]))
+    return _requests(st.sampled_from(routes))
+
+
+@st.composite
+def _requests(draw: st.DrawFn, routes: st.SearchStrategy[tuple[str, str]]) -> Request:
+    method, path = draw(routes)
+    twist = draw(_twists)
     if twist == "method":
-        method = draw(st.sampled_from(["PUT", "DELETE", "HEAD", "PATCH", "OPTIONS", "CONNECT", "get", "GETS"]))
+        method = draw(_unserved_methods)
     elif twist == "path":
-        path = draw(st.sampled_from(UNKNOWN_PATHS))
+        path = draw(_unknown_paths)
     elif twist == "swap":
         method = "GET" if method == "POST" else "POST"
     version = b"HTTP/1.1"
     if draw(one_in(30)):
-        version = draw(st.sampled_from([b"HTTP/1.0", b"HTTP/2.0", b"HTTP/1.1.1", b"HTTX/1.1", b"HTTP/9", b""]))
+        version = draw(_versions)
     line = method.encode() + b" " + path.encode() + (b" " + version if version else b"")
     if draw(one_in(50)):  # a broken request line
-        line = draw(st.sampled_from([b"", b"GET", b"GET  /status HTTP/1.1 x", b"\x00\xff", b"GET /" + b"a" * 70_000 + b" HTTP/1.1"]))
+        line = draw(_broken_lines)
 
     headers: list[tuple[bytes, bytes]] = []
-    token = draw(st.sampled_from(["right"] * 15 + ["missing", "wrong", "empty", "long", "latin1"]))
+    token = draw(_tokens)
     if token != "missing":
-        value = {"right": TOKEN.encode(), "wrong": b"fuzz-tokem", "empty": b"", "long": b"t" * 70_000,
-                 "latin1": "fuzz-tokén".encode("latin-1")}[token]
-        headers.append((TOKEN_HEADER.encode(), value))
-    body, ctype = draw(payloads(path)) if method == "POST" or draw(one_in(10)) else (b"", None)
+        headers.append((TOKEN_HEADER.encode(), _TOKEN_VALUES[token]))
+    body, ctype = draw(_payloads(path)) if method == "POST" or draw(one_in(10)) else (b"", None)
     if ctype is not None:
         headers.append((b"Content-Type", ctype.encode()))
     if draw(one_in(5)):
         headers.append((b"Accept", b"application/edn"))
-    for _ in range(draw(st.sampled_from([0, 0, 0, 1, 2]))):
-        headers.append(draw(st.sampled_from([(b"X-Junk", b"1"), (b"Expect", b"100-continue"), (b"Connection", b"close"),
-                                             (b"Broken header line", b""), (b"X-Many", b"x" * 9000)])))
+    for _ in range(draw(_junk_counts)):
+        headers.append(draw(_junk_headers))
     if draw(one_in(100)):
         headers += [(b"X-H%d" % i, b"1") for i in range(120)]  # beyond the parser's 100
 
-    framing = draw(st.sampled_from(["exact"] * 10 + ["short", "none", "chunked", "declared-huge", "bad-length", "two-lengths"]))
+    framing = draw(_framings)
     half_close = False
     if framing == "exact":
         headers.append((b"Content-Length", str(len(body)).encode()))
@@ -270,7 +306,7 @@ def requests(draw: st.DrawFn, routes: list[tuple[str, str]]) -> Request:
         headers.append((b"Content-Length", str(MAX_BODY + draw(st.integers(1, 2**40))).encode()))
         body = b""
     elif framing == "bad-length":
-        headers.append((b"Content-Length", draw(st.sampled_from([b"-1", b"12abc", b"\xb2", b" ", b"0x10", b"1e3"]))))
+        headers.append((b"Content-Length", draw(_bad_lengths)))
     elif framing == "two-lengths":
         headers += [(b"Content-Length", str(len(body)).encode()), (b"Content-Length", b"0")]
     head = line + b"\r\n" + b"".join(k + (b": " + v if k != b"Broken header line" else b"") + b"\r\n"
