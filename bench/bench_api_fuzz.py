@@ -25,6 +25,7 @@ import argparse
 import multiprocessing as mp
 import os
 import queue
+import signal
 import sys
 import tempfile
 import time
@@ -58,15 +59,24 @@ DRAWER_NICE = 10
 
 def draw_forever(routes: list[tuple[str, str]], chunk: int, out: mp.Queue) -> None:
     """A drawer process: Hypothesis runs of `chunk` requests to `routes`, put on `out` in
-    lists of BATCH, until the process is ended."""
+    lists of BATCH, until the process is ended or its parent is gone."""
     os.nice(DRAWER_NICE)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # ^C is the sender's to handle: it ends the drawers
+    parent = mp.parent_process()
     batch: list[Request] = []
 
     def keep(request: Request) -> None:
         batch.append(request)
-        if len(batch) == BATCH:
-            out.put(batch.copy())
-            batch.clear()
+        if len(batch) < BATCH:
+            return
+        while True:
+            try:
+                out.put(batch.copy(), timeout=1.0)
+                break
+            except queue.Full:
+                if parent is None or not parent.is_alive():  # a killed sender: nobody will read
+                    os._exit(0)
+        batch.clear()
 
     run = settings(max_examples=chunk, deadline=None, database=None, phases=[Phase.generate],
                    suppress_health_check=list(HealthCheck))(given(request=requests(routes))(keep))
