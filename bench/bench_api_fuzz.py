@@ -40,9 +40,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import HealthCheck, Phase, given, settings  # noqa: E402
 
-from tests.unit.mediator.api_fuzz import (
+from tests.unit.mediator.api_fuzz import (  # noqa: E402
     STATUS_REQUEST,
     Request,
     StateProbe,
