@@ -85,6 +85,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+from mallory.campaign.directory import CampaignDir  # noqa: E402
 from mallory.errors import MalloryError  # noqa: E402
 from mallory.harness.sut_make import make_with_mallory_cc  # noqa: E402
 from mallory.report.campaign_data import CampaignData, PlotRow, load_campaign  # noqa: E402
@@ -240,9 +241,12 @@ def calibrated_threshold(out: Path) -> float:
     """The threshold a calibration-only campaign recorded in its campaign.json; exits saying
     why when there is none."""
     try:
-        return float(json.loads((out / "campaign.json").read_text())["calibration"]["threshold"])
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        sys.exit(f"calibration campaign {out} recorded no calibrated threshold ({exc!r}); see {out}.log")
+        calibration = CampaignDir(out).config().calibration
+    except MalloryError as exc:
+        sys.exit(f"calibration campaign {out} recorded no calibrated threshold ({exc}); see {out}.log")
+    if calibration is None:
+        sys.exit(f"calibration campaign {out} recorded no calibrated threshold; see {out}.log")
+    return calibration.threshold
 
 
 def run_campaigns(args: argparse.Namespace, root: Path) -> None:

@@ -43,8 +43,6 @@ CHAIN = "MALLORY-MEDIATOR"
 _NO_ADDRESSES = (0, 0)
 
 
-
-
 class SeenPackets:
     """The ids of the last `capacity` inter-node packets the firewall saw, for the ingest's
     join (did the gateway see the packet an observer reports?). Ids only: the firewall adds

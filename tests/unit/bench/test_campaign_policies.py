@@ -157,7 +157,7 @@ def fake_run_batch(batches: list, threshold: float = 0.42):
             if " calibration " in job.label:
                 job.out.mkdir(parents=True)
                 (job.out / "campaign.json").write_text(json.dumps(
-                    {"threshold": threshold, "calibration": {"windows": 30, "threshold": threshold}}))
+                    {"sut": "etcd", "threshold": threshold, "calibration": {"windows": 30, "threshold": threshold}}))
     return run
 
 
