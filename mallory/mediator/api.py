@@ -43,6 +43,7 @@ closed after the answer, so its leftover bytes are never taken for a next reques
 from __future__ import annotations
 
 import hmac
+import reprlib
 import socket
 import sys
 import threading
@@ -112,9 +113,20 @@ class BadRequest(Exception):
         self.status = status
 
 
+def _brief_repr() -> reprlib.Repr:
+    # A body may nest up to orjson's 1024 levels, deeper than repr() can recurse in a handler's
+    # thread (RecursionError, a 500): quote at most 4 levels and a few items of each.
+    brief = reprlib.Repr()
+    brief.maxlevel, brief.maxstring, brief.maxother = 4, 80, 80
+    return brief
+
+
+_BRIEF = _brief_repr()
+
+
 def _brief(value: object) -> str:
-    """A value as a reason quotes it: its repr, clipped."""
-    text = repr(value)
+    """A value as a reason quotes it: its repr to 4 levels, clipped to 80 characters."""
+    text = _BRIEF.repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
 
 
@@ -390,7 +402,7 @@ class ApiServer(ThreadingHTTPServer):
         checked = []
         for i, op in enumerate(ops):
             if type(op) is not dict:
-                raise BadRequest(f"ops[{i}] must be an object, got {op!r}")
+                raise BadRequest(f"ops[{i}] must be an object, got {_brief(op)}")
             try:
                 checked.append(_client_op(op))
             except BadRequest as exc:
@@ -418,7 +430,7 @@ class ApiServer(ThreadingHTTPServer):
         links = parse_links(body.get("links"))
         ms = body.get("ms")
         if type(ms) not in (int, float) or not 0 <= ms <= 60_000:
-            raise BadRequest(f"'ms' must be a number of milliseconds in [0, 60000], got {ms!r}")
+            raise BadRequest(f"'ms' must be a number of milliseconds in [0, 60000], got {_brief(ms)}")
         return self.mediator.delay(links, int(ms * 1_000_000))
 
     def _window(self, body: dict) -> dict:
@@ -426,7 +438,7 @@ class ApiServer(ThreadingHTTPServer):
         end = _field(body, "end_ns", int)
         wait_ms = body.get("wait_ms", 1000)
         if type(wait_ms) not in (int, float) or not 0 <= wait_ms <= 60_000:
-            raise BadRequest(f"'wait_ms' must be in [0, 60000], got {wait_ms!r}")
+            raise BadRequest(f"'wait_ms' must be in [0, 60000], got {_brief(wait_ms)}")
         abstraction = body.get("abstraction", "event-history")
         if type(abstraction) is not str:
             raise BadRequest("'abstraction' must be a string")

@@ -170,3 +170,22 @@ def test_recording_is_readable_by_mallory_analyze(tmp_path):
     assert out.returncode == 0, out.stderr
     windows = [orjson.loads(line) for line in out.stdout.splitlines() if line.strip()]
     assert len(windows) >= 3, out.stdout
+
+
+@pytest.mark.parametrize(
+    "path, field, extra, reason",
+    [
+        ("/test/start", "name", b"", "must be str, got [[["),
+        ("/client/batch", "ops", b"", "ops[0] must be an object, got [[["),
+        ("/firewall/delay", "ms", b', "links": ["n1->n2"]', "'ms' must be"),
+        ("/window", "wait_ms", b', "start_ns": 0, "end_ns": 1', "'wait_ms' must be"),
+    ],
+)
+def test_a_deeply_nested_value_of_the_wrong_type_is_a_400_not_a_crash(mediator, path, field, extra, reason):
+    # orjson parses up to 1024 levels; quoting such a value in the reason must not recurse that deep
+    nested = b"[" * 1000 + b"]" * 1000
+    value = b"[" + nested + b"]" if field == "ops" else nested
+    raw = b'{"' + field.encode() + b'": ' + value + extra + b"}"
+    status, out = call(mediator, "POST", path, raw=raw)
+    assert status == 400 and reason in out["error"]
+    assert call(mediator, "GET", "/metrics")[1]["api_bugs"] == 0
