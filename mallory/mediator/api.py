@@ -38,6 +38,9 @@ sent must reach (400 when the client stops short). A connection waits at most
 `request_timeout` seconds for each read (408 while a body is awaited): a slow client holds
 its own thread, never the server. A connection whose request body was not read in full is
 closed after the answer, so its leftover bytes are never taken for a next request.
+Checks run in this order: headers, token (401), route (404; the query and a fragment are
+ignored), body, then the route's own fields. A GET's body needs a Content-Length: bytes sent
+without one are, as HTTP/1.1 says, the start of the next request.
 """
 
 from __future__ import annotations
@@ -235,11 +238,13 @@ class _Handler(BaseHTTPRequestHandler):
             token = self.headers.get(TOKEN_HEADER, "")
             if not hmac.compare_digest(token.encode(), api.token.encode()):
                 raise BadRequest(f"missing or wrong {TOKEN_HEADER} header", HTTPStatus.UNAUTHORIZED)
-            body = self._body(edn_body) if method == "POST" else {}
-            route = api.routes.get((method, self.path.split("?")[0]))
+            # The route first: a request to no route is a 404 whatever its body holds (its body is
+            # then left unread, and the connection closed by _reply).
+            route = api.routes.get((method, self.path.split("?")[0].split("#")[0]))
             if route is None:
                 known = sorted({p for _, p in api.routes})
                 raise BadRequest(f"no {method} {self.path[:80]}; paths: {', '.join(known)}", HTTPStatus.NOT_FOUND)
+            body = self._body(edn_body) if method == "POST" else {}
             result = route(body)
         except BadRequest as exc:
             self._reject(exc.status, exc.reason)

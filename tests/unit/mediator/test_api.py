@@ -91,6 +91,7 @@ def test_test_lifecycle_heals_and_client_ops_enter_the_timeline(mediator, tmp_pa
         ("POST", "/test/start", {"name": "x" * 129}, 400, "1..128 characters"),
         ("POST", "/client", {"process": 2**64 - 1, "type": "ok", "f": "w"}, 400, "below 2^63"),
         ("POST", "/nope", {}, 404, "no POST /nope"),
+        ("POST", "/nope", [1], 404, "no POST /nope"),  # the route is looked up before the body is read
     ],
 )
 def test_malformed_requests_get_a_reason_change_nothing_and_are_counted(mediator, method, path, body, status, reason):
@@ -111,6 +112,7 @@ def test_token_and_body_checks(mediator):
     assert status == 400 and "JSON object" in out["error"]
     assert call(mediator, "GET", "/metrics")[1]["api_rejected"] == 4
     assert call(mediator, "GET", "/status")[0] == 200  # still serving
+    assert call(mediator, "GET", "/status#now")[0] == 200  # a fragment names no other resource
 
 
 def test_observer_batches_are_ingested_joined_and_recorded(mediator, tmp_path):
