@@ -1,6 +1,6 @@
 """The gateway firewall: every packet between nodes crosses NFQUEUE on FORWARD.
 
-For each packet it computes the packet id and payload abstraction (observer/packet.py),
+For each packet it computes the packet id (observer/packet.py),
 names the link (src node -> dst node) from the node addresses, remembers its id in
 `SeenPackets` (the ingest joins observer events with it), and gives the verdict the `RuleTable`
 says: accept, drop, hold for a delay then accept (in order per link), or accept and inject
@@ -37,7 +37,7 @@ from typing import Protocol
 from mallory.errors import MalloryError
 from mallory.mediator.queue import ForwardQueue
 from mallory.mediator.rules import Link, RuleTable
-from mallory.observer.packet import ADDRESSES, id_and_data, ip_int, ip_str
+from mallory.observer.packet import ADDRESSES, id_of, ip_int, ip_str
 
 CHAIN = "MALLORY-MEDIATOR"
 _NO_ADDRESSES = (0, 0)
@@ -158,11 +158,11 @@ class Firewall:
                     delay_ns = delay_ns or 1  # behind packets still held on the link, in order
                 if rule is not None and (drop or rule.delay_ns or copies):
                     affected[link] = affected.get(link, 0) + 1
-                found = id_and_data(buf)
-                if found is None:
+                packet_id_seen = id_of(buf)
+                if packet_id_seen is None:
                     counts["no_id"] += 1
                 else:
-                    seen_add(found[0])
+                    seen_add(packet_id_seen)
             if drop:
                 counts["dropped"] += 1
                 queue.drop(packet_id)

@@ -76,10 +76,27 @@ def packet_id(src: int, dst: int, proto: int, sport: int, dport: int, ident: int
     return int.from_bytes(blake2b(encoding, digest_size=8).digest(), "big")
 
 
+def id_of(buf: bytes) -> int | None:
+    """The packet id of a raw IPv4 packet, None where `id_and_data` gives None: the
+    firewall's per-packet path, which keeps ids only (no payload hex is built)."""
+    found = _id_and_offset(buf)
+    return None if found is None else found[0]
+
+
 def id_and_data(buf: bytes) -> tuple[int, str] | None:
     """(packet id, payload abstraction) of a raw IPv4 packet, or None for anything that is
     not a complete first fragment of IPv4 TCP/UDP (other protocols, later fragments,
-    truncated headers). The mediator's hot path: no object but the result is built."""
+    truncated headers)."""
+    found = _id_and_offset(buf)
+    if found is None:
+        return None
+    ident, offset, end = found
+    return ident, buf[offset : min(offset + _PAYLOAD_BYTES, end)].hex() if offset < end else ""
+
+
+def _id_and_offset(buf: bytes) -> tuple[int, int, int] | None:
+    """(packet id, payload offset, payload end) of a raw IPv4 packet (see `id_and_data`);
+    no object but the result is built."""
     if len(buf) < 20:
         return None
     ver_ihl, total_len, _ident, frag, proto, _src, _dst = IPV4_HEADER.unpack_from(buf)
@@ -100,9 +117,7 @@ def id_and_data(buf: bytes) -> tuple[int, str] | None:
     else:
         return None
     encoding = buf[12:20] + buf[9:10] + buf[ihl : ihl + 4] + buf[4:6] + tail
-    ident = int.from_bytes(blake2b(encoding, digest_size=8).digest(), "big")
-    data = buf[offset : min(offset + _PAYLOAD_BYTES, end)].hex() if offset < end else ""
-    return ident, data
+    return int.from_bytes(blake2b(encoding, digest_size=8).digest(), "big"), offset, end
 
 
 #: the payload abstraction of a TCP segment in the middle or at the end of a larger write

@@ -7,6 +7,7 @@ from mallory.observer.packet import (
     TCP,
     UDP,
     addresses,
+    id_of,
     ip_int,
     ip_str,
     packet_id,
@@ -88,6 +89,16 @@ def test_parse_agrees_with_reference_encoding(src, dst, sport, dport, seq, ident
     assert p.data == payload[:4].hex()
     u = udp(s, d, sport, dport, payload, ident=ident)
     assert parse(u).id == packet_id(src, dst, UDP, sport, dport, ident, udp_checksum(u))
+
+
+def test_the_id_only_parse_agrees_with_parse():
+    # The firewall's per-packet path keeps ids only: same id, same refusals, no payload read.
+    packets = [tcp("10.0.1.2", "10.0.2.2", 1, 2, 3, b"hello"), udp("10.0.1.2", "10.0.2.2", 53, 5353, b"ab"),
+               tcp("10.0.1.2", "10.0.2.2", 1, 2, 3, flags=0x10)]
+    assert [id_of(p) for p in packets] == [parse(p).id for p in packets]
+    refused = [ipv4("10.0.1.2", "10.0.2.2", 1, b"\x08\x00" + b"\x00" * 6),
+               tcp("10.0.1.2", "10.0.2.2", 1, 2, 3, b"xyz")[:30], b""]
+    assert [id_of(p) for p in refused] == [None, None, None]
 
 
 def test_reference_encoding_is_19_bytes_big_endian():
