@@ -38,6 +38,9 @@ SLOT_DTYPE = np.dtype([("ts", "<u8"), ("id", "<u8"), ("kind", "<u4"), ("check", 
 EVENT_DTYPE = np.dtype({"names": ["ts", "id", "kind", "pos"], "formats": ["<u8", "<u8", "<u4", "<u8"],
                         "offsets": [0, 8, 16, 24], "itemsize": 32})
 _CHUNK = 1 << 16  # positions classified at once: big enough for numpy, small enough for the cache
+# Consumed slots are given back to the kernel (see RingReader._release_consumed) this many at a
+# time: 256 KiB, one madvise call per 8192 events.
+_RELEASE_SLOTS = 1 << 13
 
 _CHECK_MUL = np.uint64(0x9E3779B97F4A7C15)
 
@@ -176,6 +179,7 @@ class RingReader:
         # (write_counter, clock read just before it) of recent polls, oldest first.
         self._reads: list[tuple[int, int]] = [(self.cursor, read_ns)] if start == "now" else []
         self._note_read(self.cursor)
+        self._released = self.cursor  # slots before this position are out of our resident set
 
     @property
     def write_counter(self) -> int:
@@ -223,7 +227,36 @@ class RingReader:
         self.lost_total += lost
         self._hdr[_W_READER_CURSOR] = self.cursor
         self._hdr[_W_READER_LOST] = self.lost_total
+        self._release_consumed()
         return PollResult(out[:filled].view(EVENT_DTYPE), lost)
+
+    def _release_consumed(self) -> None:
+        """Drop the pages of slots behind the cursor from this process's resident set.
+
+        Without this a reader's RSS grows by every ring page it has read, up to the whole
+        ring (32 MiB by default) after one lap, though it never reads those slots again. On
+        a shared tmpfs mapping MADV_DONTNEED only unmaps: the data stays in the ring (the
+        writers' mappings keep it), and a page read again after the writer's next lap is
+        mapped back on that read. The header's page (which also holds the first slots) is
+        never released."""
+        if self.cursor - self._released < _RELEASE_SLOTS:
+            return
+        self._released = max(self._released, self.cursor - self.capacity)
+        while self.cursor - self._released >= _RELEASE_SLOTS:
+            first = self._released & self._mask
+            n = min(self.cursor - self._released, self.capacity - first)
+            lo = HEADER_SIZE + first * SLOT_SIZE
+            hi = lo + n * SLOT_SIZE
+            lo_page = -(-lo // mmap.PAGESIZE) * mmap.PAGESIZE
+            # Round the end down to a page unless the lap ends there (the mapping's last page).
+            lap_end = first + n == self.capacity
+            hi_page = hi if lap_end else hi // mmap.PAGESIZE * mmap.PAGESIZE
+            if hi_page > lo_page:
+                self._mm.madvise(mmap.MADV_DONTNEED, lo_page, hi_page - lo_page)
+            # Up to the page boundary: the slots of a page cut short are released next time.
+            self._released += n if lap_end else max(0, (hi_page - HEADER_SIZE) // SLOT_SIZE - first)
+            if not lap_end and hi_page <= lo_page:
+                break
 
     def _note_read(self, cursor: int) -> None:
         """Advance `complete_until_ns`. Writers read the clock after claiming a position, so a
