@@ -103,6 +103,10 @@ def test_a_command_imports_only_its_own_module():
             f"print([m for m in {heavy!r} if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip().splitlines()[-1] == "[]"
+    # Nor OpenSSL (3.6 MB): the packet id's blake2b comes from CPython's own module.
+    code = "import sys, mallory.commands.observe, mallory.observer.ring; print('_hashlib' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
     code = "from mallory.cli import main; raise SystemExit(main(['obsrve']))"
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == ExitCode.BAD_INPUT and "'fuzz'" in r.stderr and "'observe'" in r.stderr
