@@ -23,7 +23,6 @@ to maxlen packets before fail-open lets the rest by, which a low-rate SUT feels 
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import errno
 import socket
 import struct
@@ -64,9 +63,10 @@ class _PacketHdr(ctypes.BigEndianStructure):
 
 
 def _load_library() -> ctypes.CDLL:
-    path = ctypes.util.find_library("netfilter_queue") or "libnetfilter_queue.so.1"
+    # By soname, the ABI bound below: ctypes.util.find_library would run ldconfig in a
+    # subprocess to find the same file, and its imports cost every observer 2 MB.
     try:
-        lib = ctypes.CDLL(path, use_errno=True)
+        lib = ctypes.CDLL("libnetfilter_queue.so.1", use_errno=True)
     except OSError as exc:
         raise MalloryError(f"libnetfilter_queue not found ({exc}); install the Debian package libnetfilter-queue1") from None
     vp, u32 = ctypes.c_void_p, ctypes.c_uint32
