@@ -41,6 +41,9 @@ _CHUNK = 1 << 16  # positions classified at once: big enough for numpy, small en
 # Consumed slots are given back to the kernel (see RingReader._release_consumed) this many at a
 # time: 256 KiB, one madvise call per 8192 events.
 _RELEASE_SLOTS = 1 << 13
+# A read fault maps the page cache's pages around it too (the kernel's fault-around, 64 KiB),
+# behind the cursor as well: each release starts that far back, to take those again.
+_FAULT_AROUND = 1 << 16
 
 _CHECK_MUL = np.uint64(0x9E3779B97F4A7C15)
 
@@ -247,16 +250,14 @@ class RingReader:
             n = min(self.cursor - self._released, self.capacity - first)
             lo = HEADER_SIZE + first * SLOT_SIZE
             hi = lo + n * SLOT_SIZE
-            lo_page = -(-lo // mmap.PAGESIZE) * mmap.PAGESIZE
+            lo_page = max(mmap.PAGESIZE, -(-lo // mmap.PAGESIZE) * mmap.PAGESIZE - _FAULT_AROUND)
             # Round the end down to a page unless the lap ends there (the mapping's last page).
             lap_end = first + n == self.capacity
             hi_page = hi if lap_end else hi // mmap.PAGESIZE * mmap.PAGESIZE
             if hi_page > lo_page:
                 self._mm.madvise(mmap.MADV_DONTNEED, lo_page, hi_page - lo_page)
             # Up to the page boundary: the slots of a page cut short are released next time.
-            self._released += n if lap_end else max(0, (hi_page - HEADER_SIZE) // SLOT_SIZE - first)
-            if not lap_end and hi_page <= lo_page:
-                break
+            self._released += n if lap_end else (hi_page - HEADER_SIZE) // SLOT_SIZE - first
 
     def _note_read(self, cursor: int) -> None:
         """Advance `complete_until_ns`. Writers read the clock after claiming a position, so a
