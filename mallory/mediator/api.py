@@ -116,15 +116,10 @@ class BadRequest(Exception):
         self.status = status
 
 
-def _brief_repr() -> reprlib.Repr:
-    # A body may nest up to orjson's 1024 levels, deeper than repr() can recurse in a handler's
-    # thread (RecursionError, a 500): quote at most 4 levels and a few items of each.
-    brief = reprlib.Repr()
-    brief.maxlevel, brief.maxstring, brief.maxother = 4, 80, 80
-    return brief
-
-
-_BRIEF = _brief_repr()
+# A body may nest up to orjson's 1024 levels, deeper than repr() can recurse in a handler's
+# thread (RecursionError, a 500): quote at most 4 levels and a few items of each.
+_BRIEF = reprlib.Repr()
+_BRIEF.maxlevel, _BRIEF.maxstring, _BRIEF.maxother = 4, 80, 80
 
 
 def _brief(value: object) -> str:

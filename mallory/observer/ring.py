@@ -242,8 +242,6 @@ class RingReader:
         writers' mappings keep it), and a page read again after the writer's next lap is
         mapped back on that read. The header's page (which also holds the first slots) is
         never released."""
-        if self.cursor - self._released < _RELEASE_SLOTS:
-            return
         self._released = max(self._released, self.cursor - self.capacity)
         while self.cursor - self._released >= _RELEASE_SLOTS:
             first = self._released & self._mask
