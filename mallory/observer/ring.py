@@ -128,7 +128,8 @@ class RingReader:
     poll() -> (numpy EVENT_DTYPE array, lost since last poll); poll_events() -> [Event].
     lost_total counts every position not returned (laps, overwrites, torn slots, stalls;
     writer_drops are among them); torn_total the torn ones; complete_until_ns bounds the
-    ts of every event not returned yet (see RING.md "Completeness").
+    ts of every event not returned yet (see RING.md "Completeness"); truncated says that
+    the last poll stopped at its `max_events` with more written behind them.
 
     start: "beginning" (position 0: events before attaching count as lost if lapped) or
            "now" (only events written from now on).
@@ -177,6 +178,7 @@ class RingReader:
         self.lost_total = 0
         self.torn_total = 0
         self._stall: tuple[int, float] | None = None
+        self.truncated = False
         #: Every event this reader has not returned yet has ts >= this (CLOCK_MONOTONIC ns).
         self.complete_until_ns = 0
         # (write_counter, clock read just before it) of recent polls, oldest first.
@@ -208,8 +210,9 @@ class RingReader:
             lost += written - self.capacity - self.cursor
             self.cursor = written - self.capacity
         budget = written - self.cursor
-        if max_events is not None:
-            budget = min(budget, max_events)
+        truncated = max_events is not None and max_events < budget
+        if truncated:
+            budget = max_events
         out = np.empty(max(budget, 0), SLOT_DTYPE)
         filled = 0
         while budget > 0:
@@ -226,6 +229,7 @@ class RingReader:
                 lost += 1  # the stalled position's writer never finished: give up on it
                 self.cursor += 1
                 budget -= 1
+        self.truncated = truncated and budget == 0  # not when a pending slot stopped it first
         self._note_read(self.cursor)
         self.lost_total += lost
         self._hdr[_W_READER_CURSOR] = self.cursor
@@ -302,14 +306,7 @@ class RingReader:
 
     def poll_events(self, max_events: int | None = None) -> list[Event]:
         """`poll` as `Event`s of this reader's node (slots of unknown kind are skipped)."""
-        events = self.poll(max_events).events
-        node = self.node
-        kinds = KIND_BY_VALUE
-        return [
-            Event(node, kinds[k], ts, ident)
-            for ts, ident, k in zip(events["ts"].tolist(), events["id"].tolist(), events["kind"].tolist())
-            if k in kinds
-        ]
+        return events_of(self.poll(max_events).events, self.node)
 
     def close(self) -> None:
         for attr in ("_stamps", "_slots", "_hdr"):
@@ -324,3 +321,66 @@ class RingReader:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def events_of(events: np.ndarray, node: str) -> list[Event]:
+    """EVENT_DTYPE rows as `Event`s of `node`, in row order (rows of unknown kind are skipped)."""
+    kinds = KIND_BY_VALUE
+    return [
+        Event(node, kinds[k], ts, ident)
+        for ts, ident, k in zip(events["ts"].tolist(), events["id"].tolist(), events["kind"].tolist())
+        if k in kinds
+    ]
+
+
+class RingBacklog:
+    """What an observer has read from its ring and not yet put in a batch.
+
+    A batch holds only events older than its until_ns, and at most MAX_BATCH_EVENTS of
+    them (mallory/observer/observer.py), so a cut does not always send all it read: the rest
+    waits here, as numpy rows (32 bytes an event, no Python objects), for a later cut. The
+    rows come in ring order, which is not ts order (a writer reads the clock after claiming
+    its slot); `take_before` hands them out by ts.
+    """
+
+    def __init__(self, reader: RingReader) -> None:
+        self.reader = reader
+        self._rows = np.empty(0, EVENT_DTYPE)
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    @property
+    def complete_until_ns(self) -> int:
+        """Every event neither read nor waiting here has ts >= this (RingReader's bound)."""
+        return self.reader.complete_until_ns
+
+    @property
+    def truncated(self) -> bool:
+        """The last `read` stopped at its limit with more written behind it."""
+        return self.reader.truncated
+
+    def read(self, max_events: int) -> None:
+        """Poll the ring for up to `max_events` more events (RingReader.poll)."""
+        got = self.reader.poll(max_events).events
+        if got.size:
+            self._rows = np.concatenate((self._rows, got)) if self._rows.size else got
+
+    def ts_before(self, until_ns: int) -> list[int]:
+        """The ts of the waiting events older than `until_ns`, in no particular order."""
+        ts = self._rows["ts"]
+        return ts[ts < np.uint64(until_ns)].tolist()
+
+    def take_before(self, until_ns: int) -> list[Event]:
+        """Remove the waiting events older than `until_ns`; they come back as `Event`s of the
+        reader's node, in ts order."""
+        older = self._rows["ts"] < np.uint64(until_ns)
+        taken = self._rows[older]
+        self._rows = self._rows[~older]
+        return events_of(taken[np.argsort(taken["ts"], kind="stable")], self.reader.node)
+
+    def discard(self) -> int:
+        """Forget every waiting event; how many there were."""
+        count, self._rows = len(self._rows), np.empty(0, EVENT_DTYPE)
+        return count
+

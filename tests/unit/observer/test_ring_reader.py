@@ -12,6 +12,7 @@ from mallory.errors import MalloryError
 from mallory.observer.ring import (
     HEADER_SIZE,
     SLOT_DTYPE,
+    RingBacklog,
     RingReader,
     create_ring,
     ring,
@@ -21,36 +22,7 @@ from mallory.observer.ring import (
 )
 from mallory.timeline.event import Event, Kind
 
-
-class FakeWriter:
-    """Writes slots the way the C runtime does, one step at a time, so tests can stop midway."""
-
-    def __init__(self, name: str) -> None:
-        fd = os.open(shm_path(name), os.O_RDWR)
-        self.fd = fd
-        self.capacity = int(np.frombuffer(os.pread(fd, 8, 16), "<u8")[0])
-
-    def claim(self) -> int:
-        counter = int(np.frombuffer(os.pread(self.fd, 8, 64), "<u8")[0])
-        os.pwrite(self.fd, np.uint64(counter + 1).tobytes(), 64)
-        return counter
-
-    def write_slot(self, pos: int, ts: int, ident: int, kind: int, *, stamp: int | None = None,
-                   check: int | None = None) -> None:
-        slot = np.zeros(1, SLOT_DTYPE)
-        slot["ts"], slot["id"], slot["kind"] = ts, ident, kind
-        p = np.array([pos], np.uint64)
-        slot["check"] = slot_check(slot["ts"], slot["id"], slot["kind"], p)[0] if check is None else check
-        slot["stamp"] = ((pos + 1) << 1) if stamp is None else stamp
-        os.pwrite(self.fd, slot.tobytes(), HEADER_SIZE + (pos % self.capacity) * 32)
-
-    def event(self, ts: int, ident: int, kind: int = 1) -> int:
-        pos = self.claim()
-        self.write_slot(pos, ts, ident, kind)
-        return pos
-
-    def close(self) -> None:
-        os.close(self.fd)
+from .ring_writer import FakeWriter
 
 
 @pytest.fixture
@@ -74,6 +46,36 @@ def test_returns_events_in_order_and_as_event_objects(small_ring):
     assert reader.poll().events.size == 0
     writer.event(200, 7, 2)
     assert reader.poll_events() == [Event("n2", Kind.BLOCK, 200, 7)]
+
+
+def test_a_bounded_poll_says_when_it_left_events_behind(small_ring):
+    writer, reader = small_ring
+    for i in range(5):
+        writer.event(10 + i, i)
+    assert reader.poll(3).events["id"].tolist() == [0, 1, 2] and reader.truncated
+    assert reader.poll(2).events["id"].tolist() == [3, 4] and not reader.truncated  # exactly the rest
+    pos = writer.claim()  # pending: it stops the next poll before its limit
+    writer.event(20, 6)
+    assert reader.poll(1).events.size == 0 and not reader.truncated and reader.cursor == pos
+
+
+def test_backlog_hands_out_events_older_than_a_bound_in_ts_order(small_ring):
+    writer, reader = small_ring
+    backlog = RingBacklog(reader)
+    for ts, ident in ((30, 1), (10, 2), (50, 3), (20, 4)):  # ring order is not ts order
+        writer.event(ts, ident)
+    backlog.read(3)
+    assert backlog.truncated and len(backlog) == 3
+    assert sorted(backlog.ts_before(40)) == [10, 30]
+    assert backlog.take_before(40) == [Event("n2", Kind.FUNC, 10, 2), Event("n2", Kind.FUNC, 30, 1)]
+    backlog.read(3)
+    assert not backlog.truncated and sorted(backlog.ts_before(2**63)) == [20, 50]
+    assert backlog.complete_until_ns == reader.complete_until_ns > 0
+    assert [e.id for e in backlog.take_before(60)] == [4, 3]
+    assert len(backlog) == 0 and backlog.take_before(2**63) == []
+    writer.event(70, 5)
+    backlog.read(8)
+    assert backlog.discard() == 1 and backlog.ts_before(2**63) == []
 
 
 def test_laps_are_counted_exactly(small_ring):
