@@ -82,6 +82,13 @@ def _open_ring(name: str, capacity: int, node: str):
     return RingReader(name, node=node)
 
 
+def _backlog(reader):
+    """The reader's RingBacklog (imported here: numpy only for an observer with a ring)."""
+    from mallory.observer.ring import RingBacklog
+
+    return RingBacklog(reader)
+
+
 def _log_watcher(args: argparse.Namespace):
     """The LogWatcher for --log-events, its cursor in --log-cursor (or the node's log dir).
     File templates take {node} {index} {address} {data_dir} {log_dir} (from --run) and the
@@ -151,7 +158,7 @@ def run(args: argparse.Namespace) -> int:
         queue,
         sender,
         interval=args.interval,
-        ring=reader,
+        ring=_backlog(reader) if reader else None,
         ring_lost=(lambda: reader.lost_total) if reader else None,
         logs=logs,
     )

@@ -3,10 +3,27 @@ ring when there is one) cut into a batch every `interval` seconds and handed to 
 `BatchSender` (mallory/observer/sender.py), which owns the connection to the mediator,
 the bounded buffer and reconnects.
 
-A batch's `until_ns` is the monotonic time of the cut: packet events are stamped when read,
-so every later one is later than the cut. Ring events are stamped by the SUT when they
-happen; a slot still being written at the cut is read at the next one, so with a ring the
-promise is made RING_MARGIN_NS before the cut.
+A batch's `until_ns` promises that no later batch of this node holds an event older than
+it (mallory/timeline/event.py), and the timeline builder takes the node as complete up to
+the batch's last event too; so a batch holds only events older than its `until_ns`, and
+the rest waits for a later cut. `until_ns` is the monotonic time of the cut: packet events
+are stamped when read, so every later one is later than the cut. Ring events are stamped
+by the SUT when they happen, and a slot still being written at the cut is read at a later
+one: with a ring, `until_ns` is at most the ring's `complete_until_ns` (llvm-pass/RING.md,
+"Completeness"), and the events read that are not older than it wait in the ring's
+backlog (mallory/observer/ring.py, `RingBacklog`).
+
+A batch holds at most MAX_BATCH_EVENTS (8192) events, and a cut reads at most that many
+from the ring: a burst (a restarted node re-applying its whole log writes tens of
+thousands of events within milliseconds) leaves the rest in the ring, and the oldest
+MAX_BATCH_EVENTS of what is ready go, the batch's `until_ns` then lowered to the first
+event left out. While anything is left the loop cuts again at once instead of waiting the
+interval. 8192 because it bounds what one cut builds to about 2 MB of Python objects and a
+0.5 MB line here and in the mediator (whose per-thread malloc arenas grew to the largest
+batch they ever decoded), while a steady cluster's batch stays far below it (the soak's
+example SUT, at its busiest, wrote about 700 events per 0.1 s over its three nodes): the
+limit only cuts bursts. It is also the span the ring reader gives back to the kernel at a
+time (256 KiB).
 
 Log-derived events (mallory/observer/log_events.py) are stamped when their line is read:
 the log files are polled every LOG_POLL_S in the loop and once more right before the cut
@@ -15,6 +32,7 @@ the log files are polled every LOG_POLL_S in the loop and once more right before
 
 from __future__ import annotations
 
+import heapq
 import select
 import threading
 import time
@@ -22,17 +40,35 @@ from typing import Callable, Protocol
 
 from mallory.observer.nfq import NF_INET_LOCAL_OUT
 from mallory.observer.packet import WriteStarts, id_and_data
+from mallory.timeline.codec import MAX_BATCH_EVENTS
 from mallory.timeline.event import ClockPair, Event, Kind
 
-RING_MARGIN_NS = 1_000_000
 LOG_POLL_S = 0.02
 IDLE_WAKE_S = 0.05  # how often the loop looks at `stop` when no packet arrives
+FINISH_S = 2.0  # how long `finish` goes on cutting a backlog before it counts the rest lost
 
 
 class EventSource(Protocol):
-    """A shm ring reader (mallory/observer/ring.py) as the observer uses it."""
+    """A shm ring's backlog (mallory/observer/ring.py, `RingBacklog`) as the observer uses it."""
 
-    def poll_events(self) -> list[Event]: ...
+    complete_until_ns: int  # every event neither read nor waiting has ts >= this
+    truncated: bool  # the last read stopped at its limit with more written
+
+    def read(self, max_events: int) -> None:
+        """Read up to `max_events` more events from the ring; they wait."""
+        ...
+
+    def ts_before(self, until_ns: int) -> list[int]:
+        """The ts of the waiting events older than `until_ns`."""
+        ...
+
+    def take_before(self, until_ns: int) -> list[Event]:
+        """Remove the waiting events older than `until_ns` and return them in ts order."""
+        ...
+
+    def discard(self) -> int:
+        """Forget the waiting events; how many there were."""
+        ...
 
 
 class LogSource(Protocol):
@@ -81,6 +117,7 @@ class Observer:
         ring: EventSource | None = None,
         ring_lost: Callable[[], int] | None = None,
         logs: LogSource | None = None,
+        max_events: int = MAX_BATCH_EVENTS,
     ) -> None:
         self.node = node
         self.capture = capture
@@ -93,8 +130,8 @@ class Observer:
         self.ring_events = 0
         self.logs = logs
         self.log_events = 0
-        self._unsorted = False  # log events are in this batch: sort it by ts at the cut
-        self._events: list[Event] = []
+        self.max_events = max_events
+        self._events: list[Event] = []  # packet and log events not yet in a batch
         self._lost_reported = 0
         self._writes = WriteStarts()
 
@@ -120,32 +157,46 @@ class Observer:
             return
         found = self.logs.poll_events()
         if found:
-            self._unsorted = True  # packets read before this poll may be stamped later, or earlier
             self._events.extend(found)
             self.log_events += len(found)
 
-    def cut(self) -> None:
-        """Close the current batch and hand it to the sender."""
+    def cut(self, *, final: bool = False) -> bool:
+        """Hand the sender a batch: the oldest events ready, at most `max_events`, all older
+        than its `until_ns` (see the module docstring). True when more is waiting than this
+        batch could take (the ring has more, or the limit left ready events out): the caller
+        cuts again at once. `final`: this observer sends nothing after it, so what is left
+        is counted lost in this batch rather than kept."""
         self.poll_logs()
-        now = time.monotonic_ns()
-        events, self._events = self._events, []
-        until = now
-        unsorted, self._unsorted = self._unsorted, False
-        if self.ring is not None:
-            ring_events = self.ring.poll_events()
-            if ring_events:
-                self.ring_events += len(ring_events)
-                events.extend(ring_events)
-                unsorted = True
-            until = now - RING_MARGIN_NS
-        if unsorted:
-            events.sort(key=lambda e: e.ts)
+        until = time.monotonic_ns()
+        ring = self.ring
+        if ring is not None:
+            ring.read(self.max_events)
+            until = min(until, ring.complete_until_ns)
+        pending = self._events
+        ready = [e.ts for e in pending if e.ts < until]
+        if ring is not None:
+            ready += ring.ts_before(until)
+        more = ring is not None and ring.truncated
+        if len(ready) > self.max_events:
+            until = limit_until(ready, self.max_events)
+            more = True
+        events = [e for e in pending if e.ts < until]
+        self._events = [e for e in pending if e.ts >= until]
+        if ring is not None:
+            from_ring = ring.take_before(until)
+            self.ring_events += len(from_ring)
+            events += from_ring
+        events.sort(key=_ts)
         lost_total = (self.capture.lost if self.capture else 0) + (self.ring_lost() if self.ring_lost else 0)
         lost, self._lost_reported = lost_total - self._lost_reported, lost_total
+        if final:
+            lost += len(self._events) + (ring.discard() if ring is not None else 0)
+            self._events = []
         self.sender.submit(events, until, lost)
         self.batches += 1
         if self.logs is not None:
             self.logs.checkpoint()
+        return more and not final
 
     def run(self, stop: threading.Event) -> None:
         """Read packets and cut batches until `stop` is set (then call `finish`)."""
@@ -165,14 +216,35 @@ class Observer:
                 self.poll_logs()
                 next_log_poll = time.monotonic() + LOG_POLL_S
             if time.monotonic() >= next_cut:
-                self.cut()
+                if self.cut():  # behind: the next cut comes once readable packets are read
+                    next_cut = time.monotonic()
+                    continue
                 next_cut += self.interval
                 if next_cut < time.monotonic():  # we fell behind: do not cut in a burst
                     next_cut = time.monotonic() + self.interval
 
     def finish(self) -> None:
-        """Read what is still queued and cut a last batch. Call it after the rules are gone
-        and before the queue is closed: unbinding a queue DROPS the packets still in it."""
+        """Read what is still queued and cut the last batches: at once while a backlog is
+        left, for up to FINISH_S, then a final one (which counts what is still left lost).
+        Call it after the rules are gone and before the queue is closed: unbinding a queue
+        DROPS the packets still in it."""
         if self.capture:
             self.capture.drain(self.on_packets, limit=1 << 30)
-        self.cut()
+        deadline = time.monotonic() + FINISH_S
+        while self.cut() and time.monotonic() < deadline:
+            pass
+        self.cut(final=True)
+
+
+def _ts(event: Event) -> int:
+    return event.ts
+
+
+def limit_until(ready_ts: list[int], limit: int) -> int:
+    """The `until_ns` that lets the `limit` oldest of events with these stamps (more than
+    `limit` of them) into a batch: the stamp of the oldest one left out, which leaves out
+    every event with that stamp too. When the `limit` + 1 oldest all share one stamp, that
+    stamp + 1: they all go (a batch of more than `limit`, but never an empty one)."""
+    oldest = heapq.nsmallest(limit + 1, ready_ts)
+    first_out = oldest[limit]
+    return first_out if oldest[0] < first_out else first_out + 1

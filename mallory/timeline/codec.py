@@ -23,6 +23,14 @@ from mallory.timeline.event import KIND_BY_NAME, MAX_ID, Batch, ClockPair, Event
 
 Record = Union[Event, Batch, ClockPair]
 
+#: The most events an observer puts in one batch (mallory/observer/observer.py says why).
+MAX_BATCH_EVENTS = 8192
+#: The longest batch line an observer sends and the mediator reads (newline included). A
+#: batch of MAX_BATCH_EVENTS ring or packet events is about 0.5 MB (60 bytes an event), of
+#: LOG events with the longest names (96 characters) about 1.3 MB: this holds either, and a
+#: sender splits a batch whose line would be longer (mallory/observer/sender.py).
+MAX_BATCH_LINE = 2 * 1024 * 1024
+
 
 class MalformedRecord(MalloryError):
     """A line of the event stream that is not a valid record."""

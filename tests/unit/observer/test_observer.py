@@ -1,23 +1,31 @@
-"""Observer batching logic with named fakes for its sources and its sender (no root)."""
+"""Observer batching logic with named fakes for its packet source and its sender, and a real
+shm ring written by a fake writer (no root)."""
 
 from __future__ import annotations
 
+import threading
 import time
 
+import pytest
+
 from mallory.observer.nfq import NF_INET_LOCAL_IN, NF_INET_LOCAL_OUT
-from mallory.observer.observer import RING_MARGIN_NS, Observer, clock_pair
+from mallory.observer.observer import Observer, clock_pair, limit_until
 from mallory.observer.packet import id_and_data
+from mallory.observer.ring import RingBacklog, RingReader, create_ring
 from mallory.timeline.event import Event, Kind
 
 from .netlink_messages import tcp_packet
+from .ring_writer import FakeWriter
 
 
 class FakeSender:
     def __init__(self) -> None:
         self.batches: list[tuple[list[Event], int, int]] = []
+        self.times: list[float] = []  # time.monotonic() of each submit
 
     def submit(self, events, until_ns, lost=0) -> None:
         self.batches.append((events, until_ns, lost))
+        self.times.append(time.monotonic())
 
 
 class FakeCapture:
@@ -27,14 +35,27 @@ class FakeCapture:
         self.lost = 0
 
 
-class FakeRing:
-    def __init__(self) -> None:
-        self.pending: list[Event] = []
-        self.lost_total = 0
+@pytest.fixture
+def ring_of_n1(shm_name):
+    """(writer, backlog) of a fresh 64-slot ring read as node n1's."""
+    create_ring(shm_name, 64)
+    writer = FakeWriter(shm_name)
+    reader = RingReader(shm_name, node="n1")
+    yield writer, RingBacklog(reader)
+    reader.close()
+    writer.close()
 
-    def poll_events(self) -> list[Event]:
-        out, self.pending = self.pending, []
-        return out
+
+def assert_sound(batches) -> None:
+    """What the timeline builder relies on: each batch's events in ts order and older than
+    its until_ns, and no event older than an until_ns already sent."""
+    promised = 0
+    for events, until, _ in batches:
+        stamps = [e.ts for e in events]
+        assert stamps == sorted(stamps)
+        assert all(promised <= ts < until for ts in stamps), (promised, stamps, until)
+        assert until >= promised
+        promised = until
 
 
 def test_packets_become_send_and_recv_events_with_the_packet_id():
@@ -52,10 +73,12 @@ def test_packets_become_send_and_recv_events_with_the_packet_id():
     assert until >= 20
 
 
-def test_lost_is_reported_as_a_delta_per_batch():
-    sender, capture, ring = FakeSender(), FakeCapture(), FakeRing()
-    obs = Observer("n1", capture, sender, ring=ring, ring_lost=lambda: ring.lost_total)
-    capture.lost, ring.lost_total = 3, 2
+def test_lost_is_reported_as_a_delta_per_batch(ring_of_n1):
+    _, backlog = ring_of_n1
+    sender, capture = FakeSender(), FakeCapture()
+    ring_lost = [2]
+    obs = Observer("n1", capture, sender, ring=backlog, ring_lost=lambda: ring_lost[0])
+    capture.lost = 3
     obs.cut()
     obs.cut()
     capture.lost = 4
@@ -63,17 +86,116 @@ def test_lost_is_reported_as_a_delta_per_batch():
     assert [lost for _, _, lost in sender.batches] == [5, 0, 1]
 
 
-def test_ring_events_merge_in_time_order_and_until_keeps_a_margin():
-    sender, ring = FakeSender(), FakeRing()
-    obs = Observer("n1", FakeCapture(), sender, ring=ring, ring_lost=lambda: 0)
+def test_ring_events_merge_in_time_order_and_until_is_the_rings_bound(ring_of_n1):
+    writer, backlog = ring_of_n1
+    sender = FakeSender()
+    obs = Observer("n1", FakeCapture(), sender, ring=backlog, ring_lost=lambda: 0)
     now = time.monotonic_ns()
     obs.on_packets([(1, NF_INET_LOCAL_OUT, now + 5, tcp_packet(b"a"))])
-    ring.pending = [Event("n1", Kind.FUNC, now + 9, 77), Event("n1", Kind.BLOCK, now + 1, 78)]
+    writer.event(now + 9, 77, Kind.FUNC)
+    writer.event(now + 1, 78, Kind.BLOCK)
     before = time.monotonic_ns()
     obs.cut()
     [(events, until, _)] = sender.batches
-    assert [e.ts for e in events] == [now + 1, now + 5, now + 9]
-    assert before - RING_MARGIN_NS <= until <= time.monotonic_ns() - RING_MARGIN_NS
+    assert [(e.ts, e.kind) for e in events] == [(now + 1, Kind.BLOCK), (now + 5, Kind.SEND), (now + 9, Kind.FUNC)]
+    assert before <= until <= backlog.complete_until_ns
+
+
+def test_events_the_ring_may_still_precede_wait_for_a_later_batch(ring_of_n1):
+    """A slot claimed but not yet written stops the ring's read: its event may be older than
+    anything read after the previous cut, so the batch promises no more than that cut did,
+    and the packet read meanwhile waits too."""
+    writer, backlog = ring_of_n1
+    sender = FakeSender()
+    obs = Observer("n1", FakeCapture(), sender, ring=backlog, ring_lost=lambda: 0)
+    writer.event(time.monotonic_ns(), 1)
+    obs.cut()
+    bound = backlog.complete_until_ns  # the ring's events not read yet are not older
+    pos = writer.claim()  # a writer preempted between claiming its slot and writing it
+    writer.event(bound + 20, 3)
+    obs.on_packets([(1, NF_INET_LOCAL_OUT, bound + 30, tcp_packet(b"a"))])
+    assert obs.cut() is False  # not behind: waiting for a writer is no reason to cut at once
+    events, until, _ = sender.batches[1]
+    assert events == [] and until == bound
+    writer.write_slot(pos, bound + 10, 2, 1)
+    obs.cut()
+    assert [e.ts - bound for e in sender.batches[2][0]] == [10, 20, 30]
+    assert_sound(sender.batches)
+
+
+def test_a_burst_goes_in_batches_of_at_most_the_limit_each_complete_only_up_to_what_it_holds(ring_of_n1):
+    writer, backlog = ring_of_n1
+    sender = FakeSender()
+    obs = Observer("n1", FakeCapture(), sender, ring=backlog, ring_lost=lambda: 0, max_events=4)
+    t0 = time.monotonic_ns()
+    stamps = [t0 + 10 * i for i in range(11)]
+    for i, ts in enumerate(stamps):
+        if i % 5 == 4:  # packets among the ring's events
+            obs.on_packets([(i, NF_INET_LOCAL_IN, ts, tcp_packet(b"p", seq=i))])
+        else:
+            writer.event(ts, i)
+    behind = [obs.cut() for _ in range(6)]
+    # three reads of 4, 4 and 1 ring events before the ring can promise anything (its
+    # events were written before its reader's first look), then two full batches
+    assert behind == [True, True, True, True, False, False]
+    assert all(len(events) <= 4 for events, _, _ in sender.batches)
+    assert [e.ts for events, _, _ in sender.batches for e in events] == stamps
+    assert_sound(sender.batches)
+    # until_ns of a batch the limit cut short is the first event left out
+    assert [until for events, until, _ in sender.batches if len(events) == 4] == [stamps[4], stamps[8]]
+
+
+def test_packets_beyond_the_limit_wait_and_the_next_cut_takes_them():
+    sender = FakeSender()
+    obs = Observer("n1", FakeCapture(), sender, max_events=3)
+    obs.on_packets([(i, NF_INET_LOCAL_OUT, 100 + i, tcp_packet(b"x", seq=i)) for i in range(7)])
+    assert [obs.cut(), obs.cut(), obs.cut()] == [True, True, False]
+    assert [[e.ts for e in events] for events, _, _ in sender.batches] == [[100, 101, 102], [103, 104, 105], [106]]
+    assert [until for _, until, _ in sender.batches][:2] == [103, 106]
+    assert_sound(sender.batches)
+
+
+def test_limit_until_leaves_out_the_first_stamp_beyond_the_limit_but_never_takes_nothing():
+    assert limit_until([13, 11, 12, 14], 2) == 13
+    assert limit_until([11, 12, 12, 14], 2) == 12  # both events at 12 wait: one batch of 1
+    assert limit_until([12, 12, 12, 14], 2) == 13  # all at 12 go: more than the limit, not none
+
+
+def test_the_loop_cuts_again_at_once_while_the_ring_has_more(ring_of_n1):
+    writer, backlog = ring_of_n1
+    sender = FakeSender()
+    obs = Observer("n1", None, sender, ring=backlog, ring_lost=lambda: 0, interval=1.0, max_events=4)
+    t0 = time.monotonic_ns()
+    for i in range(20):
+        writer.event(t0 + i, i)
+    stop = threading.Event()
+    loop = threading.Thread(target=obs.run, args=(stop,))
+    loop.start()
+    try:
+        deadline = time.monotonic() + 10.0
+        while time.monotonic() < deadline and sum(len(e) for e, _, _ in sender.batches) < 20:
+            time.sleep(0.005)
+    finally:
+        stop.set()
+        loop.join(5.0)
+    assert sum(len(e) for e, _, _ in sender.batches) == 20
+    assert len(sender.batches) >= 5  # at most 4 events each
+    assert sender.times[-1] - sender.times[0] < 0.5  # one burst of cuts, not one per interval
+    assert_sound(sender.batches)
+
+
+def test_finish_sends_the_backlog_and_counts_what_it_could_not_promise_lost(ring_of_n1):
+    writer, backlog = ring_of_n1
+    sender = FakeSender()
+    obs = Observer("n1", None, sender, ring=backlog, ring_lost=lambda: 0, max_events=4)
+    t0 = time.monotonic_ns()
+    for i in range(10):
+        writer.event(t0 + i, i)
+    writer.event(t0 + 60 * 10**9, 99)  # stamped a minute ahead: no cut can promise past it
+    obs.finish()
+    assert [e.id for events, _, _ in sender.batches for e in events] == list(range(10))
+    assert sender.batches[-1][2] == 1 and len(backlog) == 0
+    assert_sound(sender.batches)
 
 
 def test_clock_pair_reads_both_clocks_together():
