@@ -18,11 +18,16 @@ from typing import Protocol
 import orjson
 
 from mallory.errors import MalloryError
-from mallory.timeline.codec import MalformedRecord, decode
+from mallory.timeline.codec import MAX_BATCH_LINE, MalformedRecord, decode
 from mallory.timeline.event import Batch, ClockPair
 
-#: A batch line longer than this closes the connection (a sane observer splits batches).
-MAX_LINE = 64 * 1024 * 1024
+#: A line longer than this is refused (after reading this much of it) and closes the
+#: connection: no connection's thread ever holds or decodes more (its malloc arena would
+#: keep the high-water mark). Observers split their batches below it. An observer older
+#: than that bound (one whose image predates it) has a longer line refused again after each
+#: reconnect, so its node's timeline stops at that batch and the refusals show in the
+#: mediator's metrics: a mediator and its observers are meant to come from one install.
+MAX_LINE = MAX_BATCH_LINE
 
 
 class BatchSink(Protocol):

@@ -16,6 +16,10 @@ dropped, so the mediator never waits for a gap. A sent batch is kept until acked
 sent again, with the same seq, after a reconnect; the mediator drops duplicates. While the
 mediator is away, submitted chunks wait in a bounded buffer; on overflow the oldest events
 are dropped, counted in `dropped_events`, and reported in the next batch's `lost`.
+
+Each submitted chunk becomes one batch line, unless its line would be longer than
+MAX_BATCH_LINE (mallory/timeline/codec.py), which the mediator refuses to read: then it
+goes as several batches, each complete up to the first event of the next.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from dataclasses import dataclass
 
 import orjson
 
-from mallory.timeline.codec import encode
+from mallory.timeline.codec import MAX_BATCH_LINE, encode
 from mallory.timeline.event import Batch, ClockPair, Event
 
 #: how long the sender waits for a reply or a wake-up before looking again; a submit wakes
@@ -99,7 +103,8 @@ class BatchSender:
         return self
 
     def submit(self, events: list[Event], until_ns: int, lost: int = 0) -> None:
-        """Queue the events since the last submit, complete up to the node's `until_ns`."""
+        """Queue the events since the last submit (in ts order), complete up to the node's
+        `until_ns`."""
         with self._lock:
             self._pending.append(_Chunk(events, until_ns, lost))
             self._pending_events += len(events)
@@ -160,8 +165,15 @@ class BatchSender:
             while self._pending and len(self._unacked) < self.window:
                 chunk = self._pending.popleft()
                 self._pending_events -= len(chunk.events)
-                batch = Batch(self.node, self._next_seq, chunk.until_ns, chunk.events, chunk.lost)
-                line = encode(batch) + b"\n"
+                line = encode(Batch(self.node, self._next_seq, chunk.until_ns, chunk.events, chunk.lost)) + b"\n"
+                while len(line) > MAX_BATCH_LINE and len(chunk.events) > 1:
+                    # The first half is complete up to the second's first event (ts order).
+                    half = len(chunk.events) // 2
+                    rest = _Chunk(chunk.events[half:], chunk.until_ns, 0)
+                    chunk = _Chunk(chunk.events[:half], rest.events[0].ts, chunk.lost)
+                    self._pending.appendleft(rest)
+                    self._pending_events += len(rest.events)
+                    line = encode(Batch(self.node, self._next_seq, chunk.until_ns, chunk.events, chunk.lost)) + b"\n"
                 self._unacked.append((self._next_seq, line))
                 self._next_seq += 1
                 lines.append(line)
@@ -184,7 +196,9 @@ class BatchSender:
         sock.settimeout(5.0)
         with self._lock:
             resend = [line for _, line in self._unacked]
-        sock.sendall(encode(self.clock) + b"\n" + b"".join(resend))
+        sock.sendall(encode(self.clock) + b"\n")
+        for line in resend:  # one by one: joined, a full window would be copied once more
+            sock.sendall(line)
         self.stats.resent += len(resend)
         self.stats.connects += 1
         self.stats.connected = True
@@ -225,9 +239,8 @@ class BatchSender:
                     backoff = min(backoff * 2, self.backoff_max)
                     continue
             try:
-                lines = self._take_lines()
-                if lines:
-                    sock.sendall(b"".join(lines))
+                for line in self._take_lines():
+                    sock.sendall(line)
                 readable, _, _ = select.select([sock, self._wake_r], [], [], IDLE_POLL_S)
                 if self._wake_r in readable:
                     self._drain_wake()

@@ -7,9 +7,11 @@ import time
 import orjson
 
 from mallory.errors import MalloryError
+from mallory.mediator import receiver as receiver_module
 from mallory.mediator.receiver import BatchServer
 from mallory.observer import sender as sender_module
 from mallory.observer.sender import BatchSender
+from mallory.timeline.codec import MAX_BATCH_LINE
 from mallory.timeline.event import ClockPair, Event, Kind
 
 
@@ -159,4 +161,42 @@ def test_malformed_lines_are_rejected_with_a_reason_and_counted():
         assert server.stats.batches == 2
         assert any("unknown event kind" in r for r in server.stats.reasons)
     finally:
+        server.close()
+
+
+def test_a_line_longer_than_the_batch_bound_is_refused_and_closes_the_connection():
+    assert receiver_module.MAX_LINE == MAX_BATCH_LINE
+    server = BatchServer("127.0.0.1", 0, FakeSink()).start()
+    try:
+        with socket.create_connection(server.address) as conn:
+            f = conn.makefile("rb")
+            clock = b'{"clock":"n1","mono_ns":1,"real_ns":2}\n'
+            head = b'{"batch":"n1","seq":0,"until_ns":5,"lost":0,"events":['
+            event = b'["FUNC",1,2,""],'
+            body = event * (MAX_BATCH_LINE // len(event) + 1)
+            conn.sendall(clock + head + body[:-1] + b"]}\n")
+            reply = orjson.loads(f.readline())
+            assert reply["line"] == 2 and f"longer than {MAX_BATCH_LINE} bytes" in reply["error"]
+            assert f.readline() == b""  # closed
+        assert server.stats.batches == 0 and server.stats.rejected == 1
+    finally:
+        server.close()
+
+
+def test_a_batch_whose_line_would_be_too_long_goes_as_several_each_complete_up_to_the_next(monkeypatch):
+    monkeypatch.setattr(sender_module, "MAX_BATCH_LINE", 150)
+    sink = FakeSink()
+    server = BatchServer("127.0.0.1", 0, sink).start()
+    sender = BatchSender(CLOCK, server.address).start()
+    try:
+        sent = events("n1", 100, 10)  # about 25 bytes an event: one line of 297
+        sender.submit(sent, until_ns=500, lost=2)
+        assert sender.flush(5.0)
+        parts = [sink.batches[seq] for seq in sorted(sink.batches)]
+        assert len(parts) > 1 and [e for b in parts for e in b.events] == sent
+        assert [b.until_ns for b in parts] == [b.events[0].ts for b in parts[1:]] + [500]
+        assert [b.lost for b in parts] == [2] + [0] * (len(parts) - 1)
+        assert sender.pending_events() == 0
+    finally:
+        sender.close()
         server.close()
