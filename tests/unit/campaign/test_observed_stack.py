@@ -99,6 +99,20 @@ def test_the_token_travels_in_a_private_file_never_in_argv(stack):
     assert str(token_file).encode() in argv and not any(stack.token.encode() in arg for arg in argv)
 
 
+def _environ(pid: int) -> dict[str, str]:
+    entries = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    return dict(e.decode().partition("=")[::2] for e in entries if e)
+
+
+def test_mediator_and_observers_run_with_two_malloc_arenas(stack, monkeypatch):
+    for proc in (stack.mediator_proc, *stack.observers):
+        assert _environ(proc.pid)["MALLOC_ARENA_MAX"] == "2"
+    monkeypatch.setenv("MALLOC_ARENA_MAX", "4")  # the user's own choice wins, restarts too
+    kill(stack, stack.observers[0])
+    stack.revive_dead()
+    assert _environ(stack.observers[0].pid)["MALLOC_ARENA_MAX"] == "4"
+
+
 def test_the_watchdog_restarts_a_dead_observer_and_waits_for_its_batches(stack):
     assert stack.revive_dead() == []
     dead = stack.observers[1]
