@@ -244,23 +244,30 @@ class Nemesis:
             except MalloryError as exc:
                 out.problems.append(str(exc))
 
-    def restart_all(self) -> ResetReport:
+    def restart_all(self, *, fresh: bool = False) -> ResetReport:
         """Stop every node (gracefully, SIGKILL after the SUT's timeout) and start it again:
         for a cluster that the reset left unhealthy, or that served no client at all (a SUT
         can be wedged with every process running, e.g. after losing its unsynced state).
         The faults are healed first, but no node is waited for before the stop: a wedged
         cluster would spend the whole ready timeout there for nothing. An adapter that is
-        not `Stoppable` is left as it is, with that as the report's problem."""
+        not `Stoppable` is left as it is, with that as the report's problem.
+
+        `fresh`: every node is torn down instead (killed, its data removed: the adapter's
+        `teardown`, which every adapter has) and starts as a new cluster does."""
         ctx = self.ctx
         out = ResetReport()
         self._heal_faults(out)
         out.problems = []  # what the restart leaves is checked below
-        if not isinstance(ctx.adapter, Stoppable):
+        if fresh:
+            for node in ctx.nodes:
+                ctx.adapter.teardown(node)
+        elif not isinstance(ctx.adapter, Stoppable):
             out.problems.append(f"{ctx.adapter.name} cannot stop a node, so it cannot restart one")
             return out
-        for node in ctx.nodes:
-            if ctx.adapter.is_running(node):
-                ctx.adapter.stop(node)
+        else:
+            for node in ctx.nodes:
+                if ctx.adapter.is_running(node):
+                    ctx.adapter.stop(node)
         for node in ctx.nodes:
             ctx.adapter.start(node)
             out.restarted.append(node)

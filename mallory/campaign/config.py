@@ -68,6 +68,8 @@ class LoopConfig:
     #: how long after a window ends its feedback may take before the step counts as late
     feedback_timeout_s: float = 1.0
     seed: int = 0
+    #: every schedule starts from empty data (CampaignConfig.fresh_data)
+    fresh_data: bool = False
 
 
 @dataclass(frozen=True)
@@ -158,6 +160,10 @@ class CampaignConfig:
     waypoints: str | None = None
     #: the preset the settings came from (PRESETS), for the record, or None
     preset: str | None = None
+    #: after each schedule's checks every node is torn down (its data removed) and started
+    #: afresh, so a schedule does not start from what all those before wrote: a stationary
+    #: load for a soak (an SUT that keeps a log re-applies all of it after each kill)
+    fresh_data: bool = False
     #: the calibration done, once done (not written before)
     calibration: Calibration | None = None
     #: campaign.json's keys this version does not know, kept to be written back
@@ -185,6 +191,8 @@ class CampaignConfig:
         _integer(self, "steps", low=1)
         _number(self, "window_s", positive=True)
         _number(self, "reset_s")
+        if not isinstance(self.fresh_data, bool):
+            raise ConfigError("fresh_data", f"must be true or false, got {self.fresh_data!r}")
         _choice(self, "abstraction", ABSTRACTIONS)
         _number(self, "threshold", at_most_one=True)
         _integer(self, "calibrate", low=0, high=MAX_WINDOWS)
@@ -203,7 +211,8 @@ class CampaignConfig:
 
     def loop_config(self) -> LoopConfig:
         """The campaign loop's settings (a scripted schedule takes as many steps as it has)."""
-        return LoopConfig(steps=self.steps, window_s=self.window_s, reset_s=self.reset_s, seed=self.seed)
+        return LoopConfig(steps=self.steps, window_s=self.window_s, reset_s=self.reset_s, seed=self.seed,
+                          fresh_data=self.fresh_data)
 
     def to_json(self) -> dict[str, Any]:
         """campaign.json's object: every field under its name (lists for tuples), then

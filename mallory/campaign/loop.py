@@ -78,8 +78,9 @@ class Nemesis(Protocol):
         """Heal everything, restart what is dead, check the cluster is healthy."""
         ...
 
-    def restart_all(self) -> Any:
-        """Restart every node: when a reset did not bring the cluster back."""
+    def restart_all(self, *, fresh: bool = False) -> Any:
+        """Restart every node: when a reset did not bring the cluster back. `fresh`: with
+        its data removed, as a new cluster starts."""
         ...
 
 
@@ -484,7 +485,7 @@ class Campaign:
             record["unobserved_findings"] = [f.signature for f in findings]
             findings = []
         record["findings"] = [f.signature for f in findings]
-        if _needs_restart(record):
+        if _needs_restart(record) and not self.config.fresh_data:  # (a fresh start below does it)
             # The next schedule must start from a working cluster, not inherit a wedged one.
             self._enter("restarting every node")
             record["restart"] = report_json(self.nemesis.restart_all())
@@ -496,6 +497,11 @@ class Campaign:
                 known.add(bundle.name)
                 p.bugs += 1
                 p.last_bug_s = p.elapsed_s()
+        if self.config.fresh_data:
+            # After the checks and bundles, which read the nodes' data: the next schedule
+            # starts from empty data, not from all that this one and those before wrote.
+            self._enter("starting every node afresh")
+            record["fresh_start"] = report_json(self.nemesis.restart_all(fresh=True))
         # Order matters for resume: the schedule file marks the schedule done, so the
         # learner it trained is saved first.
         self.dir.save_learner(self.learner.to_checkpoint())

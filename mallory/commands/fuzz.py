@@ -94,6 +94,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--window", type=float, default=defaults.window_s, help="seconds per step (default %(default)s)")
     parser.add_argument("--reset", type=float, default=defaults.reset_s,
                         help="seconds of reset after a schedule (default %(default)s)")
+    parser.add_argument("--fresh-data", action="store_true",
+                        help="after each schedule's checks, start every node afresh with its data removed "
+                        "(a stationary load, e.g. for a soak; by default a schedule starts from what the ones "
+                        "before wrote)")
     parser.add_argument("--abstraction", choices=sorted(ABSTRACTIONS), default=defaults.abstraction)
     parser.add_argument("--threshold", type=float, default=defaults.threshold,
                         help="state similarity threshold (default %(default)s)")
@@ -158,6 +162,7 @@ def config_from_args(args: argparse.Namespace) -> CampaignConfig:
             steps=args.steps,
             window_s=args.window,
             reset_s=args.reset,
+            fresh_data=args.fresh_data,
             abstraction=args.abstraction,
             threshold=args.threshold,
             calibrate=args.calibrate,

@@ -31,7 +31,7 @@ from tests.unit.campaign.test_loop import (
 KEYS = ["version", "command", "sut", "port", "nodes", "policy", "reward", "temperature", "prior", "context", "seed",
         "faults",
         "workload", "concurrency", "rate", "steps", "window_s", "reset_s", "abstraction", "threshold", "calibrate",
-        "backend", "waypoints", "preset"]
+        "backend", "waypoints", "preset", "fresh_data"]
 
 #: a campaign.json as the first `mallory fuzz` wrote it (b447f2e): before --prior,
 #: --calibrate and --backend
@@ -46,7 +46,7 @@ EVERYTHING_SET = CampaignConfig(
     version="0.1.0", command=("mallory", "fuzz"), sut="/specs/raft-kv.toml", port=7000, nodes=5, policy="epsilon-greedy",
     reward="novelty", temperature=0.05, prior="optimistic", seed=-4, faults=("partition", "kill:one"),
     workload="rw-register", concurrency=2, rate=12.5, steps=7, window_s=1.5, reset_s=0.0, abstraction="vector-clock",
-    threshold=0.55, calibrate=40, backend="docker", calibration=Calibration(windows=38, threshold=0.55),
+    threshold=0.55, calibrate=40, backend="docker", fresh_data=True, calibration=Calibration(windows=38, threshold=0.55),
     extra={"from_a_newer_mallory": {"kept": [1, 2]}},
 )
 
@@ -82,7 +82,7 @@ def test_an_old_campaign_json_loads_with_defaults_and_resumes(tmp_path):
     config = directory.config()
     assert (config.prior, config.calibrate, config.backend, config.calibration, config.extra) == (None, 0, "netns", None, {})
     assert config.to_json() == {**OLD_CAMPAIGN_JSON, "prior": None, "context": "state", "calibrate": 0,
-                                "backend": "netns", "waypoints": None, "preset": None}
+                                "backend": "netns", "waypoints": None, "preset": None, "fresh_data": False}
 
     # Resume, as `mallory fuzz --resume` does: the loop runs from the directory's configuration.
     clock, nemesis = FakeClock(), FakeNemesis()
@@ -146,6 +146,7 @@ def test_keys_it_does_not_know_are_written_back(tmp_path):
         ("calibrate", 2, "must be 0 (off) or at least 3"),
         ("calibrate", 10_001, "must be at most 10000"),
         ("backend", "k8s", "must be one of docker, netns"),
+        ("fresh_data", 1, "must be true or false"),
     ],
 )
 def test_every_bad_value_is_refused_naming_its_field(tmp_path, field, value, problem):
@@ -189,8 +190,8 @@ def test_numbers_are_normalised_so_equal_configurations_compare_equal():
 
 
 def test_the_loop_config_is_the_configurations_share():
-    config = CampaignConfig(sut="redis-replication", steps=7, window_s=1.5, reset_s=0.5, seed=11)
-    assert config.loop_config() == LoopConfig(steps=7, window_s=1.5, reset_s=0.5, seed=11)
+    config = CampaignConfig(sut="redis-replication", steps=7, window_s=1.5, reset_s=0.5, seed=11, fresh_data=True)
+    assert config.loop_config() == LoopConfig(steps=7, window_s=1.5, reset_s=0.5, seed=11, fresh_data=True)
     assert CampaignConfig(sut="redis-replication").loop_config() == LoopConfig()
 
 
@@ -203,6 +204,11 @@ def fuzz_args(*argv: str) -> argparse.Namespace:
 def test_fuzz_options_default_to_the_fields_defaults():
     config = fuzz.config_from_args(fuzz_args("--sut", "redis-replication", "--out", "c"))
     assert replace(config, version="", command=()) == CampaignConfig(sut="redis-replication")
+
+
+def test_fuzz_fresh_data_is_off_unless_asked():
+    assert fuzz.config_from_args(fuzz_args("--sut", "redis-replication", "--out", "c")).fresh_data is False
+    assert fuzz.config_from_args(fuzz_args("--sut", "redis-replication", "--out", "c", "--fresh-data")).fresh_data
 
 
 def test_fuzz_refuses_a_bad_option_naming_it(tmp_path, capsys):

@@ -48,6 +48,7 @@ class FakeNemesis:
         self.unhealable: str | None = None
         self.unhealthy_resets: set[int] = set()  # which resets (1-based) report a problem
         self.restarts = 0
+        self.fresh_starts = 0
 
     def actions(self) -> list[str]:
         return ["novel", "dull-1", "dull-2", "dull-3"]
@@ -79,8 +80,9 @@ class FakeNemesis:
         assert not self.active, "the loop heals every active fault before reset"
         return {"healthy": self.resets not in self.unhealthy_resets}
 
-    def restart_all(self) -> dict:
+    def restart_all(self, *, fresh: bool = False) -> dict:
         self.restarts += 1
+        self.fresh_starts += fresh
         return {"healthy": True, "restarted": ["n1", "n2", "n3"]}
 
 
@@ -106,7 +108,8 @@ class FakeTimeline:
         return Window(frozenset(f"steady-{i}" for i in range(30)), 30, True)
 
 
-def make_campaign(tmp_path, policy: str, seed: int = 3, late_every: int = 0, checker=None, create=True):
+def make_campaign(tmp_path, policy: str, seed: int = 3, late_every: int = 0, checker=None, create=True,
+                  fresh_data=False):
     clock = FakeClock()
     nemesis = FakeNemesis()
     directory = CampaignDir(tmp_path / "campaign")
@@ -119,7 +122,7 @@ def make_campaign(tmp_path, policy: str, seed: int = 3, late_every: int = 0, che
         learner,
         FakeTimeline(clock, nemesis, late_every),
         nemesis,
-        LoopConfig(steps=12, window_s=2.5, reset_s=5.0, seed=seed),
+        LoopConfig(steps=12, window_s=2.5, reset_s=5.0, seed=seed, fresh_data=fresh_data),
         checker=checker,
         sleeper=clock,
     )
@@ -328,6 +331,28 @@ def test_a_wedged_cluster_is_restarted_before_the_next_schedule(tmp_path):
     assert [("restart" in r) for r in records] == [True, False, True, False]
     assert nemesis.restarts == 2
     assert records[0]["restart"]["restarted"] == ["n1", "n2", "n3"]
+
+
+def test_with_fresh_data_every_schedule_ends_with_a_fresh_start_after_its_checks(tmp_path):
+    """One fresh start per schedule, after the checks (which read the nodes' data), and it
+    stands in for the restart a wedged cluster would get."""
+    class NotingChecker(StarvedChecker):
+        """Notes how many fresh starts there were when each schedule was checked."""
+
+        seen: list[int] = []
+
+        def check_schedule(self, index, record):
+            self.seen.append(nemesis.fresh_starts)
+            return super().check_schedule(index, record)
+
+    checker = NotingChecker({1})  # schedule 1 served no client: a restart it would get
+    campaign, nemesis = make_campaign(tmp_path, "random", checker=checker, fresh_data=True)
+    campaign.run(schedules=3)
+    records = campaign.dir.read_schedules()
+    assert checker.seen == [0, 1, 2]
+    assert nemesis.fresh_starts == nemesis.restarts == 3
+    assert all(r["fresh_start"]["restarted"] == ["n1", "n2", "n3"] for r in records)
+    assert not any("restart" in r for r in records)
 
 
 def test_a_heal_that_fails_is_recorded_and_the_campaign_goes_on(tmp_path):

@@ -190,6 +190,29 @@ def test_a_reset_notes_how_a_node_it_restarted_had_died_and_where_its_log_ended(
     assert report.healthy and report.to_json()["exited"] == report.exited
 
 
+def test_a_fresh_restart_tears_every_node_down_and_starts_it_again_even_without_stop():
+    class TearingDown(FakeRestartingAdapter):
+        """Records teardowns (kill and remove the data) instead of offering `stop`."""
+
+        stop = None
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.torn: list[str] = []
+
+        def teardown(self, node: str) -> None:
+            assert node in self.running, "torn down before anything is started again"
+            self.running.discard(node)
+            self.torn.append(node)
+
+    adapter = TearingDown()
+    nemesis = Nemesis(FaultContext(FakeBackend(), adapter))
+    assert "cannot stop a node" in nemesis.restart_all().problems[0]  # without stop, no plain restart
+    report = nemesis.restart_all(fresh=True)
+    assert adapter.torn == adapter.starts == FakeBackend.nodes and adapter.running == set(FakeBackend.nodes)
+    assert report.restarted == FakeBackend.nodes and report.healthy and set(adapter.waited) == set(FakeBackend.nodes)
+
+
 def test_a_healthy_reset_has_no_unready_node():
     report = Nemesis(FaultContext(FakeBackend(), FakeRestartingAdapter()), enabled=["stop"]).reset()
     assert report.healthy and report.unready == {}
