@@ -10,9 +10,16 @@ from tests.unit.bench.bench_module import load_bench
 bench = load_bench("bench_soak")
 
 
-def test_proc_status_and_stat_give_rss_and_cpu():
-    assert bench.rss_mb("Name:\tpython3\nVmPeak:\t  300000 kB\nVmRSS:\t  112640 kB\nThreads:\t4\n") == 110.0
-    assert bench.rss_mb("Name:\tkworker\nState:\tI (idle)\n") is None
+def test_proc_status_and_stat_give_memory_by_kind_and_cpu():
+    status = ("Name:\tpython3\nVmPeak:\t  300000 kB\nVmRSS:\t  112640 kB\nRssAnon:\t   81920 kB\n"
+              "RssFile:\t   20480 kB\nRssShmem:\t   10240 kB\nThreads:\t4\n")
+    assert bench.status_memory_mb(status) == {"rss": 110.0, "anon": 80.0, "file": 20.0, "shmem": 10.0}
+    assert bench.status_memory_mb("Name:\tkworker\nState:\tI (idle)\n") is None
+    own = bench.status_memory_mb(open(f"/proc/{os.getpid()}/status").read())
+    assert own["rss"] > 0 and abs(own["anon"] + own["file"] + own["shmem"] - own["rss"]) < 0.01
+    rollup = "55a6-7fff ---p 00000000 00:00 0  [rollup]\nRss:  1764 kB\nPss:  3072 kB\nPss_Anon:  112 kB\n"
+    assert bench.pss_mb(rollup) == 3.0 and bench.pss_mb("Rss: 4 kB\n") is None
+    assert bench.pss_mb(open(f"/proc/{os.getpid()}/smaps_rollup").read()) > 0
     stat = "4242 (odd ) name) S 1 4242 4242 0 -1 4194560 9000 0 0 0 250 50 0 0 20 0 4 0 100 0 0"
     assert bench.cpu_seconds(stat, 100) == 3.0
     own = open(f"/proc/{os.getpid()}/stat").read()
@@ -63,3 +70,38 @@ def test_summary_per_role_after_the_warmup_with_restarts_and_cpu_share():
     assert by_role["mediator"].cpu_share == 0.2 and by_role["mediator"].growth_mb_per_h == 0.0
     text = bench.render(list(by_role.values()))
     assert "observer RSS at most 35.0 MB (target <= 40 MB)" in text
+
+
+def test_event_rates_per_minute_between_readings_and_none_across_a_new_mediator():
+    assert bench.event_rates([(0, 100), (60, 400), (120, 400), (180, 50)]) == {60: 300.0, 120: 0.0}
+    assert bench.event_rates([(60, 5)]) == {}
+
+
+def test_growth_at_constant_load_separates_time_from_the_event_rate():
+    # MB = 10 + 2 MB/h * hours + 0.5 MB per 1000 events/min, the rate going up and down
+    points = [(t, r, 10 + 2 * t / 3600 + 0.5 * r / 1000) for t, r in
+              ((0, 1000), (3600, 3000), (7200, 1000), (10800, 3000))]
+    growth, per_rate = bench.growth_at_constant_load(points)
+    assert round(growth, 9) == 2.0 and round(per_rate, 9) == 0.5
+    # a rate that grows in step with time: which of the two it is cannot be told
+    assert bench.growth_at_constant_load([(t, 1000 + t / 3.6, 10 + t / 3600) for t in (0, 600, 1200, 1800)]) is None
+    # a rate that never moves: the plain growth
+    assert bench.growth_at_constant_load([(0, 500, 1.0), (1800, 500, 2.0), (3600, 500, 3.0)]) == (2.0, 0.0)
+    assert bench.growth_at_constant_load([(0, 500, 1.0), (60, 600, 2.0)]) is None
+
+
+def test_summary_reports_each_kind_of_memory_and_the_load_it_grew_under():
+    S = bench.Sample
+    samples = [S(t, "mediator", 5, 100.0 + t / 3600, 0.0, anon_mb=60.0 + 2 * t / 3600 + (r or 0) / 2000, file_mb=30.0,
+                 shmem_mb=0.0, pss_mb=90.0, events_per_min=r)
+               for t, r in ((0, None), (3600, 3000), (7200, 1000), (10800, 3000), (14400, 1000))]
+    [mediator] = bench.summarize(samples, warmup_s=3600)
+    assert mediator.end_by_kind == {"anon_mb": 68.5, "file_mb": 30.0, "shmem_mb": 0.0, "pss_mb": 90.0}
+    assert mediator.growth_by_kind["file_mb"] == 0.0 and round(mediator.growth_by_kind["anon_mb"], 3) == 1.8  # the plain slope mixes in the load
+    assert [round(v, 9) for v in mediator.anon_at_constant_load] == [2.0, 0.5]
+    load = bench.summarize_load(samples, warmup_s=3600)
+    assert (load.first, load.last, load.mean) == (3000, 1000, 2000)
+    text = bench.render([mediator], load)
+    assert "+2.00" in text and "+0.500" in text
+    assert "3000/min after the warm-up, 1000/min at the end, 2000/min on average" in text
+    assert bench.summarize_load([S(0, "fuzz", 1, 50.0, 0.0)], 0) is None
