@@ -194,8 +194,8 @@ class Observer:
             self._events = []
         self.sender.submit(events, until, lost)
         self.batches += 1
-        if self.logs is not None:
-            self.logs.checkpoint()
+        if self.logs is not None and not any(e.kind is _LOG for e in self._events):
+            self.logs.checkpoint()  # not while a log event read waits for a later batch
         return more and not final
 
     def run(self, stop: threading.Event) -> None:
@@ -234,6 +234,9 @@ class Observer:
         while self.cut() and time.monotonic() < deadline:
             pass
         self.cut(final=True)
+
+
+_LOG = Kind.LOG
 
 
 def _ts(event: Event) -> int:

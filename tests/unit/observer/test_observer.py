@@ -155,6 +155,31 @@ def test_packets_beyond_the_limit_wait_and_the_next_cut_takes_them():
     assert_sound(sender.batches)
 
 
+class FakeLogs:
+    """Stands in for a LogWatcher: hands out `pending` once, counts checkpoints."""
+
+    def __init__(self) -> None:
+        self.pending: list[Event] = []
+        self.checkpoints = 0
+
+    def poll_events(self) -> list[Event]:
+        out, self.pending = self.pending, []
+        return out
+
+    def checkpoint(self) -> None:
+        self.checkpoints += 1
+
+
+def test_the_log_cursor_is_saved_only_once_no_log_event_read_waits():
+    sender, logs = FakeSender(), FakeLogs()
+    obs = Observer("n1", FakeCapture(), sender, logs=logs, max_events=2)
+    t0 = time.monotonic_ns()
+    logs.pending = [Event("n1", Kind.LOG, t0 + i, i, "line") for i in range(3)]
+    assert obs.cut() is True and logs.checkpoints == 0  # the third waits
+    assert obs.cut() is False and logs.checkpoints == 1
+    assert [e.id for events, _, _ in sender.batches for e in events] == [0, 1, 2]
+
+
 def test_limit_until_leaves_out_the_first_stamp_beyond_the_limit_but_never_takes_nothing():
     assert limit_until([13, 11, 12, 14], 2) == 13
     assert limit_until([11, 12, 12, 14], 2) == 12  # both events at 12 wait: one batch of 1
