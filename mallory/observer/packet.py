@@ -37,6 +37,10 @@ import socket
 import struct
 from typing import NamedTuple
 
+# CONTINUATION, the payload abstraction of a TCP segment in the middle or at the end of a
+# larger write, is the event model's (re-exported here for WriteStarts' users)
+from mallory.timeline.event import CONTINUATION as CONTINUATION
+
 try:  # hashlib.blake2b is this one, but importing hashlib loads OpenSSL: 3.6 MB more in every observer
     from _blake2 import blake2b
 except ImportError:  # a CPython built without its own blake2
@@ -124,8 +128,6 @@ def _id_and_offset(buf: bytes) -> tuple[int, int, int] | None:
     return int.from_bytes(blake2b(encoding, digest_size=8).digest(), "big"), offset, end
 
 
-#: the payload abstraction of a TCP segment in the middle or at the end of a larger write
-CONTINUATION = "cont"
 _PSH = 0x08
 
 

@@ -9,6 +9,7 @@ common (real-time) axis.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import NamedTuple
@@ -43,8 +44,11 @@ class Event(NamedTuple):
     kind: see `Kind`.
     ts:   the node's monotonic clock in ns when it happened.
     id:   a code-event id (stable hash of path, line, kind), a 64-bit packet id, or 0.
-    data: a short abstraction of the payload: hex of a packet's first 4 payload bytes,
-          "f:type" of a client op, a fault's name. Kept small: it is part of the state.
+    data: a short abstraction of the payload: for a packet, the hex of its first 4
+          payload bytes, or on a TCP flow whose messages the SUT declares
+          (mallory/observer/messages.py) the type names of the messages it starts (see
+          `message_types`); "f:type" of a client op, a fault's name. Kept small: it is part
+          of the state.
     """
 
     node: str
@@ -52,6 +56,50 @@ class Event(NamedTuple):
     ts: int
     id: int
     data: str = ""
+
+
+#: A packet's data when it carries the middle or the end of a message (or TCP write) only.
+CONTINUATION = "cont"
+#: A packet's data on a declared flow whose message boundaries are unknown there (the
+#: flow was joined mid-stream or lost sync; mallory/observer/framing.py).
+UNKNOWN_MESSAGE = "?"
+#: Message type names a packet starts are joined with this, sorted, each name once.
+MESSAGE_SEPARATOR = "+"
+#: A packet's data lists no more message type names than fit in this many characters.
+MAX_MESSAGE_DATA = 96
+#: A message type name: 1 to 32 of these characters, not only lowercase hex digits (or it
+#: would read as payload hex) and not CONTINUATION.
+MESSAGE_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,32}")
+_PAYLOAD_HEX = re.compile(r"[0-9a-f]*")
+
+
+def is_message_name(name: str) -> bool:
+    """Whether `name` may name a message type (`MESSAGE_NAME`)."""
+    return bool(MESSAGE_NAME.fullmatch(name)) and not _PAYLOAD_HEX.fullmatch(name) and name != CONTINUATION
+
+
+def message_data(names: list[str]) -> str:
+    """A packet's data for the message type names it starts (in any order, repeats
+    allowed): each name once, sorted, joined by MESSAGE_SEPARATOR, as many as fit in
+    MAX_MESSAGE_DATA characters; CONTINUATION for none."""
+    if not names:
+        return CONTINUATION
+    distinct = sorted(set(names))
+    data = distinct[0]
+    for name in distinct[1:]:
+        if len(data) + 1 + len(name) > MAX_MESSAGE_DATA:
+            break
+        data += MESSAGE_SEPARATOR + name
+    return data
+
+
+def message_types(data: str) -> tuple[str, ...]:
+    """The message type names a SEND/RECV event's data carries; () when it carries payload
+    hex, CONTINUATION, UNKNOWN_MESSAGE or nothing."""
+    if not data or data == CONTINUATION or _PAYLOAD_HEX.fullmatch(data):
+        return ()
+    names = tuple(data.split(MESSAGE_SEPARATOR))
+    return names if all(map(is_message_name, names)) else ()
 
 
 @dataclass(frozen=True)
