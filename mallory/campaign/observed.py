@@ -1,8 +1,8 @@
 """What every observed cluster shares, whatever its backend (netns: mallory/campaign/netns_stack.py,
 docker: mallory/campaign/docker_stack.py): the mediator started in the gateway and waited for, an
-observer per node (with the adapter's log patterns), every observer's first batch waited
-for, and `close()` stopping them all before the cluster goes down. Each backend says only
-how its mediator and observers are invoked.
+observer per node (with the adapter's log patterns and message format), every observer's
+first batch waited for, and `close()` stopping them all before the cluster goes down. Each
+backend says only how its mediator and observers are invoked.
 
 The mediator's API token reaches it in a file of the run's state directory (mode 0600,
 removed with the run), never on its command line, where any local user could read it.
@@ -36,8 +36,9 @@ from mallory.campaign.loop import ComponentDied
 from mallory.cluster.backend import NodeProcess
 from mallory.cluster.journaled import GATEWAY
 from mallory.errors import MalloryError
-from mallory.harness.adapter import LogWatching
+from mallory.harness.adapter import FramesMessages, LogWatching
 from mallory.mediator.client import MediatorClient
+from mallory.observer import messages
 from mallory.observer.log_events import write_watch_file
 from mallory.polling import wait_until
 
@@ -82,7 +83,7 @@ class ObservedStack:
         raise NotImplementedError
 
     def _observer_command(self, node: str) -> list[str]:
-        """`mallory observe` for `node` (log patterns are added here)."""
+        """`mallory observe` for `node` (log patterns and the message format are added here)."""
         raise NotImplementedError
 
     def _start(self, record_dir: Path | None, skew_ms: float, adapter_factory: Callable[[Any], Any] | None) -> None:
@@ -127,6 +128,11 @@ class ObservedStack:
             path = self.cluster.data_dir(GATEWAY) / f"log-events-{node}.json"
             write_watch_file(str(path), watched)
             argv += ["--log-events", str(path)]
+        declared = self.adapter.peer_messages() if isinstance(self.adapter, FramesMessages) else None
+        if declared is not None:  # packets of its peer streams are named by message type
+            path = self.cluster.data_dir(GATEWAY) / f"messages-{node}.json"
+            messages.write_watch_file(str(path), declared)
+            argv += ["--messages", str(path)]
         return self.cluster.spawn(node, argv, name="observer", env=component_env())
 
     def _batches(self) -> dict[str, int]:

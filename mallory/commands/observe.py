@@ -12,7 +12,7 @@ from mallory.errors import MalloryError
 from mallory.mediator import BATCH_PORT
 from mallory.observer import iptables
 from mallory.observer.nflog import NfLog
-from mallory.observer.nfq import NfQueue
+from mallory.observer.nfq import COPY_RANGE, FULL_COPY, NfQueue
 from mallory.observer.observer import Observer, clock_pair
 from mallory.observer.sender import BatchSender
 
@@ -54,6 +54,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         '{"log_events": [{"pattern", "name", "file"}]}): matching lines become LOG events')
     parser.add_argument("--log-file", default=DEFAULT_LOG_FILE,
                         help=f"the log an entry without `file` watches (default {DEFAULT_LOG_FILE}: the SUT's output)")
+    parser.add_argument("--messages", metavar="FILE",
+                        help="frame the TCP flows of the SUT's declared peer ports into messages: a TOML SUT spec "
+                        "with a [messages] section, or the JSON file a campaign writes; packets there carry the "
+                        "type names of the messages they start instead of payload hex (reads whole packets)")
     parser.add_argument("--log-cursor", metavar="PATH",
                         help="where the log tail saves how far it read, so a restarted observer resumes there "
                         "(default with --run: observer.log-cursor.json in the node's log dir)")
@@ -118,6 +122,22 @@ def _log_watcher(args: argparse.Namespace):
     return log_events.LogWatcher(args.node, watched, cursor_path)
 
 
+def _message_splitter(path: str):
+    """The MessageSplitter for --messages: a TOML spec's [messages] with its ports, or a
+    JSON file mallory/observer/messages.py wrote."""
+    from mallory.observer.framing import MessageSplitter
+    from mallory.observer.messages import load_watch_file, peer_messages
+
+    if path.endswith(".toml"):
+        from mallory.harness.spec import load_spec
+
+        spec = load_spec(path)
+        if spec.messages is None:
+            raise MalloryError(f"observe --messages {path}: the spec has no [messages] section")
+        return MessageSplitter(peer_messages(spec.messages, spec.ports, path))
+    return MessageSplitter(load_watch_file(path))
+
+
 def run(args: argparse.Namespace) -> int:
     if not args.node:
         raise MalloryError("observe: no node name (give --node or set MALLORY_NODE)")
@@ -145,10 +165,13 @@ def run(args: argparse.Namespace) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
 
+    messages = _message_splitter(args.messages) if args.messages and not args.no_packets else None
     queue = None
     if not args.no_packets:
         # Bind first, then add the rules: no packet is ever queued to an unbound queue.
-        queue = NfLog(args.queue) if args.mode == "nflog" else NfQueue(args.queue, maxlen=args.queue_maxlen)
+        copy = FULL_COPY if messages is not None else COPY_RANGE  # framing reads whole packets
+        queue = (NfLog(args.queue, copy_range=copy) if args.mode == "nflog"
+                 else NfQueue(args.queue, maxlen=args.queue_maxlen, copy_range=copy))
         iptables.install(args.queue, peers, args.mode)
     logs = _log_watcher(args) if args.log_events else None
     reader = _open_ring(args.shm, args.ring_capacity, args.node) if args.shm else None
@@ -161,9 +184,11 @@ def run(args: argparse.Namespace) -> int:
         ring=_backlog(reader) if reader else None,
         ring_lost=(lambda: reader.lost_total) if reader else None,
         logs=logs,
+        messages=messages,
     )
-    log.info("observe %s: %s %d peers %s ring %s mediator %s:%d", args.node, args.mode, args.queue, ",".join(peers),
-             args.shm or "-", *mediator)
+    log.info("observe %s: %s %d peers %s ring %s mediator %s:%d messages on ports %s", args.node, args.mode,
+             args.queue, ",".join(peers), args.shm or "-", *mediator,
+             ",".join(map(str, sorted(messages.ports))) if messages else "-")
     try:
         observer.run(stop)
     finally:

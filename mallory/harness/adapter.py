@@ -7,7 +7,7 @@ touches nodes only through the cluster backend (`mallory.cluster.backend.Cluster
 so one adapter runs on every backend.
 
 What only some SUTs can do is a small protocol of its own, each with its contract below:
-`Killable`, `Stoppable`, `Pausable`, `HasProcess`, `LogWatching`, `TakesEnvOverlay`,
+`Killable`, `Stoppable`, `Pausable`, `HasProcess`, `LogWatching`, `FramesMessages`, `TakesEnvOverlay`,
 `HasPrimaries`, `Promotable`, `Membership`, `ReportsApplied`. An adapter that can do it defines the methods;
 one that cannot does not define them at all (no stub that raises). Whoever needs an ability
 asks `isinstance(adapter, Ability)` first, so the nemesis refuses a fault up front instead
@@ -34,6 +34,7 @@ from mallory.harness.client import Client
 from mallory.harness.workload import Workload
 from mallory.log_lines import LogPattern
 from mallory.observer.log_events import WatchedPattern, expand_template, resolve
+from mallory.observer.messages import PeerMessages
 
 
 def _await_state(pid: int, stopped: bool, timeout: float = 2.0) -> None:
@@ -159,6 +160,17 @@ class LogWatching(Protocol):
 
     def log_watch(self, node: str) -> list[WatchedPattern]:
         """What the node's observer tails, file by file (empty: nothing)."""
+        ...
+
+
+@runtime_checkable
+class FramesMessages(Protocol):
+    """The SUT says how its peer streams split into messages and how each message's type is
+    called (mallory/observer/messages.py), so packets there are named by message type."""
+
+    def peer_messages(self) -> PeerMessages | None:
+        """The message format and the port numbers of the flows it applies to (None: the
+        SUT declares none)."""
         ...
 
 

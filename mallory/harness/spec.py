@@ -33,6 +33,12 @@
     pattern = 'became leader at term (?P<term>\\d+)'  # node becomes leader, `term` its term
                                          # (the two-leaders-in-a-term oracle reads it)
 
+    [messages]                           # optional: how the peer streams split into
+    ports = ["peer"]                     # messages and what each is called (framing:
+    delimiter = "\n"                     # length, delimiter or framer; naming: type or
+    type = { offset = 0, names = { "86" = "vote" } }  # classifier); see
+                                         # mallory/observer/messages.py
+
     [client]
     kind = "redis"                       # a client kind: "line" (GET/PUT/CAS text lines,
                                          # mallory/harness/line_client.py) or one a built-in
@@ -65,6 +71,7 @@ from typing import Any, Mapping
 from mallory.errors import MalloryError
 from mallory.log_lines import LogPattern
 from mallory.observer.log_events import parse_log_events
+from mallory.observer.messages import MessageFormat, parse_messages
 
 PROBES = ("tcp", "command", "log")
 PLACEHOLDERS = ("node", "index", "address", "port", "peers", "nodes", "data_dir", "log_dir")
@@ -79,6 +86,7 @@ _SECTIONS = {
     "client": {"kind", "port", "timeout"},
     "log_events": None,  # an array of tables, checked by log_events.parse_log_events
     "leader": {"pattern"},
+    "messages": None,  # checked by messages.parse_messages
 }
 
 
@@ -116,6 +124,7 @@ class SutSpec:
     client: ClientSpec | None = None
     log_events: tuple[LogPattern, ...] = ()
     leader_line: str = ""
+    messages: MessageFormat | None = None
     source: str = "<spec>"
 
 
@@ -229,6 +238,7 @@ class _Validator:
             client=self.client(raw.get("client"), ports),
             log_events=self.log_events(raw.get("log_events", []), ports),
             leader_line=self.leader_line(raw.get("leader", {})),
+            messages=self.messages(raw["messages"], ports) if "messages" in raw else None,
             source=self.source,
         )
 
@@ -278,6 +288,12 @@ class _Validator:
             return parse_log_events(raw, self.source, lambda text, fieldname: self.template(text, fieldname, ports))
         except SpecError:
             raise
+        except MalloryError as exc:
+            raise SpecError(str(exc)) from None
+
+    def messages(self, raw: Any, ports: Mapping[str, int]) -> MessageFormat:
+        try:
+            return parse_messages(raw, self.source, ports)
         except MalloryError as exc:
             raise SpecError(str(exc)) from None
 

@@ -19,6 +19,7 @@ from mallory.harness.client import Client, key_options
 from mallory.harness.line_client import LineClient
 from mallory.harness.spec import NodeContext, SutSpec, expand
 from mallory.harness.workload import Workload
+from mallory.observer.messages import PeerMessages, peer_messages
 
 
 class ClientFactory(Protocol):
@@ -71,6 +72,12 @@ class SpecAdapter(ProcessAdapter):
 
     def log_template_values(self, node: str) -> dict[str, object]:
         return self.context(node).values()
+
+    def peer_messages(self) -> PeerMessages | None:
+        """The spec's [messages], on the spec's ports (FramesMessages)."""
+        if self.spec.messages is None:
+            return None
+        return peer_messages(self.spec.messages, self.spec.ports, self.spec.source)
 
     def command(self, node: str) -> Sequence[str]:
         ctx = self.context(node)

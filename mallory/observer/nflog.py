@@ -104,8 +104,11 @@ class NfLog:
     """One bound NFLOG group in the current network namespace."""
 
     def __init__(
-        self, group: int, *, threshold: int = 1, flush_cs: int = 1, nlbufsiz: int = 65536, rcvbuf: int = 8 << 20
+        self, group: int, *, threshold: int = 1, flush_cs: int = 1, nlbufsiz: int = 65536, rcvbuf: int = 8 << 20,
+        copy_range: int = COPY_RANGE,
     ) -> None:
+        """copy_range: how many bytes of each packet are copied to us (whole packets to
+        frame messages)."""
         self.group = group
         self.lost = 0
         self.received = 0
@@ -121,7 +124,7 @@ class NfLog:
                 self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
             self._config(_attr(NFULA_CFG_CMD, bytes([NFULNL_CFG_CMD_BIND])))
             self._config(
-                _attr(NFULA_CFG_MODE, struct.pack("!IBx", COPY_RANGE, NFULNL_COPY_PACKET))
+                _attr(NFULA_CFG_MODE, struct.pack("!IBx", copy_range, NFULNL_COPY_PACKET))
                 + _attr(NFULA_CFG_NLBUFSIZ, struct.pack("!I", nlbufsiz))
                 + _attr(NFULA_CFG_TIMEOUT, struct.pack("!I", flush_cs))
                 + _attr(NFULA_CFG_QTHRESH, struct.pack("!I", threshold))

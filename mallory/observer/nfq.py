@@ -46,6 +46,8 @@ SO_RCVBUFFORCE = 33
 
 #: IPv4 header (<= 60) + TCP header (<= 60) + 4 payload bytes fit in 128.
 COPY_RANGE = 128
+#: Whole packets: what framing a stream into messages needs (mallory/observer/framing.py).
+FULL_COPY = 0xFFFF
 
 _NLMSGHDR = struct.Struct("=IHHII")
 _HDR_ATTR = (4 + 7, NFQA_PACKET_HDR)  # (nla_len, nla_type) of the packed 7-byte header
@@ -198,13 +200,16 @@ class QueueBinding:
 class NfQueue:
     """One bound NFQUEUE queue in the current network namespace, accepting everything."""
 
-    def __init__(self, queue_num: int, *, maxlen: int = 4096, rcvbuf: int = 8 << 20, fail_open: bool = True) -> None:
+    def __init__(self, queue_num: int, *, maxlen: int = 4096, rcvbuf: int = 8 << 20, fail_open: bool = True,
+                 copy_range: int = COPY_RANGE) -> None:
+        """copy_range: how many bytes of each packet we read (FULL_COPY to frame messages;
+        then the fast path of parse_datagram, for COPY_RANGE copies, is not taken)."""
         self.queue_num = queue_num
         self.lost = 0  # packets the kernel accepted without handing them to us
         self.received = 0
         self.reads = 0  # drains that found packets: received / reads = packets per wakeup
         self._last_id = 0
-        self._bound = QueueBinding(queue_num, copy_range=COPY_RANGE, maxlen=maxlen, rcvbuf=rcvbuf,
+        self._bound = QueueBinding(queue_num, copy_range=copy_range, maxlen=maxlen, rcvbuf=rcvbuf,
                                    fail_open=fail_open, owner="observer")
         self._buf = bytearray(65536)
         self._view = memoryview(self._buf)

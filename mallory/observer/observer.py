@@ -25,6 +25,11 @@ example SUT, at its busiest, wrote about 700 events per 0.1 s over its three nod
 limit only cuts bursts. It is also the span the ring reader gives back to the kernel at a
 time (256 KiB).
 
+With a message format declared (mallory/observer/messages.py), a packet on a TCP flow to or
+from a declared port gets the type names of the messages it starts as its data
+(mallory/observer/framing.py); every other packet keeps its payload hex. Without one the
+packet loop is the one it always was.
+
 Log-derived events (mallory/observer/log_events.py) are stamped when their line is read:
 the log files are polled every LOG_POLL_S in the loop and once more right before the cut
 (so their stamps precede it).
@@ -38,6 +43,7 @@ import threading
 import time
 from typing import Callable, Protocol
 
+from mallory.observer.framing import MessageSplitter
 from mallory.observer.nfq import NF_INET_LOCAL_OUT
 from mallory.observer.packet import WriteStarts, id_and_data
 from mallory.timeline.codec import MAX_BATCH_EVENTS
@@ -118,6 +124,7 @@ class Observer:
         ring_lost: Callable[[], int] | None = None,
         logs: LogSource | None = None,
         max_events: int = MAX_BATCH_EVENTS,
+        messages: MessageSplitter | None = None,
     ) -> None:
         self.node = node
         self.capture = capture
@@ -134,11 +141,15 @@ class Observer:
         self._events: list[Event] = []  # packet and log events not yet in a batch
         self._lost_reported = 0
         self._writes = WriteStarts()
+        self.messages = messages
 
     def on_packets(self, packets: list[tuple]) -> None:
         """Turn (number, hook, mono_ns, ip_bytes) tuples into SEND/RECV events (the hot
         path: locals, and Events built with tuple.__new__, which skips NamedTuple's
         Python-level __new__)."""
+        if self.messages is not None:
+            self._on_framed_packets(packets)
+            return
         node, append, new = self.node, self._events.append, tuple.__new__
         send, recv = Kind.SEND, Kind.RECV
         write_data = self._writes.data
@@ -147,6 +158,22 @@ class Observer:
             found = id_and_data(payload)
             if found is not None:
                 data = write_data(payload, found[1]) if found[1] else ""
+                append(new(Event, (node, send if hook == NF_INET_LOCAL_OUT else recv, ts, found[0], data)))
+                count += 1
+        self.packets += count
+
+    def _on_framed_packets(self, packets: list[tuple]) -> None:
+        """on_packets with a message format: the splitter's data where it has one."""
+        node, append, new = self.node, self._events.append, tuple.__new__
+        send, recv = Kind.SEND, Kind.RECV
+        write_data, framed = self._writes.data, self.messages.data
+        count = 0
+        for _, hook, ts, payload in packets:
+            found = id_and_data(payload)
+            if found is not None:
+                data = framed(payload, ts)
+                if data is None:
+                    data = write_data(payload, found[1]) if found[1] else ""
                 append(new(Event, (node, send if hook == NF_INET_LOCAL_OUT else recv, ts, found[0], data)))
                 count += 1
         self.packets += count

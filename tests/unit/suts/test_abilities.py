@@ -20,6 +20,7 @@ from mallory import paths
 from mallory.cluster.loopback import LoopbackBackend
 from mallory.errors import MalloryError
 from mallory.harness.adapter import (
+    FramesMessages,
     HasPrimaries,
     HasProcess,
     Killable,
@@ -41,17 +42,19 @@ from nemesis.nemesis import Nemesis
 EXAMPLE = paths.SUTS / "example" / "example.toml"
 
 ABILITIES = (Killable, Stoppable, Pausable, HasProcess, LogWatching, TakesEnvOverlay, HasPrimaries, Promotable, Membership,
-             ReportsApplied)
+             ReportsApplied, FramesMessages)
 #: what every ProcessAdapter can do
 PROCESS = frozenset({Killable, Stoppable, Pausable, HasProcess, LogWatching, TakesEnvOverlay})
+#: what every SpecAdapter can do beyond: its spec's [messages]
+SPEC = PROCESS | {FramesMessages}
 #: SUT -> the abilities its adapter has ("example": the generic SpecAdapter on EXAMPLE)
 EXPECTED = {
     "redis-replication": PROCESS | {HasPrimaries, Promotable},
     "redis-sentinel": PROCESS | {HasPrimaries},
     "etcd": PROCESS | {HasPrimaries, Promotable, Membership},
-    "raft-kv": PROCESS | {HasPrimaries, Promotable, Membership, ReportsApplied},
-    "pysyncobj": PROCESS | {ReportsApplied},
-    "example": PROCESS,
+    "raft-kv": SPEC | {HasPrimaries, Promotable, Membership, ReportsApplied},
+    "pysyncobj": SPEC | {ReportsApplied},
+    "example": SPEC,
 }
 #: faults that need the SUT to name its primaries
 PRIMARIES_FAULTS = ("kill:primaries", "pause:primaries", "partition:primaries")
