@@ -1,15 +1,16 @@
 """What the report calls each event (pure given a catalogue).
 
 Code events are named through the build's annotation catalogue (its label, else
-function@file:line); packets by direction, their peer in the timeline and the first payload
-bytes; client operations, faults and log lines by their data.
+function@file:line); packets by direction, their peer in the timeline and the type names of
+the messages they start (`send append-entries -> n2`), else their first payload bytes in
+brackets; client operations, faults and log lines by their data.
 """
 
 from __future__ import annotations
 
 from mallory.instrument.catalogue import Catalogue
 from mallory.timeline.builder import Committed
-from mallory.timeline.event import Kind
+from mallory.timeline.event import Kind, message_types
 
 
 class EventNamer:
@@ -21,7 +22,7 @@ class EventNamer:
         kind = e.kind
         if kind in (Kind.FUNC, Kind.BLOCK):
             return self.catalogue.name(e.id)
-        payload = f" [{e.data}]" if e.data else ""
+        payload = f" {e.data}" if message_types(e.data) else f" [{e.data}]" if e.data else ""
         if kind is Kind.SEND:
             peers = sorted({node for node, _ in entry.recvs or ()})
             return f"send{payload} -> {','.join(peers) if peers else '?'}"

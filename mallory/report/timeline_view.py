@@ -2,8 +2,10 @@
 
 Nodes are horizontal lanes; an event is a dot at its Lamport timestamp's column (the
 distinct Lamport values of the slice, ranked), so on each lane events are in their order
-on that node and every message arrow (SEND -> RECV, both in the slice) points right; faults
-are shaded spans across the lanes, from when they were enacted to when they were healed.
+on that node and every message arrow (SEND -> RECV, both in the slice) points right,
+labelled with the type names of the messages its packet starts when the SUT declares them
+(mallory/observer/messages.py); faults are shaded spans across the lanes, from when they
+were enacted to when they were healed.
 Every element carries data attributes (node, index, Lamport value, kind) so that tools and
 tests can read the diagram back.
 """
@@ -16,7 +18,7 @@ from dataclasses import dataclass
 from html import escape
 
 from mallory.timeline.builder import Committed
-from mallory.timeline.event import Kind
+from mallory.timeline.event import Kind, message_types
 
 LANE_H = 56
 LEFT = 96
@@ -142,11 +144,16 @@ def timeline_svg(
             f"{escape(node)}</text></g>"
         )
     for send, recv in messages(entries):
-        out.append(
-            f'<line class="msg" data-send="{ref(send)}" data-recv="{ref(recv)}" x1="{x(send)}" '
-            f'y1="{y(send.event.node)}" x2="{x(recv)}" y2="{y(recv.event.node)}" stroke="#555" '
-            f'stroke-width="0.7" marker-end="url(#arrow)"/>'
-        )
+        x1, y1, x2, y2 = x(send), y(send.event.node), x(recv), y(recv.event.node)
+        line = (f'<line class="msg" data-send="{ref(send)}" data-recv="{ref(recv)}" x1="{x1}" y1="{y1}" x2="{x2}" '
+                f'y2="{y2}" stroke="#555" stroke-width="0.7" marker-end="url(#arrow)"')
+        if message_types(send.event.data):
+            label = escape(send.event.data)
+            out.append(f'{line} data-message="{label}"><title>{label}</title></line>'
+                       f'<text class="msg-label" x="{(x1 + x2) // 2 + 2}" y="{(y1 + y2) // 2}" font-size="7" '
+                       f'fill="#555">{label}</text>')
+        else:
+            out.append(f"{line}/>")
     for entry in entries:
         e = entry.event
         label = name(entry)

@@ -96,6 +96,27 @@ def test_svg_of_a_tail_holds_exactly_that_tail(seed, keep):
     assert_view_matches(timeline_svg(entries, EventNamer()), entries)
 
 
+def test_message_types_label_their_arrows_and_name_their_packets_in_both_views():
+    records = [ClockPair(n, 0, 1_000) for n in ("n1", "n2")]
+    records += [
+        Batch("n1", 0, 100, [Event("n1", Kind.SEND, 20, 7, "append-entries+timeout-now"),
+                             Event("n1", Kind.RECV, 60, 8, "17030300")]),
+        Batch("n2", 0, 100, [Event("n2", Kind.RECV, 30, 7, "append-entries+timeout-now"),
+                             Event("n2", Kind.SEND, 40, 8, "17030300")]),
+    ]
+    entries = committed(records, ["n1", "n2"])
+    svg = timeline_svg(entries, EventNamer())
+    assert_view_matches(svg, entries)
+    _, arrows, _ = svg_elements(svg)
+    labels = {a["data-send"]: a.get("data-message") for a in arrows}
+    assert labels == {"n1#0": "append-entries+timeout-now", "n2#1": None}  # payload hex is no message type
+    assert svg.count('class="msg-label"') == 1
+    _, _, events = parse_shiviz(shiviz_log(entries, EventNamer()))
+    texts = [text for text, _, _ in events]
+    assert any(t.startswith("SEND send append-entries+timeout-now -> n2 ") for t in texts)
+    assert any(t.startswith("SEND send [17030300] -> n1 ") for t in texts)
+
+
 def test_fault_spans_last_until_heal_or_the_schedule_end():
     schedule = {"ended_ns": 100, "steps": [
         {"action": "partition:one", "window_ns": [10, 20], "report": {"nodes": ["n1"], "started_ns": 11}},
