@@ -301,7 +301,10 @@ class LengthFlow(Flow):
                 if len(head) < self.need:
                     self.head = head
                     return names if names or not guess else None
-                answer = cut(head, self.first)
+                try:
+                    answer = cut(head, self.first)
+                except Exception:  # a framer's bug must not take the observer down: lost sync
+                    answer = None
                 if type(answer) is int and len(head) < answer <= MAX_HEAD:
                     self.need = answer
                     continue

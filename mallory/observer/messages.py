@@ -26,7 +26,8 @@ starts as its events' data (mallory/timeline/event.py, `message_data`).
 
 A name is 1 to 32 letters, digits, `_ . : -`, not only lowercase hex digits (it would read as
 payload hex) and not "cont" (`is_message_name`). Offsets of the type field count from the
-message's first byte. A message shorter than its type field's end is named `default`.
+message's first byte, and neither field's offset passes MAX_PEEK (4096): a flow keeps no more
+of a message's first bytes. A message shorter than its type field's end is named `default`.
 
 `framer` and `classifier` are `module:attribute` references, imported when the spec is
 loaded (so a typo fails there) and again by the observer.
@@ -213,7 +214,7 @@ class _Check:
         where = "messages.length"
         raw = self.table(raw, where, LENGTH_FIELDS)
         f = LengthField(
-            offset=self.integer(raw, "offset", where, 0),
+            offset=self.integer(raw, "offset", where, 0, high=MAX_PEEK),
             size=self.choice(raw, "size", where, 4, SIZES),
             order=self.choice(raw, "order", where, "big", ORDERS),
             counts=self.choice(raw, "counts", where, "body", COUNTS),
@@ -242,7 +243,7 @@ class _Check:
                 raise self.error(f"{where}.names", f"{key!r} does not fit in {size} byte(s)")
             names[number] = self.name(name, f"{where}.names.{key}")
         return TypeField(
-            offset=self.integer(raw, "offset", where, 0),
+            offset=self.integer(raw, "offset", where, 0, high=MAX_PEEK),
             size=size,
             order=self.choice(raw, "order", where, "big", ORDERS),
             names=names,

@@ -148,6 +148,18 @@ def test_a_framer_asking_for_its_own_bytes_or_too_many_loses_sync():
     assert flow.feed(1, b"\x02" * 70000) is None
 
 
+def test_a_framer_that_raises_costs_sync_not_the_observer():
+    class Broken:
+        peek = 4
+
+        def cut(self, head: bytes, first: bool):
+            raise IndexError("the framer's own bug")
+
+    flow = framing.LengthFlow(Broken())
+    flow.feed(0, b"", syn=True)
+    assert flow.feed(1, b"abcd") is None and not flow.synced
+
+
 def test_delimited_lines_with_a_delimiter_split_across_segments():
     flow = started(LINES)
     s = Stream(b"V 1 n1\r\nA 1 x\r\nq\r\n\r\nA 2")

@@ -73,6 +73,7 @@ def test_a_full_declaration_round_trips_through_the_observers_file(tmp_path):
     ({"length": {"offset": 2, "size": 4, "header": 4}, "type": {}}, "messages.length.header: the body follows the header"),
     ({"length": {"header": 4, "max": 0}, "type": {}}, "messages.length.max: must be an integer 1.."),
     ({"length": {"header": 4, "offset": -1}, "type": {}}, "messages.length.offset: must be an integer 0.."),
+    ({"delimiter": "\n", "type": {"offset": 5000}}, "messages.type.offset: must be an integer 0..4096, not 5000"),
     ({"length": 4, "type": {}}, "messages.length: must be a table"),
     ({"delimiter": "\n", "type": {"width": 1}}, "messages.type.width: unknown field"),
     ({"delimiter": "\n", "type": {"names": {"x": "a-b"}}}, "messages.type.names: 'x' is not a number"),
