@@ -129,3 +129,20 @@ def test_an_observer_with_a_format_names_declared_flows_and_keeps_hex_elsewhere(
         (Kind.SEND, id_and_data(framed)[0], "append-reply+vote"),
         (Kind.SEND, id_and_data(other)[0], b"PUT ".hex()),
     ]
+
+
+def test_observe_takes_the_format_from_a_spec_or_the_campaigns_file(tmp_path):
+    from mallory.commands.observe import _message_splitter
+    from mallory.suts.raft_kv.adapter import DEFAULT_SPEC
+
+    assert _message_splitter(str(DEFAULT_SPEC)).ports == {7001}
+    path = str(tmp_path / "m.json")
+    write_watch_file(path, PeerMessages(parse_messages({"delimiter": "\n", "type": {}}, "s"), (9000,)))
+    assert _message_splitter(path).ports == {9000}
+    bare = tmp_path / "bare.toml"
+    bare.write_text(SPEC)
+    with pytest.raises(MalloryError, match=r"bare.toml: the spec has no \[messages\] section$"):
+        _message_splitter(str(bare))
+    (tmp_path / "bad.json").write_text('{"port_numbers": [], "messages": {}}')
+    with pytest.raises(MalloryError, match='needs "port_numbers"'):
+        _message_splitter(str(tmp_path / "bad.json"))
