@@ -6,7 +6,7 @@ packet back (overload shows up as lost copies, never as a stalled SUT). The kern
 batch copies (`threshold` packets per netlink datagram, flushed at least every `flush_cs`
 hundredths of a second); the default threshold of 1 sends each copy at once, which keeps
 read times close to hook times. Copies are truncated to COPY_RANGE bytes (headers + 4
-payload bytes).
+payload bytes), or whole when the observer frames messages.
 
 The price (bench/bench_cluster_overhead.py): the observer is not in the data path, so
 nothing slows the SUT down to the observer's pace; under bulk traffic it loses copies

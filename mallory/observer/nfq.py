@@ -9,7 +9,7 @@ observer never blackholes the SUT (a dead one is covered by the rules' --queue-b
 The hot path makes no per-packet ctypes call: `drain` reads every pending netlink message
 (non-blocking recv_into), slices the packet header attribute (packet id, hook) and the
 payload (only the first COPY_RANGE bytes are copied to us: headers plus 4 payload bytes
-are all the observer keeps), then issues ONE batch verdict (`nfq_set_verdict_batch`, accept
+are all the observer keeps, unless it frames messages and asks for FULL_COPY), then issues ONE batch verdict (`nfq_set_verdict_batch`, accept
 every packet id <= the last one read). The kernel numbers the packets it hands to the
 socket consecutively, so a gap between two ids we read counts packets it let through after
 failing to deliver them to us (socket overrun, fail-open): they are reported as `lost`.
