@@ -160,8 +160,8 @@ class Flow:
         if syn:
             self._restart((seq + 1) & _MASK)
             seq = (seq + 1) & _MASK
-            if not payload:
-                return []
+        if not payload:  # a bare ACK (or SYN) frames nothing, and is no message start to guess
+            return []
         if self.expect is None:  # met mid-stream: try its first segment as a message start
             self.expect, self.write_start = seq, True
         expect = self.expect
@@ -415,10 +415,12 @@ class MessageSplitter:
         payload = buf[ihl + (buf[ihl + 12] >> 4) * 4 : end]
         key = buf[12:20] + buf[ihl : ihl + 4]
         flows = self.flows
+        if not payload and not flags & _SYN:
+            if flags & (_FIN | _RST):
+                flows.pop(key, None)
+            return ""
         flow = flows.get(key)
         if flow is None:
-            if not payload and not flags & _SYN:
-                return ""
             if ts >= self._next_sweep or len(flows) >= self.max_flows:
                 self._sweep(ts)
             flow = flows[key] = self.new_flow()

@@ -133,6 +133,14 @@ def test_a_flow_met_mid_stream_resyncs_at_a_write_start_and_refuses_a_bad_guess(
     assert joined.feed(*s.seg(18, len(s.data))) is None
 
 
+def test_a_bare_ack_is_no_write_start_to_guess_at():
+    flow = flow_factory(TLV)()
+    s = Stream(tlv(1, b"abcdefgh") + tlv(2))
+    assert flow.feed(*s.seg(3, 10)) is None  # met mid-message: refused
+    assert flow.feed(s.seg(10, 10)[0], b"", push=True) == []  # an ACK with PSH
+    assert flow.feed(*s.seg(10, 13)) is None and not flow.synced  # not taken for a write start
+
+
 def test_a_framer_asking_for_its_own_bytes_or_too_many_loses_sync():
     class Greedy:
         peek = 4
