@@ -28,6 +28,14 @@ def test_nfqueue_message_gives_id_hook_and_the_copied_bytes(payload, packet_id, 
     assert id_and_data(copied) == id_and_data(ip)  # the copy range loses nothing the id needs
 
 
+@given(payload=st.binary(max_size=3000))
+def test_whole_packet_copies_for_framing_arrive_whole_through_either_reader(payload):
+    ip = tcp_packet(payload)
+    [(_, _, _, queued)] = _parse(nfq, queued_packet(9, nfq.NF_INET_LOCAL_IN, ip, copy_range=nfq.FULL_COPY))
+    [(_, _, _, logged)] = _parse(nflog, logged_packet(9, nfq.NF_INET_LOCAL_IN, ip, copy_range=nfq.FULL_COPY))
+    assert queued == logged == ip
+
+
 def test_several_messages_in_one_datagram_and_foreign_messages_are_skipped():
     ip = tcp_packet(b"hello")
     error = b"\x14\x00\x00\x00\x02\x00\x00\x00" + b"\x00" * 12  # an NLMSG_ERROR (ack)
