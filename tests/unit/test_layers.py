@@ -29,6 +29,7 @@ RANKS = {
     "mallory.history": 1,
     "mallory.oracles": 1,
     "mallory.pictures": 1,
+    "mallory.scenario": 1,
     "mallory.instrument": 2,
     "mallory.observer": 2,
     "mallory.cluster": 2,
@@ -44,7 +45,8 @@ RANKS = {
     "mallory.cli": 7,
 }
 #: the pure core: no sockets, processes or native calls
-PURE = ("mallory.timeline", "mallory.learner", "mallory.history", "mallory.oracles", "mallory.pictures")
+PURE = ("mallory.timeline", "mallory.learner", "mallory.history", "mallory.oracles", "mallory.pictures",
+        "mallory.scenario")
 IO_MODULES = {"socket", "subprocess", "multiprocessing", "http", "urllib", "ctypes", "select", "asyncio"}
 
 

@@ -1,0 +1,55 @@
+"""Netrix-style scenarios (issue 19): a filter set that decides every message of a declared
+peer port and a state machine over the run's events, pure (no I/O), after Netrix
+(github.com/netrixframework/netrix: testlib/, sm/).
+
+    events.py   the message and event model the scenario sees
+    context.py  what a run's conditions and actions share: counters, message sets, recorded
+                messages, once-flags, the partition, the machine's state
+    dsl.py      conditions and actions (Netrix's vocabulary, the table in its docstring)
+    filters.py  If(...).Then(...), IsolateNode, the filter set (first match, deliver by default)
+
+A scenario file (mallory/harness/scenario_file.py reads one) imports its words from here:
+
+    from mallory.scenario import *
+"""
+
+from mallory.scenario.dsl import (
+    Action,
+    Condition,
+    Count,
+    CountTo,
+    CreatePartition,
+    Deliver,
+    DeliverAllFromSet,
+    Drop,
+    InState,
+    IsClientEvent,
+    IsEventOf,
+    IsEventType,
+    IsFaultEvent,
+    IsMessageAcrossPartition,
+    IsMessageBetween,
+    IsMessageFrom,
+    IsMessageFromPart,
+    IsMessageReceive,
+    IsMessageSend,
+    IsMessageTo,
+    IsMessageType,
+    IsMessageWithinPartition,
+    Once,
+    OnceAction,
+    RecordMessageAs,
+    Set,
+    StoreInSet,
+    receiver_of,
+    sender_of,
+)
+from mallory.scenario.filters import If, IsolateNode
+
+__all__ = [
+    "Action", "Condition", "Count", "CountTo", "CreatePartition", "Deliver",
+    "DeliverAllFromSet", "Drop", "If", "InState", "IsClientEvent", "IsEventOf", "IsEventType", "IsFaultEvent",
+    "IsMessageAcrossPartition", "IsMessageBetween", "IsMessageFrom", "IsMessageFromPart", "IsMessageReceive",
+    "IsMessageSend", "IsMessageTo", "IsMessageType", "IsMessageWithinPartition", "IsolateNode", "Once", "OnceAction",
+    "RecordMessageAs", "Set", "StoreInSet", "receiver_of", "sender_of",
+]
