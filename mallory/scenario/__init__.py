@@ -7,6 +7,8 @@ peer port and a state machine over the run's events, pure (no I/O), after Netrix
                 messages, once-flags, the partition, the machine's state
     dsl.py      conditions and actions (Netrix's vocabulary, the table in its docstring)
     filters.py  If(...).Then(...), IsolateNode, the filter set (first match, deliver by default)
+    machine.py  the state machine and a run through it
+    engine.py   a scenario and the engine that runs one on events (who drives it: there)
 
 A scenario file (mallory/harness/scenario_file.py reads one) imports its words from here:
 
@@ -45,11 +47,12 @@ from mallory.scenario.dsl import (
     sender_of,
 )
 from mallory.scenario.filters import If, IsolateNode
+from mallory.scenario.machine import FAIL, START, SUCCESS, StateMachine
 
 __all__ = [
-    "Action", "Condition", "Count", "CountTo", "CreatePartition", "Deliver",
+    "FAIL", "START", "SUCCESS", "Action", "Condition", "Count", "CountTo", "CreatePartition", "Deliver",
     "DeliverAllFromSet", "Drop", "If", "InState", "IsClientEvent", "IsEventOf", "IsEventType", "IsFaultEvent",
     "IsMessageAcrossPartition", "IsMessageBetween", "IsMessageFrom", "IsMessageFromPart", "IsMessageReceive",
     "IsMessageSend", "IsMessageTo", "IsMessageType", "IsMessageWithinPartition", "IsolateNode", "Once", "OnceAction",
-    "RecordMessageAs", "Set", "StoreInSet", "receiver_of", "sender_of",
+    "RecordMessageAs", "Set", "StateMachine", "StoreInSet", "receiver_of", "sender_of",
 ]
