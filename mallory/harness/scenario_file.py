@@ -1,0 +1,115 @@
+"""Scenario files: a Netrix-style unit test written as a Python file, read into a `Scenario`
+(mallory/scenario/engine.py) for `mallory scenario run` and for campaigns.
+
+A scenario file is Python that imports its words from mallory.scenario and defines:
+
+    FILTERS        a list of filters (`If(...).Then(...)`, `IsolateNode(...)`), tried in
+                   order on every event; a message none handles is delivered, so [] lets
+                   every message through
+    STATE_MACHINE  a `StateMachine` from whose start state a success state is reachable
+                   (else no run could pass)
+    SETUP          (optional, default none) client operations to invoke in order once the
+                   cluster is ready, each a map with "f" (a str) and optionally "value", as
+                   a harness client's `invoke` takes them: {"f": "write", "value": 3}
+    TIMEOUT_S      how many seconds a run may last, a positive number; a run still going
+                   then passes if its state machine is in a success state
+
+Other names it defines are its own. Node names in it are the cluster's (n1, n2, ...), and
+message types those of the SUT's `[messages]`. Loading runs the file, as a spec's framer
+is imported: it is code the user trusts. Every error is one line naming the file and,
+where there is one, the line: a missing or unreadable file, Python that does not compile
+or raises, a missing name or a value of the wrong kind.
+
+    from mallory.scenario import *
+
+    FILTERS = [If(IsMessageType("append") & Count("seen").lt(3)).Then(Deliver(), Count("seen").incr())]
+    STATE_MACHINE = StateMachine()
+    STATE_MACHINE.builder().on(IsEventType("commit"), SUCCESS)
+    TIMEOUT_S = 10
+"""
+
+from __future__ import annotations
+
+import math
+import traceback
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from mallory.scenario.engine import Scenario
+from mallory.scenario.events import ScenarioError
+from mallory.scenario.filters import FilterSet
+from mallory.scenario.machine import StateMachine
+
+REQUIRED = ("FILTERS", "STATE_MACHINE", "TIMEOUT_S")
+#: the keys of a SETUP operation
+OP_KEYS = ("f", "value")
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    """The scenario `path` defines (see the module docstring); ScenarioError otherwise."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ScenarioError(f"scenario {path}: cannot read it: {exc.strerror}") from None
+    namespace = _run(text, path)
+    where = f"scenario {path}"
+    if missing := [name for name in REQUIRED if name not in namespace]:
+        raise ScenarioError(f"{where}: defines no {', '.join(missing)} (a scenario defines {', '.join(REQUIRED)})")
+    try:
+        filters = _filters(namespace["FILTERS"])
+        machine = _machine(namespace["STATE_MACHINE"])
+        setup = _setup(namespace.get("SETUP", []))
+        timeout = _timeout(namespace["TIMEOUT_S"])
+    except ScenarioError as exc:
+        raise ScenarioError(f"{where}: {exc}") from None
+    return Scenario(str(path), filters, machine, setup, timeout)
+
+
+def _run(text: str, path: Path) -> dict[str, Any]:
+    """The names the file defines when run; one-line errors for what it does wrong."""
+    try:
+        compiled = compile(text, str(path), "exec")
+    except SyntaxError as exc:
+        raise ScenarioError(f"scenario {path} line {exc.lineno}: {exc.msg}") from None
+    namespace: dict[str, Any] = {"__name__": f"mallory_scenario_{path.stem}", "__file__": str(path)}
+    try:
+        exec(compiled, namespace)
+    except Exception as exc:  # the file's own error, whatever it is: said in one line
+        lines = [frame.lineno for frame in traceback.extract_tb(exc.__traceback__) if frame.filename == str(path)]
+        at = f" line {lines[-1]}" if lines else ""
+        raise ScenarioError(f"scenario {path}{at}: {type(exc).__name__}: {exc}") from None
+    return namespace
+
+
+def _filters(value: Any) -> FilterSet:
+    if not isinstance(value, (list, tuple)):
+        raise ScenarioError(f"FILTERS is a list of filters, not {type(value).__name__}")
+    try:
+        return FilterSet(value)
+    except ScenarioError as exc:
+        raise ScenarioError(f"FILTERS: {exc}") from None
+
+
+def _machine(value: Any) -> StateMachine:
+    if not isinstance(value, StateMachine):
+        raise ScenarioError(f"STATE_MACHINE is a StateMachine, not {type(value).__name__}")
+    if not any(value.states[label].success for label in value.reachable()):
+        raise ScenarioError("STATE_MACHINE: no success state is reachable from startState, so no run can pass")
+    return value
+
+
+def _setup(value: Any) -> tuple[Mapping[str, Any], ...]:
+    if not isinstance(value, (list, tuple)):
+        raise ScenarioError(f"SETUP is a list of client operations, not {type(value).__name__}")
+    for number, op in enumerate(value, 1):
+        if not isinstance(op, Mapping) or not isinstance(op.get("f"), str) or set(op) - set(OP_KEYS):
+            raise ScenarioError(f"SETUP operation {number} is a map with a str \"f\" and an optional \"value\", not {op!r}")
+    return tuple(value)
+
+
+def _timeout(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+        raise ScenarioError(f"TIMEOUT_S is a positive number of seconds, not {value!r}")
+    return float(value)

@@ -1,0 +1,72 @@
+"""Scenario files (mallory/harness/scenario_file.py): what a well-formed one loads into, and
+the one-line error each kind of malformed one gets."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from mallory.harness.scenario_file import load_scenario
+from mallory.scenario.events import Message, ScenarioError, code, send
+
+GOOD = """\
+from mallory.scenario import *
+
+FILTERS = [If(IsMessageType("append") & Count("seen").lt(1)).Then(Deliver(), Count("seen").incr()),
+           If(IsMessageType("append")).Then(Drop())]
+STATE_MACHINE = StateMachine()
+STATE_MACHINE.builder().on(IsEventType("commit"), SUCCESS)
+SETUP = [{"f": "write", "value": 1}, {"f": "read"}]
+TIMEOUT_S = 2.5
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "s.py"
+    path.write_text(text)
+    return path
+
+
+def test_a_well_formed_file_loads_into_a_runnable_scenario(tmp_path):
+    scenario = load_scenario(write(tmp_path, GOOD))
+    assert scenario.timeout_s == 2.5 and scenario.setup == ({"f": "write", "value": 1}, {"f": "read"})
+    assert len(scenario.filters.filters) == 2
+    engine = scenario.engine(["n1", "n2", "n3"])
+    appends = [Message(str(i), "n1", "n2", "append") for i in range(2)]
+    assert [engine.step(send(m)).deliver for m in appends] == [(appends[0],), ()]
+    engine.step(code("n2", "commit"))
+    assert engine.ended and engine.verdict().passed
+
+
+def test_setup_is_optional(tmp_path):
+    assert load_scenario(write(tmp_path, GOOD.replace("SETUP = ", "_SETUP = "))).setup == ()
+
+
+@pytest.mark.parametrize(("change", "error"), [
+    (("TIMEOUT_S = 2.5", ""), "defines no TIMEOUT_S"),
+    (("FILTERS = [", "FILTERZ = ["), "defines no FILTERS"),
+    (("TIMEOUT_S = 2.5", "TIMEOUT_S = 0"), "TIMEOUT_S is a positive number of seconds, not 0"),
+    (("TIMEOUT_S = 2.5", "TIMEOUT_S = '5'"), "TIMEOUT_S is a positive number"),
+    (("TIMEOUT_S = 2.5", "TIMEOUT_S = float('inf')"), "TIMEOUT_S is a positive number"),
+    (("If(IsMessageType(\"append\")).Then(Drop())", "If(IsMessageType(\"append\"))"),
+     "FILTERS: a filter set holds filters .*not If\\(IsMessageType\\('append'\\)\\) without .Then"),
+    (("FILTERS = [", "FILTERS = ("), "line 4: closing parenthesis ']' does not match opening parenthesis '\\('"),
+    (("SETUP = [{\"f\": \"write\", \"value\": 1}", "SETUP = [{\"f\": \"write\", \"val\": 1}"),
+     "SETUP operation 1 is a map with a str \"f\""),
+    (("TIMEOUT_S = 2.5", "TIMEOUT_S = 2.5\nSTATE_MACHINE = [STATE_MACHINE]"), "STATE_MACHINE is a StateMachine, not list"),
+    (("on(IsEventType(\"commit\"), SUCCESS)", "on(IsEventType(\"commit\"), \"done\")"),
+     "no success state is reachable from startState"),
+    (("IsEventType(\"commit\")", "IsEventTyp(\"commit\")"), "line 6: NameError: name 'IsEventTyp' is not defined"),
+    (("Count(\"seen\").lt(1)", "Count(\"seen\").lt(1) and IsMessageSend()"), "line 3: TypeError: .* is a condition"),
+])
+def test_a_malformed_file_gets_one_line_naming_it(tmp_path, change, error):
+    path = write(tmp_path, GOOD.replace(*change))
+    with pytest.raises(ScenarioError, match=error) as caught:
+        load_scenario(path)
+    assert str(caught.value).startswith(f"scenario {path}") and "\n" not in str(caught.value)
+
+
+def test_a_missing_file_is_said_so(tmp_path):
+    with pytest.raises(ScenarioError, match="cannot read it: No such file"):
+        load_scenario(tmp_path / "none.py")
