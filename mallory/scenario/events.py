@@ -45,7 +45,8 @@ class ScenarioError(MalloryError):
 @dataclass(frozen=True)
 class Message:
     """One message: `src` sent it to `dst` (node names), `type` is its type name
-    (`is_message_name`), `payload` its bytes when the driver keeps them (b"" otherwise)."""
+    (`is_message_name`), `payload` the whole message as framed, headers included, when the
+    driver keeps it (b"" otherwise)."""
 
     id: str
     src: str
