@@ -114,6 +114,8 @@ class Condition:
     def __str__(self) -> str:
         return self.text
 
+    __repr__ = __str__
+
 
 class Action:
     """What a filter does when its condition holds: changes the context, and gives the
@@ -128,6 +130,8 @@ class Action:
 
     def __str__(self) -> str:
         return self.text
+
+    __repr__ = __str__
 
 
 def _on_message(test: Callable[[Message, ScenarioEvent, Context], bool], text: str) -> Condition:

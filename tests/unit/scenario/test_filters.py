@@ -120,7 +120,9 @@ def test_isolate_node_handles_every_message_from_or_to_it_and_delivers_none():
 def test_if_then_refuses_what_is_not_a_condition_or_an_action():
     with pytest.raises(ScenarioError, match="If takes a condition"):
         If(True)
-    with pytest.raises(ScenarioError, match="takes actions"):
+    with pytest.raises(ScenarioError, match=r"Then takes actions, not IsMessageSend\(\)"):
         If(IsMessageSend()).Then(Deliver(), IsMessageSend())
     with pytest.raises(ScenarioError, match="not If"):
         FilterSet([If(IsMessageSend())])
+    with pytest.raises(ScenarioError, match=r"not Drop\(\)"):
+        FilterSet([Drop()])
