@@ -35,6 +35,12 @@ Each direction of a connection is a `Flow`, fed its segments in arrival order:
 A `Cutter` (the declarative length framing below, or a Python framer such as libraft's,
 mallory/suts/raft_kv/wire.py) answers, for the first bytes of a message, how long it is and
 what it is called.
+
+`MessageStream` is the same framing for a reader that holds the stream itself rather than
+its packets (the gateway's message layer, mallory/mediator/proxy.py, which reads each
+direction of a connection from a socket, from its first byte): no gaps, retransmissions or
+guesses, whole messages with their bytes, and no resync: once a stream's bytes stop making
+messages, the rest of it is passed on unframed.
 """
 
 from __future__ import annotations
@@ -42,9 +48,10 @@ from __future__ import annotations
 import struct
 from collections import deque
 from collections.abc import Callable
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from mallory.observer.messages import (
+    DEFAULT_MAX_LENGTH,
     LengthField,
     MessageFormat,
     PeerMessages,
@@ -375,6 +382,117 @@ class DelimitedFlow(Flow):
         if width > 1:
             self.tail = buf[max(last_match, len(buf) - width + 1):]
         return names if names or synced_before else None
+
+
+class Piece(NamedTuple):
+    """A run of one stream's bytes: a whole message named `name`, or (`name` None) bytes
+    that make no message (after the stream lost sync, or cut short by its end); `offset`
+    is where it starts in the stream (0: the stream's first byte)."""
+
+    offset: int
+    data: bytes
+    name: str | None
+
+
+class MessageStream:
+    """One direction of one connection, read whole from its first byte: `feed` it the bytes
+    as they come and it gives the pieces they complete (see the module docstring). A
+    message is kept until its last byte arrives, up to the format's bound on a message
+    (`max_length`; for a Python framer or a delimiter, DEFAULT_MAX_LENGTH); a longer one, a
+    length that is not credible or a framer that says None or raises loses sync: from then
+    on every byte fed comes straight back as an unnamed piece."""
+
+    def __init__(self, cutter: Cutter | None, delimiter: bytes = b"", need: int = 0,
+                 name: Callable[[bytes], str] | None = None, max_length: int = DEFAULT_MAX_LENGTH) -> None:
+        self.cutter, self.delimiter, self.need, self.name, self.max_length = cutter, delimiter, need, name, max_length
+        self.synced = True
+        self.offset = 0  # of the first byte not yet given out
+        self._buf = b""
+        self._first = True  # the next message is the stream's first
+        self._asked = 0  # bytes the cutter asked for
+        self._cut_name = ""  # the name the cutter gave the message it cut last
+
+    def feed(self, data: bytes) -> list[Piece]:
+        """The pieces `data` completes, in stream order."""
+        if not self.synced:
+            return self._give(data, None, []) if data else []
+        buf = self._buf + data if self._buf else data
+        pieces: list[Piece] = []
+        pos = 0
+        while pos < len(buf):
+            length = self._cut(buf, pos) if self.cutter is not None else self._line(buf, pos)
+            if length is None:  # lost sync: the rest goes on unframed
+                self.synced = False
+                self._buf = b""
+                return self._give(buf[pos:], None, pieces)
+            if length == 0 or pos + length > len(buf):
+                break
+            message = buf[pos : pos + length]
+            name = self._named(message)
+            self._give(message, name, pieces)
+            pos += length
+            self._first, self._asked = False, 0
+        self._buf = buf[pos:]
+        if len(self._buf) > self.max_length:
+            self.synced = False
+            rest, self._buf = self._buf, b""
+            self._give(rest, None, pieces)
+        return pieces
+
+    def flush(self) -> list[Piece]:
+        """At the stream's end: what is left of an unfinished message, as an unnamed piece."""
+        rest, self._buf = self._buf, b""
+        return self._give(rest, None, []) if rest else []
+
+    def _give(self, data: bytes, name: str | None, pieces: list[Piece]) -> list[Piece]:
+        pieces.append(Piece(self.offset, data, name))
+        self.offset += len(data)
+        return pieces
+
+    def _cut(self, buf: bytes, pos: int) -> int | None:
+        """The length of the message at `pos` (0: more bytes needed), None if it is none."""
+        cutter = self.cutter
+        assert cutter is not None
+        while True:
+            head = buf[pos : pos + max(self._asked, cutter.peek)]
+            if len(head) < self._asked:
+                return 0
+            try:
+                answer = cutter.cut(head, self._first)
+            except Exception:  # the SUT's framer must not take the gateway down: lost sync
+                return None
+            if type(answer) is int:
+                if not len(head) < answer <= MAX_HEAD:
+                    return None
+                self._asked = answer
+                continue
+            if type(answer) is not tuple or not 1 <= answer[0] <= self.max_length:
+                return None
+            self._cut_name = answer[1]
+            return answer[0]
+
+    def _line(self, buf: bytes, pos: int) -> int:
+        end = buf.find(self.delimiter, pos)
+        return 0 if end < 0 else end + len(self.delimiter) - pos
+
+    def _named(self, message: bytes) -> str:
+        if self.cutter is not None:
+            return self._cut_name
+        assert self.name is not None
+        return self.name(message[: self.need])
+
+
+def stream_factory(fmt: MessageFormat) -> Callable[[], MessageStream]:
+    """What makes a new `MessageStream` of `fmt` (its framer and classifier imported now)."""
+    if fmt.framer:
+        framer: Cutter = resolve_reference(fmt.framer)
+        return lambda: MessageStream(framer)
+    need, name = namer(fmt)
+    if fmt.length is not None:
+        cutter = LengthCutter(fmt.length, need, name)
+        bound = fmt.length.max_length
+        return lambda: MessageStream(cutter, max_length=bound)
+    return lambda: MessageStream(None, fmt.delimiter, need, name)
 
 
 def flow_factory(fmt: MessageFormat) -> Callable[[], Flow]:
