@@ -13,6 +13,8 @@ A scenario file is Python that imports its words from mallory.scenario and defin
                    a harness client's `invoke` takes them: {"f": "write", "value": 3}
     TIMEOUT_S      how many seconds a run may last, a positive number; a run still going
                    then passes if its state machine is in a success state
+    DUPLICATES     (optional, default False) True when the SUT's protocol tolerates a
+                   message delivered twice: only then may a decision duplicate one
 
 Other names it defines are its own. Node names in it are the cluster's (n1, n2, ...), and
 message types those of the SUT's `[messages]`. Loading runs the file, as a spec's framer
@@ -62,9 +64,12 @@ def load_scenario(path: str | Path) -> Scenario:
         machine = _machine(namespace["STATE_MACHINE"])
         setup = _setup(namespace.get("SETUP", []))
         timeout = _timeout(namespace["TIMEOUT_S"])
+        duplicates = namespace.get("DUPLICATES", False)
+        if not isinstance(duplicates, bool):
+            raise ScenarioError(f"DUPLICATES is True or False, not {duplicates!r}")
     except ScenarioError as exc:
         raise ScenarioError(f"{where}: {exc}") from None
-    return Scenario(str(path), filters, machine, setup, timeout)
+    return Scenario(str(path), filters, machine, setup, timeout, duplicates)
 
 
 def _run(text: str, path: Path) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from mallory.scenario.dsl import (
     Count,
     CountTo,
     CreatePartition,
+    Delay,
     Deliver,
     DeliverAllFromSet,
     Drop,
@@ -50,7 +51,7 @@ from mallory.scenario.filters import If, IsolateNode
 from mallory.scenario.machine import FAIL, START, SUCCESS, StateMachine
 
 __all__ = [
-    "FAIL", "START", "SUCCESS", "Action", "Condition", "Count", "CountTo", "CreatePartition", "Deliver",
+    "FAIL", "START", "SUCCESS", "Action", "Condition", "Count", "CountTo", "CreatePartition", "Delay", "Deliver",
     "DeliverAllFromSet", "Drop", "If", "InState", "IsClientEvent", "IsEventOf", "IsEventType", "IsFaultEvent",
     "IsMessageAcrossPartition", "IsMessageBetween", "IsMessageFrom", "IsMessageFromPart", "IsMessageReceive",
     "IsMessageSend", "IsMessageTo", "IsMessageType", "IsMessageWithinPartition", "IsolateNode", "Once", "OnceAction",

@@ -60,6 +60,9 @@ class Context:
         #: "<name>_cond_once" / "<name>_action_once" keys: two name spaces)
         self.once: set[str] = set()
         self.partition: Partition | None = None
+        #: messages `Delay` gave to be delivered later, with their delays (ns), until the
+        #: filter set takes them into its decision
+        self.delayed: list[tuple[Message, int]] = []
 
     def counter(self, label: str) -> int:
         return self.counters.setdefault(label, 0)

@@ -46,6 +46,8 @@ that repository's), which is the reference the unit tests check:
     OnceAction(name, a)            OnceAction                           a's, the first time only
     CreatePartition(**parts)       Context.CreatePartition,             nothing; makes the run's
                                    Partition.Setup (parition.go)        partition (see below)
+    Delay(ms)                      (Mallory's: Netrix delivers at once) a SEND's message, `ms`
+                                                                        milliseconds from now
 
 A node argument is a name or a function of the event and context that gives one (Netrix's
 `...F` variants in one); `sender_of(label)` and `receiver_of(label)` are such functions, the
@@ -77,6 +79,9 @@ from mallory.scenario.events import (
     ScenarioEvent,
 )
 from mallory.timeline.event import Kind
+
+#: the longest a `Delay` holds a message (the gateway firewall's bound on a link delay)
+MAX_DELAY_MS = 60_000
 
 Test = Callable[[ScenarioEvent, Context], bool]
 Effect = Callable[[ScenarioEvent, Context], list[Message]]
@@ -364,6 +369,21 @@ class Set:
 def Deliver() -> Action:
     """The message of a SEND event, to be delivered now; nothing for other events."""
     return Action(lambda e, c: [e.message] if e.kind is Kind.SEND and e.message is not None else [], "Deliver()")
+
+
+def Delay(ms: float) -> Action:
+    """The message of a SEND event, to be delivered `ms` milliseconds from now (the gateway
+    holds it that long; messages after it on its connection do not wait, so a delay can
+    reorder); nothing for other events."""
+    if isinstance(ms, bool) or not isinstance(ms, (int, float)) or not 0 <= ms <= MAX_DELAY_MS:
+        raise ScenarioError(f"Delay takes milliseconds in [0, {MAX_DELAY_MS}], not {ms!r}")
+
+    def effect(e: ScenarioEvent, c: Context) -> list[Message]:
+        if e.kind is Kind.SEND and e.message is not None:
+            c.delayed.append((e.message, int(ms * 1_000_000)))
+        return []
+
+    return Action(effect, f"Delay({ms!r})")
 
 
 def Drop() -> Action:

@@ -1,10 +1,11 @@
 """A scenario and the engine that runs it on a stream of events, with no I/O.
 
-What drives it: the gateway (issue 19 part 2) holds every message of the SUT's declared
-peer ports in flight, cut and named by mallory/observer/framing.py, and calls
-`Engine.step(send(message))` once per message, then delivers exactly the messages the
-decision lists, in order (a message the decision leaves out is dropped, or held in a set
-until a later decision releases it). The other events of the run (receipts, code and log
+What drives it: the gateway's message layer (mallory/mediator/scenario_driver.py) holds
+every message of the SUT's declared peer ports in flight, cut and named by
+mallory/observer/framing.py, and calls `Engine.step(send(message))` once per message, then
+delivers exactly the messages the decision lists, in order, and those it delays when their
+time comes (a message the decision leaves out is dropped, or held in a set until a later
+decision releases it). The other events of the run (receipts, code and log
 events, client operations, faults) are stepped as they arrive, so that the state machine
 sees them and filters may release held messages on them. Their decisions deliver only held
 messages. When `Engine.ended` turns true the driver stops the run; at the scenario's
@@ -92,13 +93,17 @@ class Scenario:
     """A Netrix-style unit test: filters and a state machine, client operations to run when
     the cluster is ready (`setup`, each a map with "f" and "value" as a harness client's
     `invoke` takes it), and how long a run may take (`timeout_s`). `name` says where it
-    came from. mallory/harness/scenario_file.py reads one from a file."""
+    came from. mallory/harness/scenario_file.py reads one from a file. `duplicates`: the
+    SUT's protocol tolerates a message delivered twice, so a decision that lists a message
+    more than once (or one delivered and stored, then released) duplicates it; without it
+    the gateway delivers a message at most once."""
 
     name: str
     filters: FilterSet
     machine: StateMachine
     setup: tuple[Mapping[str, Any], ...]
     timeout_s: float
+    duplicates: bool = False
 
     def engine(self, nodes: Sequence[str]) -> Engine:
         """A fresh run over a cluster of `nodes`."""

@@ -84,10 +84,12 @@ DEFAULT = If(IsMessageSend()).Then(Deliver())
 class Decision:
     """What the filter set made of one event: the messages to deliver now, in order (the
     event's own, held ones, both or none), and which filter decided: its position in the
-    set, or None for the default filter."""
+    set, or None for the default filter; `delayed`, the messages to deliver later, each
+    with its delay in ns (`Delay`)."""
 
     deliver: tuple[Message, ...]
     filter: int | None
+    delayed: tuple[tuple[Message, int], ...] = ()
 
 
 class FilterSet:
@@ -105,5 +107,11 @@ class FilterSet:
         for index, f in enumerate(self.filters):
             delivered = f(event, ctx)
             if delivered is not None:
-                return Decision(tuple(delivered), index)
-        return Decision(tuple(self.default(event, ctx) or ()), None)
+                return Decision(tuple(delivered), index, _take_delayed(ctx))
+        return Decision(tuple(self.default(event, ctx) or ()), None, _take_delayed(ctx))
+
+
+def _take_delayed(ctx: Context) -> tuple[tuple[Message, int], ...]:
+    delayed = tuple(ctx.delayed)
+    ctx.delayed.clear()
+    return delayed

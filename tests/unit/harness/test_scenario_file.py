@@ -43,6 +43,11 @@ def test_setup_is_optional(tmp_path):
     assert load_scenario(write(tmp_path, GOOD.replace("SETUP = ", "_SETUP = "))).setup == ()
 
 
+def test_duplicates_are_off_unless_the_file_allows_them(tmp_path):
+    assert load_scenario(write(tmp_path, GOOD)).duplicates is False
+    assert load_scenario(write(tmp_path, GOOD + "DUPLICATES = True\n")).duplicates is True
+
+
 @pytest.mark.parametrize(("change", "error"), [
     (("TIMEOUT_S = 2.5", ""), "defines no TIMEOUT_S"),
     (("FILTERS = [", "FILTERZ = ["), "defines no FILTERS"),
@@ -57,6 +62,7 @@ def test_setup_is_optional(tmp_path):
     (("TIMEOUT_S = 2.5", "TIMEOUT_S = 2.5\nSTATE_MACHINE = [STATE_MACHINE]"), "STATE_MACHINE is a StateMachine, not list"),
     (("on(IsEventType(\"commit\"), SUCCESS)", "on(IsEventType(\"commit\"), \"done\")"),
      "no success state is reachable from startState"),
+    (("TIMEOUT_S = 2.5", "TIMEOUT_S = 2.5\nDUPLICATES = 1"), "DUPLICATES is True or False, not 1"),
     (("IsEventType(\"commit\")", "IsEventTyp(\"commit\")"), "line 6: NameError: name 'IsEventTyp' is not defined"),
     (("Count(\"seen\").lt(1)", "Count(\"seen\").lt(1) and IsMessageSend()"), "line 3: TypeError: .* is a condition"),
 ])

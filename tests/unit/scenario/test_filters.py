@@ -8,6 +8,7 @@ import pytest
 
 from mallory.scenario import (
     Count,
+    Delay,
     Deliver,
     DeliverAllFromSet,
     Drop,
@@ -126,3 +127,15 @@ def test_if_then_refuses_what_is_not_a_condition_or_an_action():
         FilterSet([If(IsMessageSend())])
     with pytest.raises(ScenarioError, match=r"not Drop\(\)"):
         FilterSet([Drop()])
+
+
+def test_delay_delivers_a_send_later_and_nothing_now_and_is_bounded():
+    filters = FilterSet([If(IsMessageType("append")).Then(Delay(250)), If(IsEventType("commit")).Then(Delay(5))])
+    c = ctx()
+    assert filters.decide(send(msg(1)), c) == Decision((), 0, ((msg(1), 250_000_000),))
+    assert filters.decide(receive(msg(1)), c) == Decision((), 0)  # only a SEND's message is delayed
+    assert filters.decide(code("n1", "commit"), c) == Decision((), 1)
+    assert c.delayed == []
+    for bad in (-1, 60_001, True, "5"):
+        with pytest.raises(ScenarioError, match="Delay takes milliseconds"):
+            Delay(bad)
