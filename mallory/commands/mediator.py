@@ -4,6 +4,12 @@ Run it in the gateway namespace. With `--run RUN` the node addresses and the con
 address come from the run's layout (mallory/cluster/netns.py); otherwise give `--node n1=ADDR`
 for every node and `--api HOST:PORT`.
 
+With `--scenario FILE --messages FILE` it also runs the message layer (mallory/mediator/
+message_layer.py): the declared peer ports' connections are relayed message by message
+through a transparent proxy in the gateway, each message decided by the scenario's filters,
+and the scenario's run is served at GET /scenario (`mallory scenario run` starts it so).
+Without them nothing of the layer exists.
+
 The API token comes from a file (`--token-file`, which should be readable by its owner
 only) or from $MALLORY_TOKEN, never from the command line: any local user reads a
 process's argv in /proc/<pid>/cmdline or `ps`.
@@ -21,6 +27,7 @@ from pathlib import Path
 
 from mallory.errors import MalloryError
 from mallory.mediator import API_PORT, BATCH_PORT
+from mallory.mediator.message_layer import PROXY_PORT, LayerConfig
 
 NAME = "mediator"
 HELP = "run the mediator (gateway firewall on NFQUEUE, batch ingest, HTTP API) in the gateway namespace"
@@ -50,6 +57,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--record", type=Path, metavar="DIR", help="write every ingested event to DIR/events.jsonl")
     parser.add_argument("--skew-ms", type=float, default=100.0, help="cross-node clock-skew bound (ms)")
     parser.add_argument("--ready-file", type=Path, help="write this file once the mediator serves")
+    layer = parser.add_argument_group("message layer (a scenario decides every message of the declared peer ports)")
+    layer.add_argument("--scenario", type=Path, metavar="FILE", help="a scenario file (mallory/harness/scenario_file.py)")
+    layer.add_argument("--messages", type=Path, metavar="FILE",
+                       help="the SUT's peer messages: the JSON file an observer's --messages reads")
+    layer.add_argument("--catalogue", type=Path, metavar="FILE",
+                       help="the SUT's annotation catalogue, which names code events for the scenario")
+    layer.add_argument("--proxy-port", type=int, default=PROXY_PORT,
+                       help="the proxy's port in the gateway (default %(default)s); its capture uses NFQUEUE "
+                       "--queue-num + 1")
     advisor = parser.add_argument_group("Jepsen-driven mode (an external harness asks for its next fault)")
     advisor.add_argument("--advisor", action="store_true", help="serve /advisor/next with a learner")
     advisor.add_argument("--policy", default="qlearning", help="the advisor's policy (default qlearning)")
@@ -81,6 +97,21 @@ def read_token(token_file: Path | None) -> str:
     return token
 
 
+def _layer(args: argparse.Namespace) -> LayerConfig | None:
+    """The message layer's configuration from --scenario and --messages (both or neither)."""
+    if args.scenario is None and args.messages is None:
+        return None
+    if args.scenario is None or args.messages is None:
+        raise MalloryError("the message layer needs both --scenario FILE and --messages FILE (the SUT's [messages])")
+    from mallory.harness.scenario_file import load_scenario
+    from mallory.instrument.catalogue import Catalogue
+    from mallory.observer.messages import load_watch_file
+
+    catalogue = Catalogue.load(args.catalogue) if args.catalogue is not None else Catalogue()
+    return LayerConfig(load_scenario(args.scenario), load_watch_file(str(args.messages)), catalogue,
+                       capture_queue=args.queue_num + 1, proxy_port=args.proxy_port)
+
+
 def run(args: argparse.Namespace) -> int:
     from mallory.mediator.service import Mediator
 
@@ -103,6 +134,7 @@ def run(args: argparse.Namespace) -> int:
         nodes[name] = addr
     if not nodes:
         raise MalloryError("no nodes: give --run RUN or --node NAME=ADDR")
+    layer = _layer(args)
     if args.api:
         api = _address(args.api, "--api")
     elif api_host:
@@ -119,6 +151,7 @@ def run(args: argparse.Namespace) -> int:
             queue_num=None if args.no_firewall else args.queue_num,
             fail_open=not args.no_fail_open,
             skew_ns=int(args.skew_ms * 1e6),
+            layer=layer,
         )
     except OSError as exc:
         raise MalloryError(f"cannot listen: {exc}") from None
@@ -151,6 +184,8 @@ def run(args: argparse.Namespace) -> int:
         while not stop.wait(0.5):
             if mediator.firewall.error is not None:
                 raise MalloryError(f"firewall stopped: {mediator.firewall.error}")
+            if mediator.layer is not None and mediator.layer.error is not None:
+                raise MalloryError(f"the message layer stopped: {mediator.layer.error}")
     finally:
         mediator.stop()
     return 0

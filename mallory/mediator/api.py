@@ -19,6 +19,9 @@ counted (`api_rejected`), and the mediator keeps running.
     POST /advisor/catalogue {"actions": ["partition:majority", "kill:one", ...]}   (Jepsen-driven mode)
     POST /advisor/next      {}   the learner's next fault, judged on the window since the last ask
     POST /nemesis      {"f": "start-partition", "value": ...}   a fault the harness enacted: a FAULT event
+    GET  /scenario     the scenario's run so far: ended, passed, state, reason, the path's
+                       lines, per link and message type what became of the messages
+                       (409 for a mediator started without --scenario)
 
 LINKS is a list of "n1->n2" strings or ["n1", "n2"] pairs (directed). Firewall answers
 say which links changed, how many held packets the change released or dropped, for a
@@ -93,6 +96,10 @@ class Gateway(Protocol):
     def test_end(self) -> dict: ...
     def client_op(self, process: int, kind: str, f: str) -> dict: ...
     def fault_reported(self, f: str) -> dict: ...
+
+    def scenario(self) -> dict | None:
+        """The scenario's run so far; None when the mediator runs none."""
+        ...
 
     def partition_links(self, groups: list[list[str]]) -> list[Link]:
         """The directed links between nodes of different groups."""
@@ -344,6 +351,7 @@ class ApiServer(ThreadingHTTPServer):
             ("POST", "/advisor/catalogue"): self._catalogue,
             ("POST", "/advisor/next"): lambda body: self._advisor().next_fault(),
             ("POST", "/nemesis"): self._nemesis,
+            ("GET", "/scenario"): self._scenario,
         }
 
     def count_rejected(self, reason: str) -> None:
@@ -462,6 +470,12 @@ class ApiServer(ThreadingHTTPServer):
         if not f or len(f) > 64:
             raise BadRequest("'f' must be a non-empty string of at most 64 characters")
         return self.mediator.fault_reported(f)
+
+    def _scenario(self, body: dict) -> dict:
+        report = self.mediator.scenario()
+        if report is None:
+            raise BadRequest("this mediator runs no scenario: start it with --scenario", HTTPStatus.CONFLICT)
+        return report
 
     def _duplicate(self, body: dict) -> dict:
         links = parse_links(body.get("links"))

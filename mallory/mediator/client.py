@@ -83,6 +83,14 @@ class MediatorClient:
         """Tell the mediator a fault was enacted (it becomes a FAULT event in the timeline)."""
         return self._call("POST", "/nemesis", {"f": f[:64]})
 
+    def client_op(self, process: int, type: str, f: str) -> dict[str, Any]:
+        """Relay a client operation (type "invoke", "ok", "fail" or "info"): a client event."""
+        return self._call("POST", "/client", {"process": process, "type": type, "f": f})
+
+    def scenario(self) -> dict[str, Any]:
+        """The scenario's run so far (see GET /scenario in mallory/mediator/api.py)."""
+        return self._call("GET", "/scenario")
+
     # -- tests -----------------------------------------------------------------------------
 
     def test_start(self, name: str) -> dict[str, Any]:

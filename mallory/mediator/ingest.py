@@ -9,6 +9,9 @@ connection, hence the lock). Per node it
   restarted observer whose seqs start again at 0) starts a new base after what the
   builder already has. The builder orders the batches per node by seq and drops
   duplicates (resends after a reconnect);
+* with the message layer (mallory/mediator/legs.py), gives each RECV of a packet the
+  gateway relayed the id of the sender's packet it carried bytes of (`relink`), so the
+  timeline joins the two across the layer;
 * joins SEND/RECV events with the packet ids the gateway saw (`SeenPackets`);
 * writes every clock pair and batch, as fed to the builder, to the recording (wire codec);
 * drains committed entries, measures commit lag (real time now minus the event's time
@@ -29,7 +32,7 @@ from typing import IO
 from mallory.mediator.firewall import SeenPackets
 from mallory.timeline.builder import Committed, TimelineBuilder
 from mallory.timeline.codec import encode
-from mallory.timeline.event import Batch, ClockPair, Kind
+from mallory.timeline.event import Batch, ClockPair, Event, Kind
 
 #: Packet ids of a node's SEND/RECV events that the firewall had not logged when their batch
 #: arrived, kept for a late join; past this many an id counts as unjoined for good.
@@ -63,6 +66,8 @@ class Ingest:
         self.packets = packets
         self.recording = recording
         self.subscribers: list[Callable[[list[Committed]], None]] = []
+        #: the message layer's relinks (legs.LegJoin.relink): the id a RECV joins with
+        self.relink: Callable[[int], int | None] | None = None
         self.lags_ns: deque[int] = deque(maxlen=10_000)
         self.duplicates = 0
         self._nodes: dict[str, _Node] = {}
@@ -88,7 +93,7 @@ class Ingest:
             if seq < node.offset:
                 self.duplicates += 1  # older than this incarnation's first batch here
                 return
-            rebased = replace(batch, seq=seq)
+            rebased = replace(batch, seq=seq, events=self._relinked(batch.events))
             before = self.builder.duplicate_batches
             self.builder.add_batch(rebased)
             node.base = base
@@ -113,6 +118,17 @@ class Ingest:
                             node.unjoined += 1
             self._record(rebased)
             self._drain()
+
+    def _relinked(self, events: list[Event]) -> list[Event]:
+        relink = self.relink
+        if relink is None:
+            return events
+        out = []
+        for e in events:
+            if e.kind is Kind.RECV and (origin := relink(e.id)) is not None:
+                e = e._replace(id=origin)
+            out.append(e)
+        return out
 
     def _record(self, record: ClockPair | Batch) -> None:
         if self.recording is not None:

@@ -53,8 +53,10 @@ class ForwardQueue:
     def fileno(self) -> int:
         return self._bound.sock.fileno()
 
-    def read(self, limit: int = 64) -> list[tuple[int, bytes]]:
-        """Up to `limit` queued packets as (packet id, IPv4 bytes), without blocking."""
+    def read(self, limit: int = 64, hooks: list[int] | None = None) -> list[tuple[int, bytes]]:
+        """Up to `limit` queued packets as (packet id, IPv4 bytes), without blocking; with
+        `hooks`, each packet's netfilter hook is appended to it (NF_INET_LOCAL_IN, ...:
+        the message layer's capture queues two hooks on one queue)."""
         out: list[tuple[int, bytes]] = []
         buf, view, recv_into = self._buf, self._view, self._bound.recv_into
         unpack_msg, unpack_attr, unpack_id = _NLMSGHDR.unpack_from, _NLATTR.unpack_from, _PACKET_ID.unpack_from
@@ -69,7 +71,7 @@ class ForwardQueue:
                     break
                 end = off + msg_len
                 if msg_type == NFQNL_MSG_PACKET:
-                    packet_id = -1
+                    packet_id = hook = -1
                     payload = b""
                     a = off + 20  # nlmsghdr + nfgenmsg
                     while a + 4 <= end:
@@ -79,6 +81,7 @@ class ForwardQueue:
                         a_type &= 0x3FFF
                         if a_type == NFQA_PACKET_HDR:
                             packet_id = unpack_id(buf, a + 4)[0]
+                            hook = buf[a + 10]
                         elif a_type == NFQA_PAYLOAD:
                             payload = bytes(view[a + 4 : a + a_len])
                         a += (a_len + 3) & ~3
@@ -87,6 +90,8 @@ class ForwardQueue:
                             self.bypassed += packet_id - self._last_id - 1
                         self._last_id = packet_id
                         out.append((packet_id, payload))
+                        if hooks is not None:
+                            hooks.append(hook)
                 off += (msg_len + 3) & ~3
         self.received += len(out)
         return out

@@ -4,6 +4,10 @@ The mediator has an event stream of its own, node "mediator": relayed client ope
 (CLIENT_INVOKE / CLIENT_COMPLETE, id = the client process, data = "f:type") and the faults
 it enacts (FAULT, data = the rule kind). It goes into the timeline like an observer's, with
 a clock pair at start and a batch every `batch_interval`.
+
+With a scenario (`layer`) the mediator also runs the message layer (message_layer.py): the
+declared peer ports' connections are relayed message by message and the scenario's engine
+decides each message and steps on the timeline's events; its run is `scenario()`.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from mallory.mediator.advisor import Advisor
 from mallory.mediator.api import ApiServer, Link
 from mallory.mediator.firewall import Firewall, install_queue_rules, remove_queue_rules
 from mallory.mediator.ingest import Ingest
+from mallory.mediator.message_layer import LayerConfig, MessageLayer
 from mallory.mediator.receiver import BatchServer
 from mallory.mediator.windows import Window, WindowService
 from mallory.timeline.builder import TimelineBuilder
@@ -50,6 +55,7 @@ class Mediator:
         fail_open: bool = True,
         skew_ns: int = 100_000_000,
         batch_interval: float = 0.1,
+        layer: LayerConfig | None = None,
     ) -> None:
         self.node_addresses = dict(node_addresses)
         self.nodes = sorted(node_addresses)
@@ -68,6 +74,10 @@ class Mediator:
         #: Jepsen-driven mode's learner (see advisor.py); None unless the command enables it
         self.advisor: Advisor | None = None
         self.ingest.subscribers.append(self.windows.on_commit)
+        self.layer = MessageLayer(layer, self.node_addresses, self.firewall) if layer is not None else None
+        if self.layer is not None:
+            self.ingest.relink = self.layer.join.relink
+            self.ingest.subscribers.append(self.layer.driver.on_entries)
         self.api = ApiServer(api_address, token, self)  # first: it checks the token before binding
         try:
             self.receiver = BatchServer(*batch_address, self.ingest)
@@ -89,6 +99,8 @@ class Mediator:
             install_queue_rules(self.node_addresses, self.queue_num)
             self._rules_installed = True
             self.firewall.start(self.queue_num, fail_open=self.fail_open)
+        if self.layer is not None:
+            self.layer.start()
         self.ingest.on_clock(ClockPair(MEDIATOR_NODE, time.monotonic_ns(), time.time_ns()))
         self.receiver.start()
         self.api.start()
@@ -99,6 +111,8 @@ class Mediator:
         self._stop.set()
         self.api.stop()
         self.receiver.close()
+        if self.layer is not None:
+            self.layer.stop()
         if self._rules_installed:
             remove_queue_rules()  # first: no new packet is queued to a firewall about to go
         self.firewall.stop()
@@ -177,6 +191,10 @@ class Mediator:
         self.emit(Kind.FAULT, 0, kind)
         return report
 
+    def scenario(self) -> dict | None:
+        """The scenario's run so far (ScenarioDriver.report), None without a message layer."""
+        return self.layer.driver.report() if self.layer is not None else None
+
     def window(self, start_ns: int, end_ns: int, wait_s: float, abstraction: str = "event-history") -> Window:
         return self.windows.window(start_ns, end_ns, wait_s, abstraction)
 
@@ -194,6 +212,7 @@ class Mediator:
             "api_rejected": self.api.rejected,
             "api_bugs": self.api.bugs,
             "advisor": self.advisor.stats() if self.advisor is not None else None,
+            "message_layer": self.layer.stats() if self.layer is not None else None,
             "api_reasons": list(self.api.reasons),
             "uptime_s": round((time.monotonic_ns() - self.started_ns) / 1e9, 3),
         }

@@ -1,0 +1,275 @@
+"""The timeline's SEND -> RECV arrows across the message layer (issue 19, part 2): both TCP
+legs of every proxied connection captured at the gateway, and the receiver's packets
+relinked to the sender's.
+
+Observers name packets by packet id (mallory/observer/packet.py) and the timeline joins a
+SEND to the RECV with the same id. Behind the proxy (mallory/mediator/proxy.py) a message
+crosses two connections with one 4-tuple but their own sequence numbers and IP ids: the
+sender's observer sees leg 1's segments, the receiver's observer leg 2's, and no id is on
+both. The join moves to the gateway, which knows which bytes of leg 2 came from which bytes
+of leg 1:
+
+* `LegCapture` reads the diverted connections' packets from an NFQUEUE of their own on the
+  gateway's INPUT and OUTPUT (mallory/mediator/divert.py installs the rules): a direction's
+  incoming leg arrives at INPUT, its outgoing leg leaves through OUTPUT, both with the
+  direction's original 4-tuple. `LegJoin` keeps, per direction, each leg's initial
+  sequence number and the incoming leg's recent data segments (stream range -> packet id);
+* the proxy tells `LegJoin.written` where each run of bytes it writes sits in the outgoing
+  stream and where it was read in the incoming one;
+* so when an outgoing data packet passes, its first byte's outgoing offset gives the
+  incoming offset it was read at, hence the incoming segment that carried it: the outgoing
+  packet's id is relinked to that segment's id. The ingest (mallory/mediator/ingest.py)
+  gives a RECV event the id `relink` answers before the timeline sees it, so the receiver's
+  RECV joins the sender's SEND itself: the arrow goes n1 -> n2, as without the layer, with
+  the observers' message types on it, and no gateway lane is put between the nodes.
+
+It is race-free: NFQUEUE holds the outgoing packet until it is relinked, so the relink
+exists before the packet reaches the receiver's observer. Per outgoing packet, the link is
+its first byte's: a packet of two messages joins the first one's segment. A dropped message
+leaves its SEND without a RECV (as a dropped packet does), a duplicated one gives it two, a
+delayed one a later one. Pure ACKs carry no bytes and are not relinked: the gateway acks
+each leg itself, so on proxied connections an ACK's RECV has no SEND (it commits unmatched
+once the skew bound has passed, as a packet from outside the cluster would). Offsets are
+kept modulo 2^32, so a direction's first 4 GiB are joined exactly; past that a join may
+pick a segment 4 GiB older, which `MAX_SEGMENTS` has forgotten: it is left unjoined.
+
+The capture also applies the firewall's link drop rules (mallory/mediator/rules.py) to both
+legs: the diverted packets no longer cross FORWARD, where the firewall sits, and a
+partition must still cut a peer connection (its SYN, its data, its ACKs). The firewall's
+delay and duplicate rules stay packet faults of FORWARD. Packet ids of both legs go into
+the firewall's `SeenPackets`, which the ingest's join statistics read.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import select
+import struct
+import threading
+from collections import OrderedDict, deque
+from collections.abc import Callable, Mapping
+
+from mallory.mediator.firewall import SeenPackets
+from mallory.mediator.proxy import Key
+from mallory.mediator.queue import ForwardQueue
+from mallory.mediator.rules import LinkRule
+from mallory.observer.nfq import NF_INET_LOCAL_IN, NF_INET_LOCAL_OUT
+from mallory.observer.packet import TCP, id_of, ip_int
+
+#: incoming segments kept per direction (a relink looks among them)
+MAX_SEGMENTS = 4096
+#: written spans kept per direction
+MAX_SPANS = 4096
+#: directions remembered (the oldest go first)
+MAX_DIRECTIONS = 4096
+#: relinks kept for the ingest (a receiver's batch comes within a second or so)
+MAX_RELINKS = 200_000
+
+_MASK = 0xFFFFFFFF
+_SYN = 0x02
+_HEADER = struct.Struct("!BxH5xBxxII")  # version/ihl, total length, protocol, source, destination
+_TCP = struct.Struct("!HHI")  # ports, sequence number
+
+
+class _Direction:
+    """What is known of one direction of a proxied connection (offsets modulo 2^32)."""
+
+    __slots__ = ("in_isn", "out_isn", "seg_starts", "seg_ids", "span_outs", "spans")
+
+    def __init__(self) -> None:
+        self.in_isn: int | None = None
+        self.out_isn: int | None = None
+        self.seg_starts: list[int] = []  # incoming data segments' first offsets, in order
+        self.seg_ids: list[tuple[int, int]] = []  # (end offset, packet id) of each
+        self.span_outs: list[int] = []  # outgoing offsets of the spans written, in order
+        self.spans: list[tuple[int, int]] = []  # (incoming offset, length) of each
+
+
+class LegJoin:
+    """The relinks of the proxied connections (see the module docstring). `written` is
+    called from the proxy's thread, `packet` from the capture's, `relink` from the
+    ingest's: one lock keeps them apart."""
+
+    def __init__(self) -> None:
+        self._directions: OrderedDict[Key, _Direction] = OrderedDict()
+        self._relinks: dict[int, int] = {}
+        self._relink_order: deque[int] = deque()
+        self._lock = threading.Lock()
+        self.relinked = 0
+        self.unjoined = 0  # outgoing data packets whose bytes' origin was not found
+
+    def _direction(self, key: Key) -> _Direction:
+        found = self._directions.get(key)
+        if found is None:
+            found = self._directions[key] = _Direction()
+            if len(self._directions) > MAX_DIRECTIONS:
+                self._directions.popitem(last=False)
+        return found
+
+    def written(self, key: Key, out_offset: int, in_offset: int, length: int) -> None:
+        """The proxy wrote `length` bytes read at `in_offset` of direction `key`'s incoming
+        stream at `out_offset` of its outgoing one."""
+        with self._lock:
+            d = self._direction(key)
+            if out_offset == 0:  # a new connection's first write (its SYN may not be seen yet)
+                d.span_outs, d.spans = [], []
+            d.span_outs.append(out_offset & _MASK)
+            d.spans.append((in_offset & _MASK, length))
+            if len(d.spans) > 2 * MAX_SPANS:
+                del d.span_outs[:MAX_SPANS], d.spans[:MAX_SPANS]
+
+    def packet(self, incoming: bool, key: Key, seq: int, flags: int, length: int, packet_id: int) -> None:
+        """A TCP packet of direction `key` on its incoming (INPUT) or outgoing (OUTPUT) leg,
+        `length` its payload bytes."""
+        with self._lock:
+            d = self._direction(key)
+            if flags & _SYN:  # a new connection on this 4-tuple starts this leg afresh
+                if incoming:
+                    d.in_isn, d.seg_starts, d.seg_ids = seq, [], []
+                else:
+                    d.out_isn = seq
+                return
+            if not length:
+                return
+            if incoming:
+                if d.in_isn is None:
+                    return
+                start = (seq - d.in_isn - 1) & _MASK
+                d.seg_starts.append(start)
+                d.seg_ids.append(((start + length) & _MASK, packet_id))
+                if len(d.seg_ids) > 2 * MAX_SEGMENTS:
+                    del d.seg_starts[:MAX_SEGMENTS], d.seg_ids[:MAX_SEGMENTS]
+                return
+            origin = self._origin(d, seq)
+            if origin is None:
+                self.unjoined += 1
+                return
+            self._relinks[packet_id] = origin
+            self._relink_order.append(packet_id)
+            if len(self._relink_order) > MAX_RELINKS:
+                self._relinks.pop(self._relink_order.popleft(), None)
+            self.relinked += 1
+
+    @staticmethod
+    def _origin(d: _Direction, seq: int) -> int | None:
+        """The packet id of the incoming segment that carried the outgoing byte at `seq`."""
+        if d.out_isn is None:
+            return None
+        out = (seq - d.out_isn - 1) & _MASK
+        i = bisect.bisect_right(d.span_outs, out) - 1
+        if i < 0:
+            return None
+        in_start, length = d.spans[i]
+        if out - d.span_outs[i] >= length:
+            return None
+        at = in_start + out - d.span_outs[i]
+        j = bisect.bisect_right(d.seg_starts, at) - 1
+        if j < 0:
+            return None
+        end, packet_id = d.seg_ids[j]
+        return packet_id if at < end else None
+
+    def relink(self, packet_id: int) -> int | None:
+        """The id a RECV of outgoing packet `packet_id` joins with, None when it is not one."""
+        return self._relinks.get(packet_id)
+
+    def stats(self) -> dict[str, int]:
+        with self._lock:
+            return {"relinked": self.relinked, "unjoined": self.unjoined, "directions": len(self._directions)}
+
+
+def tcp_fields(buf: bytes) -> tuple[Key, int, int, int] | None:
+    """(4-tuple, sequence number, flags, payload length) of an IPv4 TCP packet, None for
+    anything else."""
+    if len(buf) < 20:
+        return None
+    ver_ihl, total, proto, src, dst = _HEADER.unpack_from(buf)
+    ihl = (ver_ihl & 0x0F) * 4
+    if ver_ihl >> 4 != 4 or proto != TCP or len(buf) < ihl + 20:
+        return None
+    sport, dport, seq = _TCP.unpack_from(buf, ihl)
+    payload = min(total, len(buf)) - ihl - (buf[ihl + 12] >> 4) * 4
+    return (src, sport, dst, dport), seq, buf[ihl + 13], max(0, payload)
+
+
+class LegCapture:
+    """The capture queue's thread (see the module docstring): every packet of the proxied
+    connections at INPUT and OUTPUT is joined (`LegJoin.packet`), counted in `seen`, and
+    accepted, or dropped when the firewall's rule for its link drops."""
+
+    def __init__(self, join: LegJoin, node_addresses: Mapping[str, str], rules: Callable[[], Mapping[tuple[str, str], LinkRule]],
+                 seen: SeenPackets) -> None:
+        self.join = join
+        self.node_by_ip = {ip_int(address): node for node, address in node_addresses.items()}
+        self.rules = rules
+        self.seen = seen
+        self.counts = {"packets": 0, "dropped": 0, "errors": 0}
+        self._wake_r, self._wake_w = os.pipe()
+        self._stop = False
+        self._thread: threading.Thread | None = None
+        self.error: BaseException | None = None
+
+    def verdicts(self, packets: list[tuple[int, bytes]], hooks: list[int]) -> list[tuple[int, bool]]:
+        """(queue id, accept?) for each packet, after joining it."""
+        out = []
+        rules = self.rules()
+        for (queue_id, buf), hook in zip(packets, hooks):
+            self.counts["packets"] += 1
+            fields = tcp_fields(buf)
+            if fields is None:
+                out.append((queue_id, True))
+                continue
+            key, seq, flags, length = fields
+            src, dst = self.node_by_ip.get(key[0]), self.node_by_ip.get(key[2])
+            rule = rules.get((src, dst)) if rules and src and dst else None
+            if rule is not None and rule.drop:
+                self.counts["dropped"] += 1
+                out.append((queue_id, False))
+                continue
+            packet_id = id_of(buf)
+            if packet_id is not None:
+                self.seen.add(packet_id)
+                if hook in (NF_INET_LOCAL_IN, NF_INET_LOCAL_OUT):
+                    self.join.packet(hook == NF_INET_LOCAL_IN, key, seq, flags, length, packet_id)
+            out.append((queue_id, True))
+        return out
+
+    def start(self, queue_num: int, fail_open: bool = True) -> LegCapture:
+        queue = ForwardQueue(queue_num, fail_open=fail_open)
+        self._thread = threading.Thread(target=self._loop, args=(queue,), name="message-legs", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop = True
+        os.write(self._wake_w, b"x")
+        if self._thread is not None:
+            self._thread.join(2.0)
+        if self._thread is None or not self._thread.is_alive():
+            os.close(self._wake_r)
+            os.close(self._wake_w)
+
+    def _loop(self, queue: ForwardQueue) -> None:
+        fd = queue.fileno()
+        try:
+            while not self._stop:
+                select.select([fd, self._wake_r], [], [], 0.5)
+                while not self._stop:
+                    hooks: list[int] = []
+                    packets = queue.read(hooks=hooks)
+                    if not packets:
+                        break
+                    try:
+                        decided = self.verdicts(packets, hooks)
+                    except Exception:  # never leave packets without a verdict
+                        self.counts["errors"] += len(packets)
+                        queue.accept_upto(packets[-1][0])
+                        continue
+                    for queue_id, accept in decided:
+                        (queue.accept if accept else queue.drop)(queue_id)
+        except BaseException as exc:
+            self.error = exc
+            raise
+        finally:
+            queue.close()

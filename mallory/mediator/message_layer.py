@@ -1,0 +1,88 @@
+"""The message layer as the mediator runs it: a scenario's driver, the proxy, the capture of
+its legs and the rules that divert the declared peer ports, put together in the order that
+leaves no connection without a listener (issue 19, part 2; see proxy.py, legs.py,
+divert.py, scenario_driver.py).
+
+Start: the capture's queue is bound, the proxy listens, then the rules go in (so nothing is
+diverted to a socket not yet there or queued to a queue nobody reads). Stop: the rules go
+first (new connections are forwarded plainly again), then the proxy and the capture. The
+layer must be installed before the SUT opens its peer connections: a connection opened
+before is not the proxy's, and its packets would be taken for new ones (the mediator starts
+before the SUT, in `mallory scenario run`). Nothing here is made for a mediator without a
+scenario.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from mallory.instrument.catalogue import Catalogue
+from mallory.mediator.divert import Diversion
+from mallory.mediator.firewall import Firewall
+from mallory.mediator.legs import LegCapture, LegJoin
+from mallory.mediator.proxy import MessageProxy, Relay
+from mallory.mediator.scenario_driver import ScenarioDriver
+from mallory.observer.framing import stream_factory
+from mallory.observer.messages import PeerMessages
+from mallory.scenario.engine import Scenario
+
+#: the proxy's listening port in the gateway (diverted connections arrive there)
+PROXY_PORT = 7102
+
+
+@dataclass(frozen=True)
+class LayerConfig:
+    """What the mediator needs for a message layer: the scenario, the SUT's messages on
+    this cluster, its annotation catalogue (code events' names), the proxy's port and the
+    capture's NFQUEUE number."""
+
+    scenario: Scenario
+    declared: PeerMessages
+    catalogue: Catalogue
+    capture_queue: int
+    proxy_port: int = PROXY_PORT
+
+
+class MessageLayer:
+    def __init__(self, config: LayerConfig, node_addresses: Mapping[str, str], firewall: Firewall) -> None:
+        self.config = config
+        self.driver = ScenarioDriver(config.scenario, sorted(node_addresses), config.catalogue)
+        self.join = LegJoin()
+        self.relay = Relay(node_addresses, stream_factory(config.declared.format), self.driver,
+                           duplicates=config.scenario.duplicates, on_written=self.join.written)
+        self.proxy = MessageProxy(self.relay, config.proxy_port)
+        self.driver.release = self.proxy.deliver
+        self.capture = LegCapture(self.join, node_addresses, lambda: firewall.table.rules, firewall.seen)
+        self.diversion = Diversion(node_addresses, config.declared.ports, config.proxy_port, config.capture_queue)
+        self._started: list[Any] = []
+
+    def start(self) -> None:
+        try:
+            self.capture.start(self.config.capture_queue)
+            self._started.append(self.capture)
+            self.proxy.start()
+            self._started.append(self.proxy)
+            self.diversion.install()
+            self._started.append(self.diversion)
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        if self.diversion in self._started:
+            self.diversion.remove()
+        if self.proxy in self._started:
+            self.proxy.stop()
+        if self.capture in self._started:
+            self.capture.stop()
+        self._started.clear()
+
+    @property
+    def error(self) -> BaseException | None:
+        return self.proxy.error or self.capture.error
+
+    def stats(self) -> dict[str, Any]:
+        return {"proxy": dict(self.relay.counts), "connections": len(self.relay.connections),
+                "pending": len(self.relay.pending), "legs": {**self.join.stats(), **self.capture.counts}}

@@ -1,0 +1,175 @@
+"""A scenario's engine (mallory/scenario/engine.py) driven by the gateway: the message layer's
+messages (mallory/mediator/proxy.py, as its `Decider`) and the timeline's other events.
+
+Per message from the proxy: the engine steps on its SEND and the decision becomes the
+proxy's `Outcome`: the messages it lists are delivered now, those `Delay`ed later; a
+message the decision neither delivers nor delays is dropped (its bytes let go) unless a
+filter stored it in a set, where it waits for a `DeliverAllFromSet`. When the proxy has
+handed a message to its receiver, the engine steps on its RECV (so a scenario's RECV means
+"the gateway delivered it", not "the receiver's program read it"). Without the scenario's
+DUPLICATES a message is delivered at most once, however often decisions name it.
+
+The timeline's events reach the engine through the ingest (`on_entries`, an ingest
+subscriber: mallory/mediator/ingest.py), once committed, so a little after they happened
+(the observers' batch interval and the clock-skew bound): code events named by the SUT's
+annotation catalogue (unknown ids are left out: no scenario can name them), log events by
+their `[[log_events]]` name, the mediator's client and fault events. Packet SEND/RECV
+events are not a scenario's: its messages come from the proxy. Messages those events
+release (a filter on a code event delivering a held set) go to the proxy through
+`release` (its thread-safe `deliver`).
+
+Once the run has ended (its machine reached a final verdict), every message is delivered
+and no more events are stepped: the SUT runs on undisturbed until the command tears it
+down. One lock keeps the proxy's thread and the ingest's apart.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from mallory.instrument.catalogue import Catalogue
+from mallory.mediator.proxy import Delivery, Outcome
+from mallory.scenario.engine import Engine, Scenario
+from mallory.scenario.events import (
+    CLIENT_TYPES,
+    Message,
+    ScenarioError,
+    ScenarioEvent,
+    client,
+    code,
+    fault,
+    log,
+    receive,
+    send,
+)
+from mallory.scenario.filters import Decision
+from mallory.timeline.builder import Committed
+from mallory.timeline.event import Event, Kind
+
+
+class ScenarioDriver:
+    """One scenario run on the gateway (see the module docstring)."""
+
+    def __init__(self, scenario: Scenario, nodes: Sequence[str], catalogue: Catalogue | None = None,
+                 own_node: str = "mediator") -> None:
+        self.scenario = scenario
+        self.nodes = frozenset(nodes)
+        self.catalogue = catalogue or Catalogue()
+        self.own_node = own_node
+        self.engine: Engine = scenario.engine(nodes)
+        #: the proxy's `deliver`, for messages released by events other than messages
+        self.release: Callable[[Outcome], None] | None = None
+        #: per (sender, receiver, message type): how many messages were sent, delivered, ...
+        self.counts: dict[tuple[str, str, str], Counter[str]] = {}
+        self.errors = 0  # events the engine refused (logged as a count: the run goes on)
+        self._outstanding: Counter[str] = Counter()  # deliveries ordered, not yet made
+        self._delivered: set[str] = set()
+        self._lock = threading.Lock()
+
+    # -- the proxy's Decider ------------------------------------------------------------
+
+    def on_message(self, message: Message) -> Outcome:
+        with self._lock:
+            self._count(message, "sent")
+            if self.engine.ended:
+                self._outstanding[message.id] += 1
+                return Outcome((Delivery(message.id),))
+            outcome = self._outcome(self.engine.step(send(message)))
+            if not self._outstanding[message.id]:
+                if self._in_a_set(message.id):
+                    self._count(message, "held")
+                else:
+                    self._count(message, "dropped")
+                    outcome = Outcome(outcome.deliver, (*outcome.forget, message.id))
+            return outcome
+
+    def on_delivered(self, message: Message) -> Outcome:
+        with self._lock:
+            self._count(message, "delivered")
+            self._outstanding[message.id] -= 1
+            self._delivered.add(message.id)
+            outcome = Outcome() if self.engine.ended else self._outcome(self.engine.step(receive(message)))
+            if self._outstanding[message.id] <= 0 and not self._in_a_set(message.id):
+                del self._outstanding[message.id]
+                outcome = Outcome(outcome.deliver, (*outcome.forget, message.id))
+            return outcome
+
+    # -- the timeline's events ------------------------------------------------------------
+
+    def on_entries(self, entries: Iterable[Committed]) -> None:
+        """An ingest subscriber: each committed event a scenario can see is stepped."""
+        for entry in entries:
+            event = self.scenario_event(entry.event)
+            if event is None:
+                continue
+            with self._lock:
+                if self.engine.ended:
+                    return
+                outcome = self._outcome(self.engine.step(event))
+            if outcome.deliver and self.release is not None:
+                self.release(outcome)
+
+    def scenario_event(self, event: Event) -> ScenarioEvent | None:
+        """The scenario's view of a timeline event, None for what a scenario does not see."""
+        kind, data = event.kind, event.data
+        try:
+            if kind in (Kind.FUNC, Kind.BLOCK) and event.node in self.nodes:
+                found = self.catalogue.get(event.id)
+                return None if found is None else code(event.node, found.name, kind)
+            if kind is Kind.LOG and event.node in self.nodes and data:
+                return log(event.node, data)
+            if event.node == self.own_node and kind in (Kind.CLIENT_INVOKE, Kind.CLIENT_COMPLETE):
+                f, _, type_ = data.partition(":")
+                return client(f, type_) if f and type_ in CLIENT_TYPES else None
+            if event.node == self.own_node and kind is Kind.FAULT and data:
+                return fault(data)
+        except ScenarioError:
+            self.errors += 1
+        return None
+
+    # -- what it made of the run ------------------------------------------------------------
+
+    def report(self) -> dict[str, Any]:
+        """The run so far: whether it ended, the verdict (final once ended, else what a
+        timeout now would give), the events stepped, and per link and message type what
+        became of the messages."""
+        with self._lock:
+            verdict = self.engine.verdict()
+            messages: dict[str, dict[str, dict[str, int]]] = {}
+            for (src, dst, type_), counter in sorted(self.counts.items()):
+                messages.setdefault(f"{src}->{dst}", {})[type_] = dict(counter)
+            return {
+                "scenario": self.scenario.name,
+                "ended": self.engine.ended,
+                "passed": verdict.passed,
+                "state": verdict.state,
+                "reason": verdict.reason,
+                "lines": verdict.lines(),
+                "events": self.engine.events,
+                "refused_events": self.errors,
+                "messages": messages,
+            }
+
+    # -- inside --------------------------------------------------------------------------
+
+    def _outcome(self, decision: Decision) -> Outcome:
+        deliver = []
+        for message in decision.deliver:
+            if self.scenario.duplicates or (message.id not in self._delivered and not self._outstanding[message.id]):
+                deliver.append(Delivery(message.id))
+                self._outstanding[message.id] += 1
+        for message, delay_ns in decision.delayed:
+            if self.scenario.duplicates or (message.id not in self._delivered and not self._outstanding[message.id]):
+                deliver.append(Delivery(message.id, delay_ns))
+                self._outstanding[message.id] += 1
+                self._count(message, "delayed")
+        return Outcome(tuple(deliver))
+
+    def _in_a_set(self, message_id: str) -> bool:
+        return any(message_id in held for held in self.engine.ctx.sets.values())
+
+    def _count(self, message: Message, what: str) -> None:
+        self.counts.setdefault((message.src, message.dst, message.type), Counter())[what] += 1

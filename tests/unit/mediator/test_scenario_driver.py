@@ -1,0 +1,118 @@
+"""A scenario's engine driven by the gateway (mallory/mediator/scenario_driver.py): the
+proxy's outcomes for each message, held sets released by code events from the timeline,
+delays, duplicates, what a scenario sees of the timeline, and the report."""
+
+from __future__ import annotations
+
+from mallory.instrument.catalogue import Catalogue, CodeEvent
+from mallory.mediator.proxy import Delivery, Outcome
+from mallory.mediator.scenario_driver import ScenarioDriver
+from mallory.scenario import (
+    SUCCESS,
+    Delay,
+    Deliver,
+    DeliverAllFromSet,
+    Drop,
+    If,
+    IsEventType,
+    IsMessageSend,
+    IsMessageType,
+    Set,
+    StateMachine,
+    StoreInSet,
+)
+from mallory.scenario.engine import Scenario
+from mallory.scenario.events import Message
+from mallory.scenario.filters import FilterSet
+from mallory.timeline.builder import Committed
+from mallory.timeline.event import Event, Kind
+
+NODES = ["n1", "n2", "n3"]
+CATALOGUE = Catalogue([CodeEvent(7, "sut.c", 10, "become_leader", "FUNC", "became-leader")])
+
+
+def driver(filters, machine=None, duplicates=False) -> ScenarioDriver:
+    if machine is None:
+        machine = StateMachine()
+        machine.builder().on(IsEventType("never"), SUCCESS)
+    return ScenarioDriver(Scenario("t", FilterSet(filters), machine, (), 5.0, duplicates), NODES, CATALOGUE)
+
+
+def msg(i: int, type: str = "append", src: str = "n1", dst: str = "n2") -> Message:
+    return Message(f"m{i}", src, dst, type)
+
+
+def entry(event: Event) -> Committed:
+    return Committed(event, 0, 0, 0, None)
+
+
+def test_an_unmatched_message_is_delivered_then_let_go():
+    d = driver([])
+    assert d.on_message(msg(1)) == Outcome((Delivery("m1"),))
+    assert d.on_delivered(msg(1)) == Outcome((), ("m1",))  # delivered and in no set: let go
+    assert d.report()["messages"] == {"n1->n2": {"append": {"sent": 1, "delivered": 1}}}
+
+
+def test_a_message_no_filter_delivers_is_dropped_and_let_go_at_once_unless_a_set_holds_it():
+    d = driver([If(IsMessageType("vote")).Then(StoreInSet(Set("votes"))), If(IsMessageType("append")).Then(Drop())])
+    assert d.on_message(msg(1)) == Outcome((), ("m1",))
+    assert d.on_message(msg(2, "vote")) == Outcome()  # held: kept for a release
+    assert d.report()["messages"] == {"n1->n2": {"append": {"sent": 1, "dropped": 1}, "vote": {"sent": 1, "held": 1}}}
+
+
+def test_a_held_set_is_released_by_a_code_event_from_the_timeline():
+    d = driver([If(IsMessageSend() & IsMessageType("append")).Then(StoreInSet(Set("held"))),
+                If(IsEventType("became-leader")).Then(DeliverAllFromSet(Set("held")))])
+    released = []
+    d.release = released.append
+    assert d.on_message(msg(1)) == Outcome() and d.on_message(msg(2)) == Outcome()
+    d.on_entries([entry(Event("n1", Kind.FUNC, 5, 999)),  # not in the catalogue: no scenario event
+                  entry(Event("n1", Kind.SEND, 5, 1, "append")),  # packets are not a scenario's
+                  entry(Event("n3", Kind.FUNC, 6, 7))])
+    assert released == [Outcome((Delivery("m1"), Delivery("m2")))]
+    assert d.engine.events == 3 and d.report()["messages"]["n1->n2"]["append"] == {"sent": 2, "held": 2}
+    assert d.on_delivered(msg(1)) == Outcome((), ("m1",))
+
+
+def test_a_delay_is_a_later_delivery_and_counted():
+    d = driver([If(IsMessageType("append")).Then(Delay(20))])
+    assert d.on_message(msg(1)) == Outcome((Delivery("m1", 20_000_000),))
+    assert d.report()["messages"]["n1->n2"]["append"] == {"sent": 1, "delayed": 1}
+
+
+def test_a_second_delivery_is_left_out_unless_the_scenario_allows_duplicates():
+    filters = [If(IsMessageSend() & IsMessageType("append")).Then(Deliver(), StoreInSet(Set("again"))),
+               If(IsEventType("became-leader")).Then(DeliverAllFromSet(Set("again")))]
+    for allowed, expected in ((False, []), (True, [Outcome((Delivery("m1"),))])):
+        d = driver(filters, duplicates=allowed)
+        released = []
+        d.release = released.append
+        assert d.on_message(msg(1)) == Outcome((Delivery("m1"),))
+        assert d.on_delivered(msg(1)) == Outcome()  # still in a set: kept
+        d.on_entries([entry(Event("n1", Kind.FUNC, 5, 7))])
+        assert released == expected
+
+
+def test_the_run_ends_then_everything_passes_and_the_report_says_how_it_went():
+    machine = StateMachine()
+    machine.builder().on(IsMessageType("vote"), SUCCESS)
+    d = driver([If(IsMessageType("append")).Then(Drop())], machine)
+    d.on_message(msg(1))
+    d.on_message(msg(2, "vote", "n2", "n1"))
+    assert d.engine.ended
+    assert d.on_message(msg(3)) == Outcome((Delivery("m3"),))
+    report = d.report()
+    assert report["ended"] and report["passed"] and report["state"] == SUCCESS
+    assert report["lines"][1] == "path: startState -> successState"
+    assert report["messages"]["n1->n2"]["append"] == {"sent": 2, "dropped": 1}
+
+
+def test_what_a_scenario_sees_of_the_timeline():
+    d = driver([])
+    seen = d.scenario_event
+    assert str(seen(Event("n2", Kind.LOG, 1, 5, "truncate"))) == "n2 LOG truncate"
+    assert str(seen(Event("mediator", Kind.CLIENT_COMPLETE, 1, 3, "write:ok"))) == "- CLIENT_COMPLETE write:ok"
+    assert str(seen(Event("mediator", Kind.FAULT, 1, 0, "partition:one"))) == "- FAULT partition:one"
+    assert str(seen(Event("n1", Kind.BLOCK, 1, 7))) == "n1 BLOCK became-leader"
+    assert seen(Event("mediator", Kind.CLIENT_INVOKE, 1, 3, "write:weird")) is None
+    assert seen(Event("n9", Kind.LOG, 1, 5, "x")) is None and seen(Event("n1", Kind.RECV, 1, 5, "append")) is None
