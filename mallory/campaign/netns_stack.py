@@ -3,8 +3,9 @@
 The order matters and is the paper's: the mediator first (observers dial it), then the
 observers (they must see the SUT's first packet and create its shm ring), then the SUT,
 which the caller starts through its adapter. An adapter made by `adapter_factory` (once the
-cluster is up, before the observers) lends its `log_watch` patterns to the observers, so
-its log lines become LOG events (mallory/observer/log_events.py). `close()` undoes it all in reverse; the run
+cluster is up, before the mediator) lends its `log_watch` patterns to the observers, so
+its log lines become LOG events (mallory/observer/log_events.py), and `mediator_args` of it
+gives the mediator more arguments (`mallory scenario run`: the message layer's). `close()` undoes it all in reverse; the run
 registry (mallory/cluster/registry.py) covers a kill -9 of the controller, through `mallory cleanup`.
 """
 
@@ -29,12 +30,13 @@ class ObservedCluster(ObservedStack):
         record_dir: Path | None = None,
         skew_ms: float = 100.0,
         adapter_factory: Callable[[NetnsCluster], Any] | None = None,
+        mediator_args: Callable[[Any], list[str]] | None = None,
     ) -> None:
         super().__init__()
         self.token = secrets.token_hex(16)
         self.cluster = NetnsCluster.up(run, nodes)
         self.client = MediatorClient(self.cluster.layout.gateway_control_address, API_PORT, self.token)
-        self._start(record_dir, skew_ms, adapter_factory)
+        self._start(record_dir, skew_ms, adapter_factory, mediator_args)
 
     def _mediator_command(self) -> list[str]:
         return [sys.executable, "-m", "mallory.cli", "mediator", "--run", self.cluster.run]

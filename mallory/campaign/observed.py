@@ -86,19 +86,21 @@ class ObservedStack:
         """`mallory observe` for `node` (log patterns and the message format are added here)."""
         raise NotImplementedError
 
-    def _start(self, record_dir: Path | None, skew_ms: float, adapter_factory: Callable[[Any], Any] | None) -> None:
-        """The mediator, then the adapter (its log patterns go to the observers), then the
-        observers; on any failure everything started so far is taken down."""
+    def _start(self, record_dir: Path | None, skew_ms: float, adapter_factory: Callable[[Any], Any] | None,
+               mediator_args: Callable[[Any], list[str]] | None = None) -> None:
+        """The adapter (its log patterns and messages go to the observers, and, through
+        `mediator_args` of it, anything else the mediator is to be given), the mediator, then
+        the observers; on any failure everything started so far is taken down."""
         try:
-            self._start_mediator(record_dir, skew_ms)
             if adapter_factory is not None:
                 self.adapter = adapter_factory(self.cluster)
+            self._start_mediator(record_dir, skew_ms, mediator_args(self.adapter) if mediator_args else [])
             self._start_observers()
         except BaseException:
             self.close()
             raise
 
-    def _start_mediator(self, record_dir: Path | None, skew_ms: float) -> None:
+    def _start_mediator(self, record_dir: Path | None, skew_ms: float, extra: list[str]) -> None:
         ready = self.cluster.data_dir(GATEWAY) / "mediator.ready"
         ready.unlink(missing_ok=True)
         # The token travels in a file only we can read, never in argv (any local user reads
@@ -108,6 +110,7 @@ class ObservedStack:
                 "--skew-ms", str(skew_ms)]
         if record_dir is not None:
             argv += ["--record", str(record_dir)]
+        argv += extra
         log.info("starting the mediator in the gateway")
         self.mediator_proc = self.cluster.spawn(GATEWAY, argv, name="mediator", env=component_env())
         wait_until(lambda: ready.exists() or not self.cluster.is_running(self.mediator_proc), self.start_timeout, "the mediator")
