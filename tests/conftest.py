@@ -50,6 +50,7 @@ NEEDS: dict[str, tuple[str, ...]] = {
     "live/redis/test_replication_netns.py": ("root",),
     "live/redis/test_sentinel_cluster.py": ("root", "clang"),
     "live/report/": ("root", "clang"),
+    "live/scenario/": ("root", "clang"),
     "live/shrink/": ("root", "clang"),
     "unit/cluster/test_compose.py": ("clang",),
     "unit/instrument/test_auto.py": ("clang",),
