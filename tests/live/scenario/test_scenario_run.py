@@ -63,7 +63,8 @@ from mallory.scenario import *
 
 FILTERS = []
 STATE_MACHINE = StateMachine()
-STATE_MACHINE.builder().on(IsMessageSend() & IsMessageType("vote-request"), FAIL).on(IsEventType("never"), SUCCESS)
+STATE_MACHINE.builder().on(IsMessageSend() & IsMessageType("vote-request"), FAIL)
+STATE_MACHINE.builder().on(IsEventType("never"), SUCCESS)
 TIMEOUT_S = 20
 """
 
