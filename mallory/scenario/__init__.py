@@ -9,8 +9,10 @@ peer port and a state machine over the run's events, pure (no I/O), after Netrix
     filters.py  If(...).Then(...), IsolateNode, the filter set (first match, deliver by default)
     machine.py  the state machine and a run through it
     engine.py   a scenario and the engine that runs one on events (who drives it: there)
+    roles.py    nodes named by role (the leader, a follower), bound when filters go into force
 
-A scenario file (mallory/harness/scenario_file.py reads one) imports its words from here:
+A scenario file, or a file of filter sets for a campaign (mallory/harness/scenario_file.py
+reads both), imports its words from here:
 
     from mallory.scenario import *
 """
@@ -49,11 +51,12 @@ from mallory.scenario.dsl import (
 )
 from mallory.scenario.filters import If, IsolateNode
 from mallory.scenario.machine import FAIL, START, SUCCESS, StateMachine
+from mallory.scenario.roles import role
 
 __all__ = [
     "FAIL", "START", "SUCCESS", "Action", "Condition", "Count", "CountTo", "CreatePartition", "Delay", "Deliver",
     "DeliverAllFromSet", "Drop", "If", "InState", "IsClientEvent", "IsEventOf", "IsEventType", "IsFaultEvent",
     "IsMessageAcrossPartition", "IsMessageBetween", "IsMessageFrom", "IsMessageFromPart", "IsMessageReceive",
     "IsMessageSend", "IsMessageTo", "IsMessageType", "IsMessageWithinPartition", "IsolateNode", "Once", "OnceAction",
-    "RecordMessageAs", "Set", "StateMachine", "StoreInSet", "receiver_of", "sender_of",
+    "RecordMessageAs", "Set", "StateMachine", "StoreInSet", "receiver_of", "role", "sender_of",
 ]

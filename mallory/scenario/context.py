@@ -9,7 +9,8 @@ them. A set keeps its messages in arrival order, so `DeliverAllFromSet` releases
 order they were held (Netrix's map leaves the order unspecified).
 
 One `Context` per run: the engine (mallory/scenario/engine.py) makes it with the run's
-nodes and the state machine's start state.
+nodes, the state machine's start state and, for a filter set in force as a campaign fault,
+the nodes its roles are bound to (mallory/scenario/roles.py).
 """
 
 from __future__ import annotations
@@ -48,11 +49,15 @@ class Partition:
 class Context:
     """What conditions and actions read and change (see the module docstring)."""
 
-    def __init__(self, nodes: Sequence[str], state: str) -> None:
+    def __init__(self, nodes: Sequence[str], state: str, roles: Mapping[str, str] | None = None) -> None:
         if len(set(nodes)) != len(nodes) or not all(nodes):
             raise ScenarioError(f"a run's nodes are distinct names, not {list(nodes)}")
         self.nodes = tuple(nodes)
         self.state = state
+        #: role -> the node bound to it for this run (mallory/scenario/roles.py)
+        self.roles: dict[str, str] = dict(roles or {})
+        if strangers := sorted(n for n in self.roles.values() if n not in self.nodes):
+            raise ScenarioError(f"roles bound to {', '.join(strangers)}, not a node of this run ({', '.join(self.nodes)})")
         self.counters: dict[str, int] = {}
         self.sets: dict[str, dict[str, Message]] = {}
         self.recorded: dict[str, Message] = {}

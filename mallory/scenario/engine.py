@@ -52,9 +52,10 @@ class Engine:
     """One run of a filter set and a state machine over the events of a cluster of `nodes`
     (see the module docstring)."""
 
-    def __init__(self, filters: FilterSet, machine: StateMachine, nodes: Sequence[str]) -> None:
+    def __init__(self, filters: FilterSet, machine: StateMachine, nodes: Sequence[str],
+                 roles: Mapping[str, str] | None = None) -> None:
         self.filters = filters
-        self.ctx = Context(nodes, START)
+        self.ctx = Context(nodes, START, roles)
         self.run = Run(machine, self.ctx)
         self.events = 0
         #: how many events each filter decided (None: the default filter), Netrix's
@@ -105,6 +106,6 @@ class Scenario:
     timeout_s: float
     duplicates: bool = False
 
-    def engine(self, nodes: Sequence[str]) -> Engine:
-        """A fresh run over a cluster of `nodes`."""
-        return Engine(self.filters, self.machine, nodes)
+    def engine(self, nodes: Sequence[str], roles: Mapping[str, str] | None = None) -> Engine:
+        """A fresh run over a cluster of `nodes`, `roles` bound to some of them."""
+        return Engine(self.filters, self.machine, nodes, roles)
