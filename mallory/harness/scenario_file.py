@@ -1,5 +1,8 @@
-"""Scenario files: a Netrix-style unit test written as a Python file, read into a `Scenario`
-(mallory/scenario/engine.py) for `mallory scenario run` and for campaigns.
+"""Scenario files and filter-set files, Python files in Netrix's filter language
+(mallory/scenario/): a scenario, a Netrix-style unit test read into a `Scenario`
+(mallory/scenario/engine.py) for `mallory scenario run`; and named filter sets, which a
+campaign offers its learner as faults (`mallory fuzz --filter-sets FILE`,
+nemesis/faults/filters.py).
 
 A scenario file is Python that imports its words from mallory.scenario and defines:
 
@@ -28,11 +31,30 @@ or raises, a missing name or a value of the wrong kind.
     STATE_MACHINE = StateMachine()
     STATE_MACHINE.builder().on(IsEventType("commit"), SUCCESS)
     TIMEOUT_S = 10
+
+A filter-set file defines FILTER_SETS, a dict from a set's name (1 to 48 of a-z, 0-9 and
+"-", starting with a letter or digit: the fault's label is "filters:<name>") to a non-empty
+list of filters. A campaign puts one set in force for one step's window at a time (a fresh
+context each time, no state machine: `InState` sees the start state), so a set says what
+one window does to the messages:
+
+    FILTER_SETS = {
+        "drop-appends-to-a-follower": [
+            If(IsMessageType("append") & IsMessageFrom(role("leader")) & IsMessageTo(role("follower")))
+            .Then(Drop()),
+        ],
+    }
+
+Its filters name nodes by name (n1, n2, ...) or by role (mallory/scenario/roles.py:
+`role("leader")`, `role("follower")`, `role("second-follower")`), bound each time the set
+goes into force; a set naming the leader is refused on an SUT that cannot tell which node
+leads.
 """
 
 from __future__ import annotations
 
 import math
+import re
 import traceback
 from collections.abc import Mapping
 from pathlib import Path
@@ -46,6 +68,8 @@ from mallory.scenario.machine import StateMachine
 REQUIRED = ("FILTERS", "STATE_MACHINE", "TIMEOUT_S")
 #: the keys of a SETUP operation
 OP_KEYS = ("f", "value")
+#: a filter set's name (the spec of its fault label)
+SET_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,47}")
 
 
 def load_scenario(path: str | Path) -> Scenario:
@@ -55,7 +79,7 @@ def load_scenario(path: str | Path) -> Scenario:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ScenarioError(f"scenario {path}: cannot read it: {exc.strerror}") from None
-    namespace = _run(text, path)
+    namespace = _run(text, path, "scenario")
     where = f"scenario {path}"
     if missing := [name for name in REQUIRED if name not in namespace]:
         raise ScenarioError(f"{where}: defines no {', '.join(missing)} (a scenario defines {', '.join(REQUIRED)})")
@@ -72,19 +96,46 @@ def load_scenario(path: str | Path) -> Scenario:
     return Scenario(str(path), filters, machine, setup, timeout, duplicates)
 
 
-def _run(text: str, path: Path) -> dict[str, Any]:
-    """The names the file defines when run; one-line errors for what it does wrong."""
+def load_filter_sets(path: str | Path) -> dict[str, FilterSet]:
+    """The filter sets `path` defines, by name (see the module docstring); ScenarioError
+    otherwise."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ScenarioError(f"filter sets {path}: cannot read it: {exc.strerror}") from None
+    value = _run(text, path, "filter sets").get("FILTER_SETS")
+    where = f"filter sets {path}"
+    if not isinstance(value, Mapping) or not value:
+        raise ScenarioError(f"{where}: FILTER_SETS is a non-empty dict from names to lists of filters, "
+                            f"not {type(value).__name__}")
+    sets = {}
+    for name, filters in value.items():
+        if not isinstance(name, str) or not SET_NAME.fullmatch(name):
+            raise ScenarioError(f"{where}: set name {name!r} is not 1-48 of a-z, 0-9 and '-' (starting with no '-')")
+        if not isinstance(filters, (list, tuple)) or not filters:
+            raise ScenarioError(f"{where}: set {name!r} is a non-empty list of filters, not {filters!r}")
+        try:
+            sets[name] = FilterSet(filters)
+        except ScenarioError as exc:
+            raise ScenarioError(f"{where}: set {name!r}: {exc}") from None
+    return sets
+
+
+def _run(text: str, path: Path, what: str) -> dict[str, Any]:
+    """The names the file (`what`: a scenario, filter sets) defines when run; one-line
+    errors for what it does wrong."""
     try:
         compiled = compile(text, str(path), "exec")
     except SyntaxError as exc:
-        raise ScenarioError(f"scenario {path} line {exc.lineno}: {exc.msg}") from None
+        raise ScenarioError(f"{what} {path} line {exc.lineno}: {exc.msg}") from None
     namespace: dict[str, Any] = {"__name__": f"mallory_scenario_{path.stem}", "__file__": str(path)}
     try:
         exec(compiled, namespace)
     except Exception as exc:  # the file's own error, whatever it is: said in one line
         lines = [frame.lineno for frame in traceback.extract_tb(exc.__traceback__) if frame.filename == str(path)]
         at = f" line {lines[-1]}" if lines else ""
-        raise ScenarioError(f"scenario {path}{at}: {type(exc).__name__}: {exc}") from None
+        raise ScenarioError(f"{what} {path}{at}: {type(exc).__name__}: {exc}") from None
     return namespace
 
 

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from mallory.harness.scenario_file import load_scenario
+from mallory.harness.scenario_file import load_filter_sets, load_scenario
 from mallory.scenario.events import Message, ScenarioError, code, send
+from mallory.scenario.roles import roles_named
 
 GOOD = """\
 from mallory.scenario import *
@@ -76,3 +77,45 @@ def test_a_malformed_file_gets_one_line_naming_it(tmp_path, change, error):
 def test_a_missing_file_is_said_so(tmp_path):
     with pytest.raises(ScenarioError, match="cannot read it: No such file"):
         load_scenario(tmp_path / "none.py")
+
+
+SETS = """\
+from mallory.scenario import *
+
+FILTER_SETS = {
+    "drop-appends-to-a-follower": [
+        If(IsMessageType("append") & IsMessageFrom(role("leader")) & IsMessageTo(role("follower"))).Then(Drop()),
+    ],
+    "isolate-n3": [IsolateNode("n3")],
+}
+"""
+
+
+def test_a_filter_set_file_loads_its_sets_by_name(tmp_path):
+    sets = load_filter_sets(write(tmp_path, SETS))
+    assert sorted(sets) == ["drop-appends-to-a-follower", "isolate-n3"]
+    assert roles_named(sets["drop-appends-to-a-follower"].filters) == {"leader", "follower"}
+    assert roles_named(sets["isolate-n3"].filters) == frozenset()
+
+
+@pytest.mark.parametrize(("change", "error"), [
+    (("FILTER_SETS = {", "SETS = {"), "FILTER_SETS is a non-empty dict from names to lists of filters, not NoneType"),
+    (("FILTER_SETS = {", "FILTER_SETS = {}\n_ = {"), "FILTER_SETS is a non-empty dict"),
+    (("\"isolate-n3\"", "\"Isolate n3\""), "set name 'Isolate n3' is not 1-48 of a-z"),
+    (("\"isolate-n3\"", "\"-n3\""), "set name '-n3' is not"),
+    (("[IsolateNode(\"n3\")]", "[]"), "set 'isolate-n3' is a non-empty list of filters"),
+    (("[IsolateNode(\"n3\")]", "[Drop()]"), "set 'isolate-n3': a filter set holds filters"),
+    (("role(\"leader\")", "role(\"boss\")"), "line 5: ScenarioError: role 'boss': roles are leader"),
+])
+def test_a_malformed_filter_set_file_gets_one_line_naming_it(tmp_path, change, error):
+    path = write(tmp_path, SETS.replace(*change))
+    with pytest.raises(ScenarioError, match=error) as caught:
+        load_filter_sets(path)
+    assert str(caught.value).startswith(f"filter sets {path}") and "\n" not in str(caught.value)
+
+
+def test_the_shipped_filter_set_files_load():
+    from mallory.paths import SUTS
+
+    for path in (SUTS / "example/filter_sets.py", SUTS / "raft/filter_sets.py"):
+        assert load_filter_sets(path)
