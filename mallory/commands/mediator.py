@@ -8,7 +8,10 @@ With `--scenario FILE --messages FILE` it also runs the message layer (mallory/m
 message_layer.py): the declared peer ports' connections are relayed message by message
 through a transparent proxy in the gateway, each message decided by the scenario's filters,
 and the scenario's run is served at GET /scenario (`mallory scenario run` starts it so).
-Without them nothing of the layer exists.
+With `--filter-sets FILE --messages FILE` instead, the layer's messages go through whichever
+of the file's filter sets a campaign put in force (POST /filters; `mallory fuzz
+--filter-sets` starts it so), and through none while none is. Without them nothing of the
+layer exists.
 
 The API token comes from a file (`--token-file`, which should be readable by its owner
 only) or from $MALLORY_TOKEN, never from the command line: any local user reads a
@@ -57,8 +60,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--record", type=Path, metavar="DIR", help="write every ingested event to DIR/events.jsonl")
     parser.add_argument("--skew-ms", type=float, default=100.0, help="cross-node clock-skew bound (ms)")
     parser.add_argument("--ready-file", type=Path, help="write this file once the mediator serves")
-    layer = parser.add_argument_group("message layer (a scenario decides every message of the declared peer ports)")
+    layer = parser.add_argument_group("message layer (a scenario, or the filter set in force, decides every message of "
+                                      "the declared peer ports)")
     layer.add_argument("--scenario", type=Path, metavar="FILE", help="a scenario file (mallory/harness/scenario_file.py)")
+    layer.add_argument("--filter-sets", type=Path, metavar="FILE",
+                       help="named filter sets a campaign switches over POST /filters, one in force at a time "
+                       "(mallory/harness/scenario_file.py)")
     layer.add_argument("--messages", type=Path, metavar="FILE",
                        help="the SUT's peer messages: the JSON file an observer's --messages reads")
     layer.add_argument("--catalogue", type=Path, metavar="FILE",
@@ -98,18 +105,24 @@ def read_token(token_file: Path | None) -> str:
 
 
 def _layer(args: argparse.Namespace) -> LayerConfig | None:
-    """The message layer's configuration from --scenario and --messages (both or neither)."""
-    if args.scenario is None and args.messages is None:
+    """The message layer's configuration from --messages and --scenario or --filter-sets
+    (none of them: no layer)."""
+    if args.scenario is None and args.filter_sets is None and args.messages is None:
         return None
-    if args.scenario is None or args.messages is None:
-        raise MalloryError("the message layer needs both --scenario FILE and --messages FILE (the SUT's [messages])")
-    from mallory.harness.scenario_file import load_scenario
+    if args.scenario is not None and args.filter_sets is not None:
+        raise MalloryError("give --scenario FILE or --filter-sets FILE, not both: one decides the messages")
+    if args.messages is None or (args.scenario is None and args.filter_sets is None):
+        raise MalloryError("the message layer needs --messages FILE (the SUT's [messages]) and --scenario FILE "
+                           "or --filter-sets FILE")
+    from mallory.harness.scenario_file import load_filter_sets, load_scenario
     from mallory.instrument.catalogue import Catalogue
     from mallory.observer.messages import load_watch_file
 
     catalogue = Catalogue.load(args.catalogue) if args.catalogue is not None else Catalogue()
-    return LayerConfig(load_scenario(args.scenario), load_watch_file(str(args.messages)), catalogue,
-                       capture_queue=args.queue_num + 1, proxy_port=args.proxy_port)
+    scenario = load_scenario(args.scenario) if args.scenario is not None else None
+    filter_sets = load_filter_sets(args.filter_sets) if args.filter_sets is not None else None
+    return LayerConfig(load_watch_file(str(args.messages)), catalogue, capture_queue=args.queue_num + 1,
+                       proxy_port=args.proxy_port, scenario=scenario, filter_sets=filter_sets)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -19,9 +19,20 @@ counted (`api_rejected`), and the mediator keeps running.
     POST /advisor/catalogue {"actions": ["partition:majority", "kill:one", ...]}   (Jepsen-driven mode)
     POST /advisor/next      {}   the learner's next fault, judged on the window since the last ask
     POST /nemesis      {"f": "start-partition", "value": ...}   a fault the harness enacted: a FAULT event
-    GET  /scenario     the scenario's run so far: ended, passed, state, reason, the path's
-                       lines, per link and message type what became of the messages
-                       (409 for a mediator started without --scenario)
+    GET  /scenario     the scenario's run so far: ended, passed, state, the states it went
+                       through, reason, the path's lines, per link and message type what
+                       became of the messages (409 for a mediator started without --scenario)
+    GET  /filters      the filter sets (name -> the roles it names), the one in force
+                       ("active", null for none) with its "roles" and its account so far
+                       ("current": per link and message type what became of the messages),
+                       "activations" (409 for a mediator started without --filter-sets)
+    POST /filters      {"set": "NAME", "roles": {"leader": "n1", ...}} puts a filter set in
+                       force (ending the one in force), {"set": null} none; answers the set now
+                       in force, its roles, and "ended": the ended set's account (null if
+                       none was) with "released", the messages its sets held, now delivered.
+                       400 for a body of the wrong shape; 422 for an unknown set or role, a
+                       role the set does not name, a node not of the cluster; 409 as GET.
+                       A refused request changes nothing. Roles: mallory/scenario/roles.py
 
 LINKS is a list of "n1->n2" strings or ["n1", "n2"] pairs (directed). Firewall answers
 say which links changed, how many held packets the change released or dropped, for a
@@ -99,6 +110,14 @@ class Gateway(Protocol):
 
     def scenario(self) -> dict | None:
         """The scenario's run so far; None when the mediator runs none."""
+        ...
+
+    def filter_sets(self) -> dict | None:
+        """The filter sets' state; None when the mediator has none."""
+        ...
+
+    def switch_filters(self, name: str | None, roles: dict[str, str]) -> dict:
+        """Put a filter set in force (None: none); MalloryError for an unknown one."""
         ...
 
     def partition_links(self, groups: list[list[str]]) -> list[Link]:
@@ -352,6 +371,8 @@ class ApiServer(ThreadingHTTPServer):
             ("POST", "/advisor/next"): lambda body: self._advisor().next_fault(),
             ("POST", "/nemesis"): self._nemesis,
             ("GET", "/scenario"): self._scenario,
+            ("GET", "/filters"): lambda body: self._filter_sets(),
+            ("POST", "/filters"): self._switch_filters,
         }
 
     def count_rejected(self, reason: str) -> None:
@@ -476,6 +497,26 @@ class ApiServer(ThreadingHTTPServer):
         if report is None:
             raise BadRequest("this mediator runs no scenario: start it with --scenario", HTTPStatus.CONFLICT)
         return report
+
+    def _filter_sets(self) -> dict:
+        found = self.mediator.filter_sets()
+        if found is None:
+            raise BadRequest("this mediator has no filter sets: start it with --filter-sets", HTTPStatus.CONFLICT)
+        return found
+
+    def _switch_filters(self, body: dict) -> dict:
+        self._filter_sets()  # 409 first: a mediator without filter sets has nothing to switch
+        if "set" not in body:
+            raise BadRequest("missing field 'set' (a filter set's name, or null for none)")
+        name = body["set"]
+        if name is not None and (type(name) is not str or not 0 < len(name) <= 64):
+            raise BadRequest(f"'set' must be a filter set's name (1..64 characters) or null, got {_brief(name)}")
+        roles = body.get("roles", {})
+        if type(roles) is not dict or not all(type(k) is str and type(v) is str for k, v in roles.items()):
+            raise BadRequest(f"'roles' must be an object from role names to node names, got {_brief(roles)}")
+        if extra := sorted(set(body) - {"set", "roles"}):
+            raise BadRequest(f"unknown field {extra[0]!r} (fields: set, roles)")
+        return self.mediator.switch_filters(name, roles)
 
     def _duplicate(self, body: dict) -> dict:
         links = parse_links(body.get("links"))

@@ -12,7 +12,7 @@ import json
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from mallory.errors import MalloryError
@@ -90,6 +90,16 @@ class MediatorClient:
     def scenario(self) -> dict[str, Any]:
         """The scenario's run so far (see GET /scenario in mallory/mediator/api.py)."""
         return self._call("GET", "/scenario")
+
+    # -- filter sets ----------------------------------------------------------------------
+
+    def filter_sets(self) -> dict[str, Any]:
+        """The filter sets and the one in force (see GET /filters in mallory/mediator/api.py)."""
+        return self._call("GET", "/filters")
+
+    def switch_filters(self, name: str | None, roles: Mapping[str, str] | None = None) -> dict[str, Any]:
+        """Put the filter set `name` in force with `roles` bound, or none (None)."""
+        return self._call("POST", "/filters", {"set": name, "roles": dict(roles or {})})
 
     # -- tests -----------------------------------------------------------------------------
 

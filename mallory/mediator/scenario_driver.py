@@ -46,37 +46,46 @@ from mallory.scenario.events import (
     send,
 )
 from mallory.scenario.filters import Decision
+from mallory.scenario.machine import START
 from mallory.timeline.builder import Committed
 from mallory.timeline.event import Event, Kind
 
 
-class ScenarioDriver:
-    """One scenario run on the gateway (see the module docstring)."""
+class MessageDriver:
+    """What a decider of the message layer shares, whatever puts its engine there: the
+    proxy's calls, the timeline's events and the per-message bookkeeping (see the module
+    docstring). `engine` None, or one whose run has ended, leaves every message undisturbed
+    (delivered at once, uncounted when there is no engine)."""
 
-    def __init__(self, scenario: Scenario, nodes: Sequence[str], catalogue: Catalogue | None = None,
-                 own_node: str = "mediator") -> None:
-        self.scenario = scenario
+    def __init__(self, nodes: Sequence[str], catalogue: Catalogue | None = None, own_node: str = "mediator",
+                 duplicates: bool = False) -> None:
         self.nodes = frozenset(nodes)
         self.catalogue = catalogue or Catalogue()
         self.own_node = own_node
-        self.engine: Engine = scenario.engine(nodes)
+        self.duplicates = duplicates
+        self.engine: Engine | None = None
         #: the proxy's `deliver`, for messages released by events other than messages
         self.release: Callable[[Outcome], None] | None = None
         #: per (sender, receiver, message type): how many messages were sent, delivered, ...
         self.counts: dict[tuple[str, str, str], Counter[str]] = {}
         self.errors = 0  # events the engine refused (logged as a count: the run goes on)
         self._outstanding: Counter[str] = Counter()  # deliveries ordered, not yet made
-        self._delivered: set[str] = set()
+        self._delivered: set[str] = set()  # delivered and not yet let go
         self._lock = threading.Lock()
+
+    def _undisturbed(self) -> bool:
+        return self.engine is None or self.engine.ended
 
     # -- the proxy's Decider ------------------------------------------------------------
 
     def on_message(self, message: Message) -> Outcome:
         with self._lock:
-            self._count(message, "sent")
-            if self.engine.ended:
+            if self.engine is not None:
+                self._count(message, "sent")
+            if self._undisturbed():
                 self._outstanding[message.id] += 1
                 return Outcome((Delivery(message.id),))
+            assert self.engine is not None
             outcome = self._outcome(self.engine.step(send(message)))
             if not self._outstanding[message.id]:
                 if self._in_a_set(message.id):
@@ -88,12 +97,14 @@ class ScenarioDriver:
 
     def on_delivered(self, message: Message) -> Outcome:
         with self._lock:
-            self._count(message, "delivered")
+            if self.engine is not None:
+                self._count(message, "delivered")
             self._outstanding[message.id] -= 1
             self._delivered.add(message.id)
-            outcome = Outcome() if self.engine.ended else self._outcome(self.engine.step(receive(message)))
+            outcome = Outcome() if self._undisturbed() else self._outcome(self.engine.step(receive(message)))
             if self._outstanding[message.id] <= 0 and not self._in_a_set(message.id):
                 del self._outstanding[message.id]
+                self._delivered.discard(message.id)  # let go: the proxy can deliver it no more
                 outcome = Outcome(outcome.deliver, (*outcome.forget, message.id))
             return outcome
 
@@ -106,8 +117,9 @@ class ScenarioDriver:
             if event is None:
                 continue
             with self._lock:
-                if self.engine.ended:
+                if self._undisturbed():
                     return
+                assert self.engine is not None
                 outcome = self._outcome(self.engine.step(event))
             if outcome.deliver and self.release is not None:
                 self.release(outcome)
@@ -130,46 +142,61 @@ class ScenarioDriver:
             self.errors += 1
         return None
 
-    # -- what it made of the run ------------------------------------------------------------
-
-    def report(self) -> dict[str, Any]:
-        """The run so far: whether it ended, the verdict (final once ended, else what a
-        timeout now would give), the events stepped, and per link and message type what
-        became of the messages."""
-        with self._lock:
-            verdict = self.engine.verdict()
-            messages: dict[str, dict[str, dict[str, int]]] = {}
-            for (src, dst, type_), counter in sorted(self.counts.items()):
-                messages.setdefault(f"{src}->{dst}", {})[type_] = dict(counter)
-            return {
-                "scenario": self.scenario.name,
-                "ended": self.engine.ended,
-                "passed": verdict.passed,
-                "state": verdict.state,
-                "reason": verdict.reason,
-                "lines": verdict.lines(),
-                "events": self.engine.events,
-                "refused_events": self.errors,
-                "messages": messages,
-            }
-
     # -- inside --------------------------------------------------------------------------
 
     def _outcome(self, decision: Decision) -> Outcome:
         deliver = []
         for message in decision.deliver:
-            if self.scenario.duplicates or (message.id not in self._delivered and not self._outstanding[message.id]):
+            if self.duplicates or (message.id not in self._delivered and not self._outstanding[message.id]):
                 deliver.append(Delivery(message.id))
                 self._outstanding[message.id] += 1
         for message, delay_ns in decision.delayed:
-            if self.scenario.duplicates or (message.id not in self._delivered and not self._outstanding[message.id]):
+            if self.duplicates or (message.id not in self._delivered and not self._outstanding[message.id]):
                 deliver.append(Delivery(message.id, delay_ns))
                 self._outstanding[message.id] += 1
                 self._count(message, "delayed")
         return Outcome(tuple(deliver))
 
     def _in_a_set(self, message_id: str) -> bool:
-        return any(message_id in held for held in self.engine.ctx.sets.values())
+        return self.engine is not None and any(message_id in held for held in self.engine.ctx.sets.values())
+
+    def _messages(self) -> dict[str, dict[str, dict[str, int]]]:
+        """The counts, per link and message type."""
+        messages: dict[str, dict[str, dict[str, int]]] = {}
+        for (src, dst, type_), counter in sorted(self.counts.items()):
+            messages.setdefault(f"{src}->{dst}", {})[type_] = dict(counter)
+        return messages
 
     def _count(self, message: Message, what: str) -> None:
         self.counts.setdefault((message.src, message.dst, message.type), Counter())[what] += 1
+
+
+class ScenarioDriver(MessageDriver):
+    """One scenario run on the gateway (see the module docstring)."""
+
+    def __init__(self, scenario: Scenario, nodes: Sequence[str], catalogue: Catalogue | None = None,
+                 own_node: str = "mediator") -> None:
+        super().__init__(nodes, catalogue, own_node, scenario.duplicates)
+        self.scenario = scenario
+        self.engine = scenario.engine(nodes)
+
+    def report(self) -> dict[str, Any]:
+        """The run so far: whether it ended, the verdict (final once ended, else what a
+        timeout now would give), the states it went through, the events stepped, and per
+        link and message type what became of the messages."""
+        with self._lock:
+            engine = self.engine
+            assert engine is not None
+            verdict = engine.verdict()
+            return {
+                "scenario": self.scenario.name,
+                "ended": engine.ended,
+                "passed": verdict.passed,
+                "state": verdict.state,
+                "states": [START, *(t.target for t in verdict.path)],
+                "reason": verdict.reason,
+                "lines": verdict.lines(),
+                "events": engine.events,
+                "refused_events": self.errors,
+                "messages": self._messages(),
+            }

@@ -5,9 +5,11 @@ The mediator has an event stream of its own, node "mediator": relayed client ope
 it enacts (FAULT, data = the rule kind). It goes into the timeline like an observer's, with
 a clock pair at start and a batch every `batch_interval`.
 
-With a scenario (`layer`) the mediator also runs the message layer (message_layer.py): the
-declared peer ports' connections are relayed message by message and the scenario's engine
-decides each message and steps on the timeline's events; its run is `scenario()`.
+With a scenario or filter sets (`layer`) the mediator also runs the message layer
+(message_layer.py): the declared peer ports' connections are relayed message by message and
+the scenario's engine decides each message and steps on the timeline's events (its run is
+`scenario()`), or the filter set a campaign put in force does (`switch_filters`, each switch
+a FAULT event; `filter_sets()`).
 """
 
 from __future__ import annotations
@@ -17,8 +19,10 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from mallory.errors import MalloryError
 from mallory.mediator.advisor import Advisor
 from mallory.mediator.api import ApiServer, Link
+from mallory.mediator.filter_sets import FilterSetDriver
 from mallory.mediator.firewall import Firewall, install_queue_rules, remove_queue_rules
 from mallory.mediator.ingest import Ingest
 from mallory.mediator.message_layer import LayerConfig, MessageLayer
@@ -144,6 +148,7 @@ class Mediator:
         if self.test is not None:
             self.test_end()
         self.firewall.heal(None)
+        self._filters_off()
         self.test = {"name": name, "started_ns": time.time_ns()}
         self.tests_run += 1
         self.emit(Kind.LOG, 0, f"test-start:{name}"[:64])
@@ -153,6 +158,7 @@ class Mediator:
         healed = self.firewall.heal(None)
         if healed["links"]:
             self.emit(Kind.FAULT, 0, "heal")
+        self._filters_off()
         ended, self.test = self.test, None
         self.emit(Kind.LOG, 0, "test-end")
         result = {"test": ended, "healed": healed}
@@ -192,8 +198,35 @@ class Mediator:
         return report
 
     def scenario(self) -> dict | None:
-        """The scenario's run so far (ScenarioDriver.report), None without a message layer."""
-        return self.layer.driver.report() if self.layer is not None else None
+        """The scenario's run so far (ScenarioDriver.report), None without one."""
+        return self.layer.driver.report() if self.layer is not None and self.layer.config.scenario else None
+
+    def _filter_driver(self) -> FilterSetDriver | None:
+        driver = self.layer.driver if self.layer is not None else None
+        return driver if isinstance(driver, FilterSetDriver) else None
+
+    def filter_sets(self) -> dict | None:
+        """The filter sets, the one in force and its account (FilterSetDriver.report), None
+        for a mediator without filter sets."""
+        driver = self._filter_driver()
+        return driver.report() if driver is not None else None
+
+    def switch_filters(self, name: str | None, roles: dict[str, str]) -> dict:
+        """Put the filter set `name` in force with `roles` bound (None: none); a FAULT event
+        "filters:<name>" or "filters-off". MalloryError, nothing changed, for a mediator
+        without filter sets or a request FilterSetDriver.switch refuses."""
+        driver = self._filter_driver()
+        if driver is None:
+            raise MalloryError("this mediator has no filter sets: start it with --filter-sets")
+        answer = driver.switch(name, roles)
+        self.emit(Kind.FAULT, 0, f"filters:{name}" if name is not None else "filters-off")
+        return answer
+
+    def _filters_off(self) -> None:
+        """No filter set outlives a test."""
+        driver = self._filter_driver()
+        if driver is not None and driver.active is not None:
+            self.switch_filters(None, {})
 
     def window(self, start_ns: int, end_ns: int, wait_s: float, abstraction: str = "event-history") -> Window:
         return self.windows.window(start_ns, end_ns, wait_s, abstraction)
