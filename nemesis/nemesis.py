@@ -7,6 +7,7 @@ MalloryError with the reason; under the default they are left out and listed in 
 
     actions()          the learner's labels: "partition:majority", "kill:one", ..., "noop"
     enact(label, rng)  enact one fault; its FaultReport (with the evidence it took effect)
+    one_window(report) whether that fault lasts its step's window only (filter sets)
     heal(report)       undo that fault
     reset()            heal everything, clear clock/disk controls, resume paused and
                        restart dead nodes, then check the cluster is healthy
@@ -29,9 +30,11 @@ from nemesis.faults.base import (
     FaultFamily,
     FaultReport,
     HasBackgroundWork,
+    LastsOneWindow,
 )
 from nemesis.faults.clock import ClockFaults
 from nemesis.faults.disk import DiskFaults
+from nemesis.faults.filters import FilterSetFaults
 from nemesis.faults.membership import MembershipFaults
 from nemesis.faults.packet import PacketFaults
 from nemesis.faults.partition import PartitionFaults
@@ -79,10 +82,11 @@ def expand_faults(families: Mapping[str, FaultFamily], enabled: Sequence[str] | 
     return out
 
 
-def check_fault_names(enabled: Sequence[str]) -> None:
-    """Refuse, before any cluster comes up, a fault name the catalogue does not know
-    (whether the SUT can take a known one is asked of its adapter, once it exists)."""
-    expand_faults({f.family: f for f in default_families()}, enabled)
+def check_fault_names(enabled: Sequence[str], extra: Sequence[FaultFamily] = ()) -> None:
+    """Refuse, before any cluster comes up, a fault name the catalogue (with the `extra`
+    families of this campaign: its filter sets) does not know (whether the SUT can take a
+    known one is asked of its adapter, once it exists)."""
+    expand_faults({f.family: f for f in [*default_families(), *extra]}, enabled)
 
 
 @dataclass
@@ -154,6 +158,10 @@ class Nemesis:
         report = self.families[family].enact(self.ctx, spec, rng)
         self.active.append(report)
         return report
+
+    def one_window(self, report: FaultReport) -> bool:
+        family = self.families.get(report.family)
+        return isinstance(family, LastsOneWindow) and family.lasts_one_window(report)
 
     def heal(self, report: FaultReport) -> None:
         if report.action == NOOP or report.healed:
@@ -243,6 +251,9 @@ class Nemesis:
                 ctx.mediator.heal()
             except MalloryError as exc:
                 out.problems.append(str(exc))
+        filters = self.families.get("filters")
+        if isinstance(filters, FilterSetFaults):
+            out.problems += filters.clear(ctx)
 
     def restart_all(self, *, fresh: bool = False) -> ResetReport:
         """Stop every node (gracefully, SIGKILL after the SUT's timeout) and start it again:
@@ -298,6 +309,9 @@ class Nemesis:
                 problems.append(str(exc))
             if rules:
                 problems.append(f"firewall rules left: {rules}")
+        filters = self.families.get("filters")
+        if isinstance(filters, FilterSetFaults):
+            problems += filters.health_problems(ctx)
         if ctx.controls is not None:
             for node in ctx.nodes:
                 if ctx.controls.clock and ctx.controls.clock_offset(node) != 0.0:

@@ -158,6 +158,9 @@ class CampaignConfig:
     backend: str = "netns"
     #: a waypoint file (campaign/waypoints.py), absolute path, or None
     waypoints: str | None = None
+    #: a filter-set file (harness/scenario_file.py), absolute path, or None: its sets become
+    #: faults `filters:<name>` and the mediator runs the message layer (netns backend only)
+    filter_sets: str | None = None
     #: the preset the settings came from (PRESETS), for the record, or None
     preset: str | None = None
     #: after each schedule's checks every node is torn down (its data removed) and started
@@ -201,6 +204,14 @@ class CampaignConfig:
         _choice(self, "backend", BACKENDS)
         if self.waypoints is not None:
             _text(self, "waypoints")
+        if self.filter_sets is not None:
+            _text(self, "filter_sets")
+            if self.backend != "netns":
+                raise ConfigError("filter_sets", f"needs the netns backend (the message layer's transparent proxy is "
+                                  f"not set up in a compose project), not {self.backend}")
+            if self.faults is not None and not any(f.partition(":")[0] == "filters" for f in self.faults):
+                raise ConfigError("filter_sets", "gives filter sets, but faults names none: add filters (every set) "
+                                  "or filters:NAME to them")
         if self.preset is not None:
             _choice(self, "preset", PRESETS)
         if self.calibration is not None and not isinstance(self.calibration, Calibration):

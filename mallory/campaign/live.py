@@ -2,7 +2,9 @@
 
 Order: the observed cluster (mediator, observers), then the SUT with the clock/disk fault
 controls in its environment, then the nemesis and the per-schedule checks. Teardown runs
-in reverse whatever happened, so nothing outlives the command.
+in reverse whatever happened, so nothing outlives the command. With filter sets
+(`filter_sets` in the configuration) the mediator runs the message layer with them and the
+nemesis offers each as a fault (nemesis/faults/filters.py); without, neither exists.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from mallory.campaign.config import NO_WORKLOAD, CampaignConfig
 from mallory.campaign.directory import CampaignDir
 from mallory.campaign.loop import Campaign, ScriptedStep, report_json
 from mallory.campaign.netns_stack import ObservedCluster
+from mallory.campaign.observed import message_layer_args
 from mallory.files import atomic_write
 from mallory.harness.adapter import ProcessAdapter, SutAdapter, TakesEnvOverlay
 from mallory.harness.runner import RunConfig
@@ -26,6 +29,7 @@ from mallory.instrument.catalogue import Catalogue, catalogue_path
 from mallory.learner.learner import Learner
 from mallory.mediator.client import TimelineWindows
 from mallory.suts.registry import make_adapter
+from nemesis.faults.filters import FilterSetFaults
 
 
 @dataclass
@@ -57,14 +61,31 @@ class LiveParts:
         return [p.name for p in patterns if p.name]
 
 
+def filter_set_faults(path: Path) -> FilterSetFaults:
+    """The fault family of the filter-set file `path` (ScenarioError, a bad-input
+    MalloryError, for a file that is not one)."""
+    from mallory.harness.scenario_file import load_filter_sets
+    from mallory.scenario.roles import roles_named
+
+    return FilterSetFaults({name: roles_named(s.filters) for name, s in load_filter_sets(path).items()})
+
+
 @contextmanager
 def live_parts(config: CampaignConfig, directory: CampaignDir, run_name: str) -> Iterator[LiveParts]:
     from nemesis.faults.base import FaultContext
     from nemesis.faults.controls import NodeControls
-    from nemesis.nemesis import Nemesis
+    from nemesis.nemesis import Nemesis, default_families
 
     def adapter_factory(backend: Any) -> SutAdapter:
         return make_adapter(config.sut, backend, config.port)
+
+    families = default_families()
+    mediator_args = None
+    if config.filter_sets is not None:
+        families.append(filter_set_faults(Path(config.filter_sets)))
+
+        def mediator_args(adapter: Any) -> list[str]:
+            return message_layer_args(adapter, config.sut, ["--filter-sets", str(config.filter_sets)])
 
     if config.backend == "docker":  # inside a compose project (deploy/compose)
         from mallory.campaign.docker_stack import ObservedDockerCluster
@@ -74,7 +95,8 @@ def live_parts(config: CampaignConfig, directory: CampaignDir, run_name: str) ->
         )
     else:
         stack = ObservedCluster(
-            run_name, config.nodes, record_dir=directory.root / "events", adapter_factory=adapter_factory
+            run_name, config.nodes, record_dir=directory.root / "events", adapter_factory=adapter_factory,
+            mediator_args=mediator_args,
         )
     adapter = checks = None
     try:
@@ -88,7 +110,7 @@ def live_parts(config: CampaignConfig, directory: CampaignDir, run_name: str) ->
             adapter.add_env_overlay(controls)
         start_all(adapter)
         ctx = FaultContext(backend=backend, adapter=adapter, mediator=stack.client, controls=controls)
-        nemesis = Nemesis(ctx, config.faults)
+        nemesis = Nemesis(ctx, config.faults, families)
         workload = None if config.workload == NO_WORKLOAD else config.workload
         run_config = RunConfig(concurrency=config.concurrency, rate=config.rate, seed=config.seed)
         leader_line = adapter.leader_line if isinstance(adapter, ProcessAdapter) else ""

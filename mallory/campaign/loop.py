@@ -10,7 +10,8 @@ in flight.
 
 Faults accumulate within a schedule (a partition, then a kill while it lasts); besides the
 nemesis's actions the learner may choose `heal` (heal every active fault, Jepsen's :stop)
-or `noop`.
+or `noop`. A fault the nemesis says lasts one window (a filter set: `one_window`) is healed
+as soon as its step's window is observed (its window is still judged with it in force).
 
 The campaign's own machinery can die too (a watchdog, `Watchdog`, is asked at the start of
 a schedule, after every step's window and after the reset, so a death is noticed within one
@@ -69,6 +70,10 @@ class Nemesis(Protocol):
         ...
 
     def heal(self, report: Any) -> None: ...
+
+    def one_window(self, report: Any) -> bool:
+        """Whether the fault lasts its step's window only (healed once that is observed)."""
+        ...
 
     def heal_all(self, reports: list[Any]) -> list[str]:
         """Heal them all in a safe order; what could not be healed now, as problems."""
@@ -388,6 +393,17 @@ class Campaign:
         self._families.clear()
         return problems
 
+    def _end_of_window(self, action: str, report: Any, active: list[Any]) -> dict[str, Any]:
+        """Heal a fault that lasts one window, its window observed; what the step's record
+        says of it then (its report with the heal's evidence). A heal that cannot be done
+        now leaves the fault active for the schedule's heal and reset, as a problem."""
+        problems = self.nemesis.heal_all([report])
+        if not problems:
+            active.remove(report)
+            self._families.remove(action.partition(":")[0])
+        return {"report": report_json(report), "healed_after_window": not problems,
+                **({"heal_problems": problems} if problems else {})}
+
     def _feedback(self, start_ns: int, end_ns: int) -> Window:
         asked = time.monotonic()
         window = self.source.window(start_ns, end_ns, self.config.feedback_timeout_s)
@@ -458,6 +474,8 @@ class Campaign:
             if not window.complete:
                 p.late_steps += 1
             entry.update(state=None, new=None, reward=None)
+        if report is not None and self.nemesis.one_window(report):
+            entry.update(self._end_of_window(action, report, active))
         p.states = len(self.learner.store)
         p.pairs_covered = len(self.learner.coverage)
         self.dir.append_plot(

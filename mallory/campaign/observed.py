@@ -36,7 +36,8 @@ from mallory.campaign.loop import ComponentDied
 from mallory.cluster.backend import NodeProcess
 from mallory.cluster.journaled import GATEWAY
 from mallory.errors import MalloryError
-from mallory.harness.adapter import FramesMessages, LogWatching
+from mallory.harness.adapter import FramesMessages, LogWatching, ProcessAdapter
+from mallory.instrument.catalogue import catalogue_path
 from mallory.mediator.client import MediatorClient
 from mallory.observer import messages
 from mallory.observer.log_events import write_watch_file
@@ -44,6 +45,27 @@ from mallory.polling import wait_until
 
 log = logging.getLogger(__name__)
 TOKEN_FILE = "mediator.token"  # in the run's state directory (mallory/cluster/registry.py)
+LAYER_MESSAGES_FILE = "layer-messages.json"  # in the gateway's data directory
+
+
+def message_layer_args(adapter: Any, sut: str, decider: list[str]) -> list[str]:
+    """The mediator's arguments for a message layer (mallory/mediator/message_layer.py):
+    `decider` (`--scenario FILE` or `--filter-sets FILE`), the SUT's peer messages, written
+    to the gateway's data directory, and, when the build wrote one, its annotation
+    catalogue (code events' names). MalloryError for an SUT that declares no messages: a
+    message layer decides messages, so it needs them."""
+    declared = adapter.peer_messages() if isinstance(adapter, FramesMessages) else None
+    if declared is None:
+        raise MalloryError(f"SUT {sut} declares no peer messages ([messages] in its spec): {decider[0]} decides "
+                           "messages, so it needs them")
+    messages_file = adapter.backend.data_dir(GATEWAY) / LAYER_MESSAGES_FILE
+    messages.write_watch_file(str(messages_file), declared)
+    argv = [*decider, "--messages", str(messages_file)]
+    if isinstance(adapter, ProcessAdapter):
+        catalogue = Path(catalogue_path(adapter.command(adapter.backend.nodes[0])[0]))
+        if catalogue.exists():
+            argv += ["--catalogue", str(catalogue.resolve())]
+    return argv
 
 
 def component_env() -> dict[str, str]:

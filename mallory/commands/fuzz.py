@@ -36,7 +36,7 @@ from mallory.campaign.config import (
     ConfigError,
 )
 from mallory.campaign.directory import CampaignDir
-from mallory.campaign.live import LiveParts, live_parts
+from mallory.campaign.live import LiveParts, filter_set_faults, live_parts
 from mallory.campaign.loop import Campaign, ComponentDied, RealSleeper, steady_summaries
 from mallory.campaign.status import StatusScreen
 from mallory.campaign.waypoints import Waypoints, load_waypoints, waypoint_names
@@ -108,6 +108,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--waypoints", type=Path, default=None, metavar="FILE",
                         help="waypoint predicates (TOML) that split the search into levels, e.g. "
                         "suts/example/waypoints.toml (see mallory/campaign/waypoints.py)")
+    parser.add_argument("--filter-sets", type=Path, default=None, metavar="FILE",
+                        help="named Netrix-style filter sets (a Python file defining FILTER_SETS, e.g. "
+                        "suts/example/filter_sets.py): each becomes a fault filters:NAME, in force for one step's "
+                        "window; the mediator then relays the SUT's declared peer ports message by message "
+                        "(see mallory/harness/scenario_file.py)")
     parser.add_argument("--preset", choices=sorted(PRESETS), default=None,
                         help="a named set of settings; `paper`: the Mallory paper's learner as published "
                         "(event-history, threshold 0.7 uncalibrated, paper reward, Q-learning with untried "
@@ -120,7 +125,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 #: the options whose name is not their field's (the others are --<field>)
-OPTION_OF_FIELD = {"window_s": "--window", "reset_s": "--reset"}
+OPTION_OF_FIELD = {"window_s": "--window", "reset_s": "--reset", "filter_sets": "--filter-sets"}
 
 
 def _apply_preset(args: argparse.Namespace) -> None:
@@ -142,6 +147,8 @@ def config_from_args(args: argparse.Namespace) -> CampaignConfig:
         _apply_preset(args)
     if args.waypoints is not None and not args.waypoints.is_file():
         raise MalloryError(f"--waypoints {args.waypoints}: no such file")
+    if args.filter_sets is not None and not args.filter_sets.is_file():
+        raise MalloryError(f"--filter-sets {args.filter_sets}: no such file")
     try:
         return CampaignConfig(
             version=__version__,
@@ -168,6 +175,7 @@ def config_from_args(args: argparse.Namespace) -> CampaignConfig:
             calibrate=args.calibrate,
             backend=args.backend,
             waypoints=str(args.waypoints.resolve()) if args.waypoints else None,
+            filter_sets=str(args.filter_sets.resolve()) if args.filter_sets else None,
             preset=args.preset,
         )
     except ConfigError as exc:
@@ -236,8 +244,9 @@ def run(args: argparse.Namespace) -> int:
     # a misspelt fault or a broken waypoint file once the cluster is up (a waypoint's event
     # names are checked then, against the SUT's catalogue)
     check_workload(config.sut, config.workload)
+    filter_faults = [filter_set_faults(Path(config.filter_sets))] if config.filter_sets else []
     if config.faults:
-        check_fault_names(config.faults)
+        check_fault_names(config.faults, filter_faults)
     if config.waypoints:
         waypoint_names(Path(config.waypoints))
     if not args.resume:

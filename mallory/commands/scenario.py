@@ -40,7 +40,6 @@ HELP = "run a Netrix-style scenario (filters over messages, setup, state machine
 log = logging.getLogger(__name__)
 #: how often the mediator is asked how the run goes
 POLL_S = 0.2
-MESSAGES_FILE = "scenario-messages.json"  # in the gateway's data directory
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -95,34 +94,14 @@ def observed_cluster(sut: str, path: Path, args: argparse.Namespace) -> Iterator
     """The observed netns cluster with the mediator running the scenario (the unit tests
     put a fake in its place)."""
     from mallory.campaign.netns_stack import ObservedCluster
+    from mallory.campaign.observed import message_layer_args
     from mallory.suts.registry import make_adapter
 
     with ObservedCluster("sc" + secrets.token_hex(3), args.nodes, record_dir=args.record,
                          adapter_factory=lambda backend: make_adapter(sut, backend, args.port),
-                         mediator_args=lambda adapter: layer_args(adapter, path, sut)) as stack:
+                         mediator_args=lambda adapter: message_layer_args(adapter, sut, ["--scenario", str(path)])
+                         ) as stack:
         yield stack
-
-
-def layer_args(adapter: Any, path: Path, sut: str) -> list[str]:
-    """The mediator's message-layer arguments: the scenario, the SUT's messages (written to
-    the gateway's data directory) and, when the build wrote one, its annotation catalogue."""
-    from mallory.cluster.journaled import GATEWAY
-    from mallory.harness.adapter import FramesMessages, ProcessAdapter
-    from mallory.instrument.catalogue import catalogue_path
-    from mallory.observer import messages
-
-    declared = adapter.peer_messages() if isinstance(adapter, FramesMessages) else None
-    if declared is None:
-        raise MalloryError(f"SUT {sut} declares no peer messages ([messages] in its spec): a scenario decides "
-                           "messages, so it needs them")
-    messages_file = adapter.backend.data_dir(GATEWAY) / MESSAGES_FILE
-    messages.write_watch_file(str(messages_file), declared)
-    argv = ["--scenario", str(path), "--messages", str(messages_file)]
-    if isinstance(adapter, ProcessAdapter):
-        catalogue = Path(catalogue_path(adapter.command(adapter.backend.nodes[0])[0]))
-        if catalogue.exists():
-            argv += ["--catalogue", str(catalogue.resolve())]
-    return argv
 
 
 def run_setup(scenario: Scenario, adapter: Any, mediator: Any, workload_name: str) -> None:

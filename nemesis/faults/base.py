@@ -7,7 +7,8 @@ effect, returning a `FaultReport` (which nodes, which links, the parameters, whe
 evidence); `heal` undoes exactly what the report says was done. `unsupported` says why a
 spec cannot be offered on this SUT/cluster (None if it can), so the nemesis refuses it up
 front instead of pretending to enact it. A family that must start watching early is also
-`Armed`; one whose faults keep acting in the background `HasBackgroundWork`.
+`Armed`; one whose faults keep acting in the background `HasBackgroundWork`; one whose
+faults last their step's window only `LastsOneWindow`.
 """
 
 from __future__ import annotations
@@ -155,6 +156,17 @@ class HasBackgroundWork(Protocol):
     def stop_background_work(self) -> None:
         """Stop all of it now, healed or not. Every reset calls it after the heals and
         before the fault controls are cleared, so nothing sets a fault again afterwards."""
+        ...
+
+
+@runtime_checkable
+class LastsOneWindow(Protocol):
+    """A family whose faults last one step's window (filter sets: one window's message
+    control): the campaign loop heals such a fault as soon as its window is observed, so it
+    never accumulates with the faults of later steps."""
+
+    def lasts_one_window(self, report: FaultReport) -> bool:
+        """Whether the fault `report` describes is to be healed after its window."""
         ...
 
 

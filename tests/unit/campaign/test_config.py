@@ -31,7 +31,7 @@ from tests.unit.campaign.test_loop import (
 KEYS = ["version", "command", "sut", "port", "nodes", "policy", "reward", "temperature", "prior", "context", "seed",
         "faults",
         "workload", "concurrency", "rate", "steps", "window_s", "reset_s", "abstraction", "threshold", "calibrate",
-        "backend", "waypoints", "preset", "fresh_data"]
+        "backend", "waypoints", "filter_sets", "preset", "fresh_data"]
 
 #: a campaign.json as the first `mallory fuzz` wrote it (b447f2e): before --prior,
 #: --calibrate and --backend
@@ -82,7 +82,7 @@ def test_an_old_campaign_json_loads_with_defaults_and_resumes(tmp_path):
     config = directory.config()
     assert (config.prior, config.calibrate, config.backend, config.calibration, config.extra) == (None, 0, "netns", None, {})
     assert config.to_json() == {**OLD_CAMPAIGN_JSON, "prior": None, "context": "state", "calibrate": 0,
-                                "backend": "netns", "waypoints": None, "preset": None, "fresh_data": False}
+                                "backend": "netns", "waypoints": None, "filter_sets": None, "preset": None, "fresh_data": False}
 
     # Resume, as `mallory fuzz --resume` does: the loop runs from the directory's configuration.
     clock, nemesis = FakeClock(), FakeNemesis()
@@ -147,6 +147,7 @@ def test_keys_it_does_not_know_are_written_back(tmp_path):
         ("calibrate", 10_001, "must be at most 10000"),
         ("backend", "k8s", "must be one of docker, netns"),
         ("fresh_data", 1, "must be true or false"),
+        ("filter_sets", "", "must be a non-empty string"),
     ],
 )
 def test_every_bad_value_is_refused_naming_its_field(tmp_path, field, value, problem):
@@ -175,6 +176,14 @@ def test_every_bad_value_is_refused_naming_its_field(tmp_path, field, value, pro
 def test_a_missing_sut_or_a_bad_calibration_is_refused(value, message):
     with pytest.raises(ConfigError, match="^" + re.escape(f"c/campaign.json: {message}")):
         CampaignConfig.from_json(value, "c/campaign.json")
+
+
+def test_filter_sets_need_the_netns_backend_and_faults_that_name_them():
+    CampaignConfig(sut="s", filter_sets="/f.py", faults=("partition", "filters:drop-votes"))
+    with pytest.raises(ConfigError, match="filter_sets needs the netns backend"):
+        CampaignConfig(sut="s", filter_sets="/f.py", backend="docker")
+    with pytest.raises(ConfigError, match="faults names none: add filters"):
+        CampaignConfig(sut="s", filter_sets="/f.py", faults=("partition",))
 
 
 def test_unknown_keys_may_not_stand_in_for_known_fields():

@@ -21,6 +21,7 @@ from mallory.campaign.loop import (
     NOOP,
     BugEvidence,
     Campaign,
+    ScriptedStep,
     schedule_seed,
 )
 from mallory.errors import MalloryError
@@ -49,6 +50,7 @@ class FakeNemesis:
         self.unhealthy_resets: set[int] = set()  # which resets (1-based) report a problem
         self.restarts = 0
         self.fresh_starts = 0
+        self.window_only: set[str] = set()  # actions that last their step's window only
 
     def actions(self) -> list[str]:
         return ["novel", "dull-1", "dull-2", "dull-3"]
@@ -60,9 +62,13 @@ class FakeNemesis:
         self.active.append(action)
         return {"action": action, "verified": True}
 
+    def one_window(self, report: dict) -> bool:
+        return report["action"] in self.window_only
+
     def heal(self, report: dict) -> None:
         self.healed += 1
-        self.active.remove(report["action"])
+        if report["action"] in self.active:  # an unhealable one is tried again by the loop
+            self.active.remove(report["action"])
         if report["action"] == self.unhealable:
             raise MalloryError(f"healing {report['action']}: no quorum to add the member back")
 
@@ -438,6 +444,34 @@ def test_the_faults_context_sees_the_families_in_force_and_a_heal_empties_them(t
                 active.append(step["action"])
             expected.add(tuple(sorted(active)))
     assert set(learner.configurations) == expected
+
+
+def test_a_fault_that_lasts_one_window_is_judged_with_it_in_force_then_healed(tmp_path):
+    """A filter set lasts its step's window: the window is observed with it in force (the
+    faults context names its family), then it is healed before the next step, so it never
+    accumulates; a heal that fails leaves it for the schedule's heal."""
+    clock, nemesis = FakeClock(), FakeNemesis()
+    nemesis.window_only = {"novel"}
+    directory = CampaignDir(tmp_path / "campaign")
+    directory.create(CampaignConfig(sut="fake", seed=2, context="faults"))
+    learner = Learner.create(policy="random", seed=2, context="faults")
+    timeline = FakeTimeline(clock, nemesis)
+    campaign = Campaign(directory, learner, timeline, nemesis,
+                        LoopConfig(steps=12, window_s=2.5, reset_s=5.0, seed=2), sleeper=clock)
+    record = campaign.run_schedule(0, script=[ScriptedStep("novel", 0), ScriptedStep("dull-1", 1),
+                                               ScriptedStep("novel", 2), ScriptedStep(NOOP, 3)])
+    steps = record["steps"]
+    assert [s["new"] for s in steps[:1]] == [True]  # its window was judged with it active
+    assert [s.get("healed_after_window") for s in steps] == [True, None, True, None]
+    assert nemesis.healed == 2 + 1  # each novel after its window, dull-1 at the schedule's end
+    assert ("novel",) in learner.configurations and ("dull-1", "novel") in learner.configurations
+    assert ("novel", "novel") not in learner.configurations
+
+    nemesis.unhealable = "novel"
+    record = campaign.run_schedule(1, script=[ScriptedStep("novel", 0), ScriptedStep(NOOP, 1)])
+    first = record["steps"][0]
+    assert first["healed_after_window"] is False and "no quorum" in first["heal_problems"][0]
+    assert record["heal_problems"]  # still active: the schedule's heal met it again
 
 
 def test_fuzzer_stats_and_plot_data_speak_afl(tmp_path):

@@ -9,6 +9,7 @@ from contextlib import contextmanager
 import pytest
 
 from mallory.campaign.loop import ComponentDied
+from mallory.campaign.observed import message_layer_args
 from mallory.cli import main
 from mallory.commands import scenario as command
 from mallory.errors import MalloryError
@@ -186,4 +187,4 @@ def test_bad_input_exits_254_before_any_cluster(monkeypatch, capsys, files, chan
 def test_an_sut_without_messages_is_refused_before_the_mediator_starts(tmp_path):
     adapter = FakeAdapter()
     with pytest.raises(MalloryError, match="declares no peer messages"):
-        command.layer_args(adapter, tmp_path / "s.py", "fake")
+        message_layer_args(adapter, "fake", ["--scenario", str(tmp_path / "s.py")])
