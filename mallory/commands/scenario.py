@@ -9,8 +9,10 @@ SUT's first connection on), starts the SUT and waits until it is ready, invokes 
 scenario's SETUP client operations one after the other (each on the nodes in turn until one
 answers ok; each relayed to the mediator, so the state machine sees it as client events),
 then waits until the state machine reaches a final verdict or TIMEOUT_S has passed since
-SETUP began. It prints the verdict, the path through the state machine and what became of
-the messages per link and type, and tears everything down, whatever happened.
+SETUP began. SETUP may also wait for a state of the machine and pause a node for a while
+(mallory/harness/scenario_file.py). It prints the verdict, the path through the state
+machine and what became of the messages per link and type, and tears everything down,
+whatever happened.
 
 Exit codes: 0 the scenario passed (a success state), 1 it failed (its fail state, or the
 timeout outside a success state), 254 bad input (the scenario file, an SUT without
@@ -62,6 +64,9 @@ def run(args: argparse.Namespace) -> int:
     if not 1 <= args.nodes <= 250:
         raise MalloryError(f"--nodes {args.nodes}: a cluster has 1..250 nodes")
     scenario = load_scenario(args.scenario)
+    nodes = [f"n{k}" for k in range(1, args.nodes + 1)]  # the cluster's names (mallory/cluster/netns.py)
+    if strangers := [step["pause"] for step in scenario.setup if "pause" in step and step["pause"] not in nodes]:
+        raise MalloryError(f"scenario {args.scenario}: SETUP pauses {strangers[0]}, not a node of {args.nodes}")
     sut = resolve_sut(args.sut)
     check_workload(sut, args.workload)
     report = run_scenario(scenario, args.scenario.resolve(), sut, args)
@@ -83,7 +88,7 @@ def run_scenario(scenario: Scenario, path: Path, sut: str, args: argparse.Namesp
         start_all(adapter)
         try:
             deadline = time.monotonic() + scenario.timeout_s
-            run_setup(scenario, adapter, stack.client, args.workload)
+            run_setup(scenario, adapter, stack.client, args.workload, deadline)
             return await_verdict(stack, deadline)
         finally:
             teardown_all(adapter)
@@ -104,25 +109,72 @@ def observed_cluster(sut: str, path: Path, args: argparse.Namespace) -> Iterator
         yield stack
 
 
-def run_setup(scenario: Scenario, adapter: Any, mediator: Any, workload_name: str) -> None:
-    """Each SETUP operation in order, on the nodes in turn until one completes it ok (a
-    follower refuses a write); invocation and completion relayed to the mediator."""
+def run_setup(scenario: Scenario, adapter: Any, mediator: Any, workload_name: str, deadline: float,
+              sleep: Callable[[float], None] = time.sleep) -> None:
+    """SETUP's steps in order, until the deadline: a client operation on the nodes in turn
+    until one completes it ok (a follower refuses a write), its invocation and completion
+    relayed to the mediator; an await until the state machine has been in its state; a
+    pause of a node, relayed as fault events, the node resumed whatever happens."""
     workload = make_workload(workload_name)
-    for process, op in enumerate(scenario.setup):
-        invocation: Mapping[str, Any] = {"f": op["f"], "value": op.get("value")}
-        outcome = "fail"
-        mediator.client_op(process, "invoke", invocation["f"])
-        for node in adapter.backend.nodes:
-            client = adapter.client(node, workload)
-            try:
-                client.open()
-                outcome = client.invoke(invocation).type
-            finally:
-                client.close()
-            if outcome == "ok":
-                break
-        mediator.client_op(process, outcome, invocation["f"])
-        log.info("setup: %s %r: %s", invocation["f"], invocation["value"], outcome)
+    process = 0
+    for step in scenario.setup:
+        if time.monotonic() >= deadline:
+            log.info("setup: the timeout passed before %r", dict(step))
+            return
+        if "await" in step:
+            await_state(mediator, step["await"], deadline, sleep)
+        elif "pause" in step:
+            pause(adapter, mediator, step["pause"], step["for_s"], sleep)
+        else:
+            run_op(adapter, mediator, workload, process, step)
+            process += 1
+
+
+def run_op(adapter: Any, mediator: Any, workload: Any, process: int, op: Mapping[str, Any]) -> None:
+    """One client operation, on the nodes in turn until one completes it ok."""
+    invocation: Mapping[str, Any] = {"f": op["f"], "value": op.get("value")}
+    outcome = "fail"
+    mediator.client_op(process, "invoke", invocation["f"])
+    for node in adapter.backend.nodes:
+        client = adapter.client(node, workload)
+        try:
+            client.open()
+            outcome = client.invoke(invocation).type
+        finally:
+            client.close()
+        if outcome == "ok":
+            break
+    mediator.client_op(process, outcome, invocation["f"])
+    log.info("setup: %s %r: %s", invocation["f"], invocation["value"], outcome)
+
+
+def await_state(mediator: Any, state: str, deadline: float, sleep: Callable[[float], None]) -> None:
+    """Until the scenario's run has been in `state`, has ended, or the deadline passed."""
+    while time.monotonic() < deadline:
+        report = mediator.scenario()
+        if state in report["states"] or report["ended"]:
+            log.info("setup: the run has been in %s", state)
+            return
+        sleep(POLL_S)
+
+
+def pause(adapter: Any, mediator: Any, node: str, for_s: float, sleep: Callable[[float], None]) -> None:
+    """Pause `node`'s SUT for `for_s` seconds, each change a fault event ("pause:n1",
+    "resume:n1"); it is resumed whatever happens meanwhile."""
+    from mallory.harness.adapter import Pausable
+
+    if node not in adapter.backend.nodes:
+        raise MalloryError(f"SETUP pauses {node}, not a node of this cluster ({', '.join(adapter.backend.nodes)})")
+    if not isinstance(adapter, Pausable):
+        raise MalloryError(f"SETUP pauses {node}, but {adapter.name} cannot pause a node")
+    adapter.pause(node)
+    try:
+        mediator.fault_reported(f"pause:{node}")
+        log.info("setup: paused %s for %g s", node, for_s)
+        sleep(for_s)
+    finally:
+        adapter.resume(node)
+        mediator.fault_reported(f"resume:{node}")
 
 
 def await_verdict(stack: Any, deadline: float, sleep: Callable[[float], None] = time.sleep) -> dict[str, Any]:

@@ -11,9 +11,14 @@ A scenario file is Python that imports its words from mallory.scenario and defin
                    every message through
     STATE_MACHINE  a `StateMachine` from whose start state a success state is reachable
                    (else no run could pass)
-    SETUP          (optional, default none) client operations to invoke in order once the
-                   cluster is ready, each a map with "f" (a str) and optionally "value", as
-                   a harness client's `invoke` takes them: {"f": "write", "value": 3}
+    SETUP          (optional, default none) steps taken in order once the cluster is ready:
+                   a client operation, a map with "f" (a str) and optionally "value", as a
+                   harness client's `invoke` takes them: {"f": "write", "value": 3};
+                   {"await": "STATE"}: wait until the state machine has been in the state
+                   STATE (one of its states); {"pause": "n1", "for_s": 2}: pause node n1's
+                   SUT (SIGSTOP) for that many seconds (0 < for_s <= 60), then resume it,
+                   each relayed as a fault event ("pause:n1", "resume:n1") the filters and
+                   the machine see: what no filter can do, a node stalled
     TIMEOUT_S      how many seconds a run may last, a positive number; a run still going
                    then passes if its state machine is in a success state
     DUPLICATES     (optional, default False) True when the SUT's protocol tolerates a
@@ -66,8 +71,10 @@ from mallory.scenario.filters import FilterSet
 from mallory.scenario.machine import StateMachine
 
 REQUIRED = ("FILTERS", "STATE_MACHINE", "TIMEOUT_S")
-#: the keys of a SETUP operation
+#: the keys of a SETUP client operation
 OP_KEYS = ("f", "value")
+#: the longest a SETUP step may pause a node
+MAX_PAUSE_S = 60.0
 #: a filter set's name (the spec of its fault label)
 SET_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,47}")
 
@@ -86,7 +93,7 @@ def load_scenario(path: str | Path) -> Scenario:
     try:
         filters = _filters(namespace["FILTERS"])
         machine = _machine(namespace["STATE_MACHINE"])
-        setup = _setup(namespace.get("SETUP", []))
+        setup = _setup(namespace.get("SETUP", []), machine)
         timeout = _timeout(namespace["TIMEOUT_S"])
         duplicates = namespace.get("DUPLICATES", False)
         if not isinstance(duplicates, bool):
@@ -156,12 +163,25 @@ def _machine(value: Any) -> StateMachine:
     return value
 
 
-def _setup(value: Any) -> tuple[Mapping[str, Any], ...]:
+def _setup(value: Any, machine: StateMachine) -> tuple[Mapping[str, Any], ...]:
     if not isinstance(value, (list, tuple)):
-        raise ScenarioError(f"SETUP is a list of client operations, not {type(value).__name__}")
-    for number, op in enumerate(value, 1):
-        if not isinstance(op, Mapping) or not isinstance(op.get("f"), str) or set(op) - set(OP_KEYS):
-            raise ScenarioError(f"SETUP operation {number} is a map with a str \"f\" and an optional \"value\", not {op!r}")
+        raise ScenarioError(f"SETUP is a list of steps, not {type(value).__name__}")
+    for number, step in enumerate(value, 1):
+        if not isinstance(step, Mapping):
+            raise ScenarioError(f"SETUP step {number} is a map, not {step!r}")
+        if "await" in step:
+            if set(step) != {"await"} or step["await"] not in machine.states:
+                raise ScenarioError(f"SETUP step {number} {dict(step)!r}: \"await\" names a state of STATE_MACHINE "
+                                    f"({', '.join(machine.states)})")
+        elif "pause" in step:
+            for_s = step.get("for_s")
+            if (set(step) != {"pause", "for_s"} or not isinstance(step["pause"], str) or isinstance(for_s, bool)
+                    or not isinstance(for_s, (int, float)) or not 0 < for_s <= MAX_PAUSE_S):
+                raise ScenarioError(f"SETUP step {number} {dict(step)!r}: a pause is {{\"pause\": NODE, \"for_s\": "
+                                    f"seconds in (0, {MAX_PAUSE_S:g}]}}")
+        elif not isinstance(step.get("f"), str) or set(step) - set(OP_KEYS):
+            raise ScenarioError(f"SETUP step {number} is a client operation (a map with a str \"f\" and an optional "
+                                f"\"value\"), an await or a pause, not {dict(step)!r}")
     return tuple(value)
 
 

@@ -39,8 +39,8 @@ type = { names = { "65" = "append" } }
 """
 
 
-def report(ended: bool, passed: bool) -> dict:
-    return {"ended": ended, "passed": passed, "state": "successState" if passed else "startState",
+def report(ended: bool, passed: bool, states: tuple[str, ...] = ("startState",)) -> dict:
+    return {"ended": ended, "passed": passed, "state": "successState" if passed else "startState", "states": list(states),
             "reason": "why", "lines": ["PASS: why" if passed else "FAIL: why", "path: startState"], "events": 3,
             "messages": {"n1->n2": {"append": {"sent": 2, "dropped": 2}}}}
 
@@ -85,6 +85,12 @@ class FakeAdapter:
     def teardown(self, node):
         self.torn_down = True
 
+    def pause(self, node):
+        self.calls.append((node, "pause"))
+
+    def resume(self, node):
+        self.calls.append((node, "resume"))
+
     def client(self, node, workload):
         return FakeClient(node, self.calls)
 
@@ -98,6 +104,9 @@ class FakeMediator:
 
     def client_op(self, process, type, f):
         self.ops.append((process, type, f))
+
+    def fault_reported(self, f):
+        self.ops.append(("fault", f))
 
     def scenario(self):
         answer = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
@@ -145,6 +154,29 @@ def test_a_passing_scenario_exits_0_after_setup_and_says_its_path(monkeypatch, c
     assert stack.adapter.calls == [("n1", "write", 1), ("n2", "write", 1), ("n1", "read", None), ("n2", "read", None)]
     assert stack.client.ops == [(0, "invoke", "write"), (0, "ok", "write"), (1, "invoke", "read"), (1, "ok", "read")]
     assert stack.adapter.torn_down
+
+
+def test_setup_awaits_a_state_then_pauses_a_node_and_resumes_it(monkeypatch, capsys, files):
+    """The pause and resume are fault events the scenario sees; the write after the await
+    waits until the run has been in "cut"."""
+    files[0].write_text(SCENARIO.replace('SETUP = [{"f": "write", "value": 1}, {"f": "read"}]',
+                                         'STATE_MACHINE.builder().on(IsEventType("x"), "cut")\n'
+                                         'SETUP = [{"await": "cut"}, {"pause": "n3", "for_s": 0.01}, {"f": "write", "value": 1}]'))
+    stack = FakeStack([report(False, False), report(False, False), report(False, False, ("startState", "cut")),
+                       report(True, True)])
+    use(monkeypatch, stack)
+    assert main(["scenario", "run", str(files[0]), "--sut", str(files[1])]) == 0
+    assert stack.adapter.calls == [("n3", "pause"), ("n3", "resume"), ("n1", "write", 1), ("n2", "write", 1)]
+    assert stack.client.ops == [("fault", "pause:n3"), ("fault", "resume:n3"), (0, "invoke", "write"), (0, "ok", "write")]
+    assert stack.client.answers == [report(True, True)]  # asked until "cut" was in the run's states
+
+
+def test_a_pause_of_a_node_the_cluster_lacks_is_refused_before_any_cluster(monkeypatch, capsys, files):
+    files[0].write_text(SCENARIO.replace('SETUP = [', 'SETUP = [{"pause": "n4", "for_s": 1}, '))
+    use(monkeypatch, FakeStack([report(False, False)]))
+    monkeypatch.setattr(command, "observed_cluster", None)  # called: a TypeError, not a 254
+    assert main(["scenario", "run", str(files[0]), "--sut", str(files[1])]) == 254
+    assert "SETUP pauses n4, not a node of 3" in capsys.readouterr().err
 
 
 def test_a_failing_or_timed_out_scenario_exits_1(monkeypatch, capsys, files):

@@ -40,6 +40,11 @@ def test_a_well_formed_file_loads_into_a_runnable_scenario(tmp_path):
     assert engine.ended and engine.verdict().passed
 
 
+def test_setup_may_await_a_state_and_pause_a_node(tmp_path):
+    text = GOOD.replace("SETUP = [", "SETUP = [{\"await\": \"startState\"}, {\"pause\": \"n2\", \"for_s\": 1.5}, ")
+    assert load_scenario(write(tmp_path, text)).setup[:2] == ({"await": "startState"}, {"pause": "n2", "for_s": 1.5})
+
+
 def test_setup_is_optional(tmp_path):
     assert load_scenario(write(tmp_path, GOOD.replace("SETUP = ", "_SETUP = "))).setup == ()
 
@@ -59,7 +64,12 @@ def test_duplicates_are_off_unless_the_file_allows_them(tmp_path):
      "FILTERS: a filter set holds filters .*not If\\(IsMessageType\\('append'\\)\\) without .Then"),
     (("FILTERS = [", "FILTERS = ("), "line 4: closing parenthesis ']' does not match opening parenthesis '\\('"),
     (("SETUP = [{\"f\": \"write\", \"value\": 1}", "SETUP = [{\"f\": \"write\", \"val\": 1}"),
-     "SETUP operation 1 is a map with a str \"f\""),
+     "SETUP step 1 is a client operation \\(a map with a str \"f\""),
+    (("SETUP = [", "SETUP = [{\"await\": \"nowhere\"}, "), "SETUP step 1 .*\"await\" names a state of STATE_MACHINE"),
+    (("SETUP = [", "SETUP = [{\"pause\": \"n1\", \"for_s\": 0}, "), "SETUP step 1 .*a pause is"),
+    (("SETUP = [", "SETUP = [{\"pause\": \"n1\", \"for_s\": 61}, "), "SETUP step 1 .*a pause is"),
+    (("SETUP = [", "SETUP = [{\"pause\": \"n1\"}, "), "SETUP step 1 .*a pause is"),
+    (("SETUP = [", "SETUP = [3, "), "SETUP step 1 is a map, not 3"),
     (("TIMEOUT_S = 2.5", "TIMEOUT_S = 2.5\nSTATE_MACHINE = [STATE_MACHINE]"), "STATE_MACHINE is a StateMachine, not list"),
     (("on(IsEventType(\"commit\"), SUCCESS)", "on(IsEventType(\"commit\"), \"done\")"),
      "no success state is reachable from startState"),
