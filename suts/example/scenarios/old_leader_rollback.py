@@ -9,10 +9,11 @@
 3. then nothing is dropped any more: the new leader's appends reach L, which must drop its
    uncommitted entries (`truncate`) and apply none of them.
 
-L truncating passes. Stall catch-up needs L to have been stalled (paused past an election
-timeout) when that first append arrives, which no filter can do: a pause of L before the
-heal (a fault, as in a campaign) makes the buggy SUT apply its uncommitted writes as if
-committed (`stall-catchup-applied` at L), which fails this scenario.
+L truncating passes, on both builds. Stall catch-up needs L to have been stalled (paused
+past an election timeout) when that first append arrives, which no filter can do:
+stall_catchup.py adds that pause (a SETUP step) and so makes the seeded bug happen; a pause
+of L before the heal would make the buggy SUT apply its uncommitted writes as if committed
+(`stall-catchup-applied` at L), which fails this scenario too.
 
 Needs the messages' bytes (an append is "A term leader prevIndex prevTerm commit n
 entries..", example_sut.c's header comment) to tell an append with entries from a

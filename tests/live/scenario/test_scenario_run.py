@@ -158,3 +158,21 @@ def test_the_sticky_leader_scenario_tells_the_seeded_bug_apart(binary, tmp_path,
     result = subprocess.run([sys.executable, "-m", "mallory.cli", "scenario", "run", str(path),
                              "--sut", str(spec(binary, tmp_path, bugs))], capture_output=True, text=True, timeout=180)
     assert result.returncode == code, result.stdout + result.stderr
+    if code:
+        assert "sticky-leader-kept-term" in result.stdout and "-> failState" in result.stdout, result.stdout
+
+
+@pytest.mark.parametrize("bugs, code", [(None, 0), ("stall-catchup", 1)])
+def test_the_stall_catchup_scenario_tells_the_seeded_bug_apart(binary, tmp_path, bugs, code):
+    """n1 made leader and cut off with its no-op, a new leader commits, n1 paused while the
+    cut heals: resumed, it truncates its entry (pass) or first applies it (the bug: fail,
+    at the truncation where the SUT aborts)."""
+    path = ex.SUT_DIR / "scenarios" / "stall_catchup.py"
+    result = subprocess.run([sys.executable, "-m", "mallory.cli", "scenario", "run", str(path),
+                             "--sut", str(spec(binary, tmp_path, bugs))], capture_output=True, text=True, timeout=240)
+    assert result.returncode == code, result.stdout + result.stderr
+    assert "startState -> cut -> new-leader -> committed -> paused -> " in result.stdout, result.stdout
+    if code:
+        assert "paused -> applied-uncommitted" in result.stdout, result.stdout
+    else:
+        assert result.stdout.rstrip().count("successState") >= 1, result.stdout

@@ -11,7 +11,7 @@ import pytest
 from mallory import paths
 from mallory.harness.scenario_file import load_scenario
 from mallory.scenario.engine import Engine
-from mallory.scenario.events import Message, ScenarioEvent, client, code, send
+from mallory.scenario.events import Message, ScenarioEvent, client, code, fault, send
 from mallory.timeline.event import Kind
 
 NODES = ("n1", "n2", "n3")
@@ -44,7 +44,7 @@ class Cluster:
 def test_every_shipped_scenario_loads_with_the_message_types_its_sut_declares():
     assert {p.relative_to(paths.SUTS).as_posix() for p in SCENARIOS} >= {
         "example/scenarios/sticky_leader.py", "example/scenarios/old_leader_rollback.py",
-        "raft/scenarios/starved_follower.py"}
+        "example/scenarios/stall_catchup.py", "raft/scenarios/starved_follower.py"}
     for path in SCENARIOS:
         scenario = load_scenario(path)
         conditions = [str(c) for state in scenario.machine.states.values() for c, _ in state.transitions]
@@ -127,6 +127,56 @@ def test_old_leader_rollback_times_out_failed_when_no_new_leader_commits():
     c.event(code("n1", "truncate"))  # not from "new-leader": no transition
     verdict = c.engine.verdict()
     assert not verdict.passed and verdict.state == "new-leader"
+
+
+def stall_catchup_paused() -> Cluster:
+    """stall_catchup.py up to n1's pause: n1 made leader, cut off with its no-op, n2 elected."""
+    c = Cluster("example/scenarios/stall_catchup.py")
+    assert not c.send("n2", "n1", "vote-request") and not c.send("n3", "n2", "vote-request")  # only n1 may win
+    assert c.send("n1", "n2", "vote-request") and c.send("n2", "n1", "vote-reply")
+    c.event(code("n1", "became-leader"))
+    assert not c.send("n1", "n2", "append", b"A 4 10.0.0.1:7001 0 0 0 1 4,G,_,-,-\n")  # its no-op: dropped
+    assert c.state == "cut"
+    assert not c.send("n1", "n3", "append", b"A 4 10.0.0.1:7001 0 0 0 1 4,G,_,-,-\n")
+    assert not c.send("n1", "n2", "append", b"A 4 10.0.0.1:7001 0 0 0 0\n")  # heartbeats too: cut off
+    assert c.send("n2", "n3", "vote-request") and c.send("n3", "n2", "vote-reply")  # no longer dropped
+    assert not c.send("n2", "n1", "vote-request")
+    c.event(code("n2", "became-leader"))
+    assert c.state == "new-leader"
+    c.event(code("n1", "commit"))  # n1's events take no transition
+    c.event(code("n3", "commit"))
+    assert c.state == "committed"
+    assert not c.send("n2", "n1", "append", b"A 6 10.0.0.2:7001 0 0 1 1 6,G,_,-,-\n")  # still cut
+    c.event(fault("pause:n1"))
+    assert c.state == "paused"
+    assert c.send("n2", "n1", "append", b"A 6 10.0.0.2:7001 0 0 1 1 6,G,_,-,-\n")  # queued at the paused n1
+    c.event(fault("resume:n1"))
+    return c
+
+
+def test_stall_catchup_passes_when_the_resumed_old_leader_drops_its_uncommitted_entry():
+    c = stall_catchup_paused()
+    c.event(code("n1", "stepped-down"))
+    c.event(code("n1", "truncate"))
+    verdict = c.engine.verdict()
+    assert c.engine.ended and verdict.passed
+    assert [t.target for t in verdict.path] == ["cut", "new-leader", "committed", "paused", "successState"]
+
+
+def test_stall_catchup_fails_when_the_stalled_old_leader_applies_then_truncates_its_entry():
+    c = stall_catchup_paused()
+    c.event(code("n1", "stall-catchup-applied", Kind.BLOCK))
+    assert c.state == "applied-uncommitted" and not c.engine.ended
+    c.event(code("n1", "truncate"))  # where example_sut.c aborts: "truncating a committed entry"
+    verdict = c.engine.verdict()
+    assert c.engine.ended and not verdict.passed and verdict.state == "failState"
+
+
+def test_stall_catchup_fails_at_the_timeout_when_the_old_leader_dies_otherwise_after_applying():
+    c = stall_catchup_paused()
+    c.event(code("n1", "stall-catchup-applied", Kind.BLOCK))
+    verdict = c.engine.verdict()
+    assert not verdict.passed and verdict.state == "applied-uncommitted"
 
 
 def test_starved_follower_passes_when_the_leader_is_deposed_and_a_leader_elected():
