@@ -47,7 +47,7 @@ from mallory.observer.framing import MessageSplitter
 from mallory.observer.nfq import NF_INET_LOCAL_OUT
 from mallory.observer.packet import WriteStarts, id_and_data
 from mallory.timeline.codec import MAX_BATCH_EVENTS
-from mallory.timeline.event import ClockPair, Event, Kind
+from mallory.timeline.event import ClockPair, Event, Kind, packet_data
 
 LOG_POLL_S = 0.02
 IDLE_WAKE_S = 0.05  # how often the loop looks at `stop` when no packet arrives
@@ -163,7 +163,8 @@ class Observer:
         self.packets += count
 
     def _on_framed_packets(self, packets: list[tuple]) -> None:
-        """on_packets with a message format: the splitter's data where it has one."""
+        """on_packets with a message format: on a declared flow the splitter's data, with
+        the data the packet has without one as its bytes part (`packet_data`)."""
         node, append, new = self.node, self._events.append, tuple.__new__
         send, recv = Kind.SEND, Kind.RECV
         write_data, framed = self._writes.data, self.messages.data
@@ -171,9 +172,10 @@ class Observer:
         for _, hook, ts, payload in packets:
             found = id_and_data(payload)
             if found is not None:
-                data = framed(payload, ts)
-                if data is None:
-                    data = write_data(payload, found[1]) if found[1] else ""
+                typed = framed(payload, ts)
+                data = write_data(payload, found[1]) if found[1] else ""
+                if typed is not None:
+                    data = packet_data(typed, data)
                 append(new(Event, (node, send if hook == NF_INET_LOCAL_OUT else recv, ts, found[0], data)))
                 count += 1
         self.packets += count

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from mallory.instrument.catalogue import Catalogue
 from mallory.timeline.builder import Committed
-from mallory.timeline.event import Kind, message_types
+from mallory.timeline.event import Kind, bytes_part, message_part, message_types
 
 
 class EventNamer:
@@ -22,7 +22,8 @@ class EventNamer:
         kind = e.kind
         if kind in (Kind.FUNC, Kind.BLOCK):
             return self.catalogue.name(e.id)
-        payload = f" {e.data}" if message_types(e.data) else f" [{e.data}]" if e.data else ""
+        raw = bytes_part(e.data) if kind in (Kind.SEND, Kind.RECV) else e.data
+        payload = f" {message_part(e.data)}" if message_types(e.data) else f" [{raw}]" if raw else ""
         if kind is Kind.SEND:
             peers = sorted({node for node, _ in entry.recvs or ()})
             return f"send{payload} -> {','.join(peers) if peers else '?'}"

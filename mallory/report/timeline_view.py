@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from html import escape
 
 from mallory.timeline.builder import Committed
-from mallory.timeline.event import Kind, message_types
+from mallory.timeline.event import Kind, message_part, message_types
 
 LANE_H = 56
 LEFT = 96
@@ -148,7 +148,7 @@ def timeline_svg(
         line = (f'<line class="msg" data-send="{ref(send)}" data-recv="{ref(recv)}" x1="{x1}" y1="{y1}" x2="{x2}" '
                 f'y2="{y2}" stroke="#555" stroke-width="0.7" marker-end="url(#arrow)"')
         if message_types(send.event.data):
-            label = escape(send.event.data)
+            label = escape(message_part(send.event.data))
             out.append(f'{line} data-message="{label}"><title>{label}</title></line>'
                        f'<text class="msg-label" x="{(x1 + x2) // 2 + 2}" y="{(y1 + y2) // 2}" font-size="7" '
                        f'fill="#555">{label}</text>')

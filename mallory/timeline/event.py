@@ -47,8 +47,10 @@ class Event(NamedTuple):
     data: a short abstraction of the payload: for a packet, the hex of its first 4
           payload bytes, or on a TCP flow whose messages the SUT declares
           (mallory/observer/messages.py) the type names of the messages it starts (see
-          `message_types`); "f:type" of a client op, a fault's name. Kept small: it is part
-          of the state.
+          `message_types`) followed by BYTES_SEPARATOR and what the data would have been
+          without the declaration ("append-entries#0d000000": `message_part`,
+          `bytes_part`), so one recording can be judged both ways; "f:type" of a client
+          op, a fault's name. Kept small: it is part of the state.
     """
 
     node: str
@@ -67,6 +69,8 @@ UNKNOWN_MESSAGE = "?"
 MESSAGE_SEPARATOR = "+"
 #: A packet's data lists no more message type names than fit in this many characters.
 MAX_MESSAGE_DATA = 96
+#: On a declared flow a packet's data is "<message part>#<bytes part>" (see `Event`).
+BYTES_SEPARATOR = "#"
 #: A message type name: 1 to 32 of these characters, not only lowercase hex digits (or it
 #: would read as payload hex) and not CONTINUATION.
 MESSAGE_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,32}")
@@ -93,9 +97,30 @@ def message_data(names: list[str]) -> str:
     return data
 
 
+def packet_data(messages: str, payload: str) -> str:
+    """A declared flow's packet data: its message part (`message_data`, UNKNOWN_MESSAGE)
+    and its bytes part, what the packet's data is without a declaration (payload hex or
+    CONTINUATION; "" for none: then the data is the message part alone)."""
+    return f"{messages}{BYTES_SEPARATOR}{payload}" if payload else messages
+
+
+def message_part(data: str) -> str:
+    """A SEND/RECV event's data as the SUT's message types name it: the part before
+    BYTES_SEPARATOR (all of it when there is none: a flow without a declaration)."""
+    return data.partition(BYTES_SEPARATOR)[0]
+
+
+def bytes_part(data: str) -> str:
+    """A SEND/RECV event's data as it would be without message types: the part after
+    BYTES_SEPARATOR (all of it when there is none: already that)."""
+    before, separator, after = data.partition(BYTES_SEPARATOR)
+    return after if separator else before
+
+
 def message_types(data: str) -> tuple[str, ...]:
     """The message type names a SEND/RECV event's data carries; () when it carries payload
-    hex, CONTINUATION, UNKNOWN_MESSAGE or nothing."""
+    hex, CONTINUATION, UNKNOWN_MESSAGE or nothing (its bytes part is not looked at)."""
+    data = message_part(data)
     if not data or data == CONTINUATION or _PAYLOAD_HEX.fullmatch(data):
         return ()
     names = tuple(data.split(MESSAGE_SEPARATOR))

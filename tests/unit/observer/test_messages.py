@@ -21,7 +21,15 @@ from mallory.observer.messages import (
 from mallory.observer.nfq import NF_INET_LOCAL_OUT
 from mallory.observer.observer import Observer
 from mallory.observer.packet import id_and_data
-from mallory.timeline.event import Kind, is_message_name, message_data, message_types
+from mallory.timeline.event import (
+    Kind,
+    bytes_part,
+    is_message_name,
+    message_data,
+    message_part,
+    message_types,
+    packet_data,
+)
 
 from .test_framing import packet
 
@@ -109,6 +117,15 @@ def test_message_names_never_read_as_payload_hex():
     assert message_data(["vote", "append", "vote"]) == "append+vote"
     assert message_types("append+vote") == ("append", "vote")
     assert message_types("17030300") == message_types("cont") == message_types("?") == message_types("") == ()
+    assert message_types("append+vote#41203320") == ("append", "vote") and message_types("cont#cont") == ()
+
+
+def test_a_declared_flows_data_keeps_what_it_would_be_without_the_declaration():
+    assert packet_data("append+vote", "41203320") == "append+vote#41203320"
+    assert packet_data("?", "cont") == "?#cont" and packet_data("", "") == ""
+    for data, messages, raw in [("append#41203320", "append", "41203320"), ("41203320", "41203320", "41203320"),
+                                ("cont#cont", "cont", "cont"), ("", "", "")]:
+        assert (message_part(data), bytes_part(data)) == (messages, raw)
 
 
 def test_an_observer_with_a_format_names_declared_flows_and_keeps_hex_elsewhere():
@@ -126,7 +143,7 @@ def test_an_observer_with_a_format_names_declared_flows_and_keeps_hex_elsewhere(
     obs.cut()
     assert [(e.kind, e.id, e.data) for e in sender.events] == [
         (Kind.SEND, id_and_data(syn)[0], ""),
-        (Kind.SEND, id_and_data(framed)[0], "append-reply+vote"),
+        (Kind.SEND, id_and_data(framed)[0], "append-reply+vote#" + b"V 3 ".hex()),
         (Kind.SEND, id_and_data(other)[0], b"PUT ".hex()),
     ]
 
