@@ -14,18 +14,23 @@ that the learner MinHashes. Abstractions are pluggable by name (`ABSTRACTIONS`).
 
 An event's *type* (`event_type`) is what the abstraction sees of it: code and log events by
 their id, packets and client ops by their small payload abstraction. Packet ids are unique
-per packet, so they never enter a type.
+per packet, so they never enter a type. A packet on a flow whose messages the SUT declares
+carries two abstractions (mallory/timeline/event.py `packet_data`): the message types it
+starts and its first payload bytes. Every abstraction takes `packet_types`, which of the two
+types packets (PACKET_TYPES: "messages", the default, or "bytes", what they would be without
+the declaration), so one recording can be judged both ways (`mallory analyze
+--packet-types`). On a flow without a declaration both are the payload bytes.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Callable, ClassVar
 
 from mallory.errors import MalloryError
 from mallory.timeline.builder import Committed
-from mallory.timeline.event import Event, Kind
+from mallory.timeline.event import Event, Kind, bytes_part, message_part, message_types
 
 Summary = frozenset[str]
 
@@ -40,12 +45,18 @@ IGNORED_KINDS = frozenset({Kind.WINDOW_START, Kind.WINDOW_END, Kind.FAULT})
 #: the number of types: one Redis window of 3,000 events once made a million tokens.
 MAX_PAYLOAD_TYPES = 128
 OTHER_PAYLOAD = "other"
+_PACKETS = frozenset({Kind.SEND, Kind.RECV})
+#: what types a packet: the message types its data names, or its payload bytes
+PACKET_TYPES: dict[str, Callable[[str], str]] = {"messages": message_part, "bytes": bytes_part}
 
 
-def type_key(event: Event) -> tuple[Kind, int | str]:
-    """The hashable identity of an event's type; cheaper than formatting its name."""
+def type_key(event: Event, part: Callable[[str], str] = message_part) -> tuple[Kind, int | str]:
+    """The hashable identity of an event's type, a packet's by the `part` of its data
+    (PACKET_TYPES); cheaper than formatting its name."""
     kind = event.kind
-    return (kind, event.id) if kind in _BY_ID else (kind, event.data)
+    if kind in _BY_ID:
+        return (kind, event.id)
+    return (kind, part(event.data)) if kind in _PACKETS else (kind, event.data)
 
 
 def type_name(key: tuple[Kind, int | str]) -> str:
@@ -53,23 +64,34 @@ def type_name(key: tuple[Kind, int | str]) -> str:
     return f"{kind.name}:{value:x}" if kind in _BY_ID else f"{kind.name}:{value}"
 
 
-def event_type(event: Event) -> str:
-    """The abstract type of an event, e.g. "FUNC:1a2b" or "SEND:17030300"."""
-    return type_name(type_key(event))
+def event_type(event: Event, part: Callable[[str], str] = message_part) -> str:
+    """The abstract type of an event, e.g. "FUNC:1a2b", "SEND:17030300" or "SEND:append"."""
+    return type_name(type_key(event, part))
 
 
 class Abstraction(ABC):
-    """The abstract states of every node in one window."""
+    """The abstract states of every node in one window, packets typed by `packet_types`
+    (see the module docstring)."""
 
     name: ClassVar[str]
 
-    def __init__(self) -> None:
+    def __init__(self, packet_types: str = "messages") -> None:
+        if packet_types not in PACKET_TYPES:
+            raise MalloryError(f"packet types {packet_types!r}: choose one of {', '.join(PACKET_TYPES)}")
+        self._part = PACKET_TYPES[packet_types]
+        self._parts: dict[str, str] = {}  # a packet's data -> its part (a few distinct ones a window)
         self._types: dict[tuple, int] = {}  # type key -> small integer (bit position)
         self._keys: list[tuple] = []
         self._payload_types = 0
 
+    def _packet_part(self, data: str) -> str:
+        part = self._parts.get(data)
+        if part is None:
+            part = self._parts[data] = self._part(data)
+        return part
+
     def type_index(self, event: Event) -> int:
-        key = type_key(event)
+        key = type_key(event, self._packet_part)
         index = self._types.get(key)
         if index is None:
             index = self._new_type(key)
@@ -139,8 +161,8 @@ class EventHistory(Abstraction):
 
     name = "event-history"
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, packet_types: str = "messages") -> None:
+        super().__init__(packet_types)
         self._history: dict[str, int] = {}
         self._pairs: dict[str, dict[int, int]] = {}  # node -> type -> bitset of predecessors
 
@@ -170,6 +192,8 @@ class EventHistory(Abstraction):
         all_pairs = self._pairs
         types = self._types
         by_id = _BY_ID
+        packets = _PACKETS
+        part = self._packet_part
         ignored = IGNORED_KINDS
         send_kind = Kind.SEND
         snapshots: dict[int, int] = {}
@@ -183,7 +207,10 @@ class EventHistory(Abstraction):
             send = entry.send
             if send is not None:
                 h |= snapshots.get(id(send), 0)
-            key = (kind, event.id) if kind in by_id else (kind, event.data)
+            if kind in by_id:
+                key = (kind, event.id)
+            else:
+                key = (kind, part(event.data)) if kind in packets else (kind, event.data)
             t = types.get(key)
             if t is None:
                 t = self._new_type(key)
@@ -248,8 +275,8 @@ class CodeHistory(EventHistory):
 
     name = "code-history"
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, packet_types: str = "messages") -> None:
+        super().__init__(packet_types)
         self._links: set[tuple[str, str]] = set()
 
     def run(self, entries: list[Committed]) -> None:
@@ -258,6 +285,7 @@ class CodeHistory(EventHistory):
         types = self._types
         links = self._links
         by_id = _BY_ID
+        typed = self._typed
         ignored = IGNORED_KINDS
         send_kind = Kind.SEND
         snapshots: dict[int, int] = {}
@@ -275,7 +303,10 @@ class CodeHistory(EventHistory):
                     h |= sent
                     links.add((send.event.node, node))
             if kind in by_id:
-                key = (kind, event.id)
+                key: tuple | None = (kind, event.id)
+            else:
+                key = typed(event)
+            if key is not None:
                 t = types.get(key)
                 if t is None:
                     t = self._new_type(key)
@@ -288,12 +319,35 @@ class CodeHistory(EventHistory):
             if kind is send_kind:
                 snapshots[id(entry)] = h
 
+    def _typed(self, event: Event) -> tuple | None:
+        """The type key of an event that is neither a code nor a log event, None when it is
+        no type here: code-history types none of them."""
+        return None
+
     def links(self) -> set[tuple[str, str]]:
         """(sender, receiver) of every message sent and received in the window."""
         return set(self._links)
 
     def summary(self) -> Summary:
         return super().summary() | {f"link|{a}>{b}" for a, b in self._links}
+
+
+class MessageHistory(CodeHistory):
+    """Code-history with the SUT's messages as types too: a packet that starts declared
+    messages (mallory/observer/messages.py) is typed by their names ("SEND:append-entries"),
+    so which messages a node sent and received, after what code and before what, is part
+    of the state. Packets that start no declared message (continuations, lost sync, flows
+    without a declaration) stay carriers of causality only, as in code-history: their bytes
+    are what made code-history leave packets out. Under packet types "bytes" no packet
+    names a message, and it is code-history."""
+
+    name = "message-history"
+
+    def _typed(self, event: Event) -> tuple | None:
+        if event.kind not in _PACKETS:
+            return None
+        data = self._packet_part(event.data)
+        return (event.kind, data) if message_types(data) else None
 
 
 @dataclass(frozen=True)
@@ -364,8 +418,8 @@ class VectorClock(Abstraction):
 
     name = "vector-clock"
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, packet_types: str = "messages") -> None:
+        super().__init__(packet_types)
         self._clocks: dict[str, dict[str, int]] = {}
 
     def update(self, entry: Committed) -> None:
@@ -405,13 +459,13 @@ class EventCount(Abstraction):
 
     name = "event-count"
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, packet_types: str = "messages") -> None:
+        super().__init__(packet_types)
         self._counts: dict[str, dict[str, int]] = {}
 
     def update(self, entry: Committed) -> None:
         counts = self._counts.setdefault(entry.event.node, {})
-        t = event_type(entry.event)
+        t = event_type(entry.event, self._packet_part)
         counts[t] = counts.get(t, 0) + 1
 
     def merge(self, this_entry: Committed, other_state: object, other_entry: Committed) -> None:
@@ -430,15 +484,17 @@ class EventCount(Abstraction):
 
 
 ABSTRACTIONS: dict[str, type[Abstraction]] = {
-    cls.name: cls for cls in (CodeHistory, EventHistory, VectorClock, EventCount)
+    cls.name: cls for cls in (CodeHistory, MessageHistory, EventHistory, VectorClock, EventCount)
 }
 
 
-def make_abstraction(name: str) -> Abstraction:
+def make_abstraction(name: str, packet_types: str = "messages") -> Abstraction:
+    """The abstraction called `name`, packets typed by `packet_types` (PACKET_TYPES)."""
     try:
-        return ABSTRACTIONS[name]()
+        cls = ABSTRACTIONS[name]
     except KeyError:
         raise MalloryError(f"unknown abstraction {name!r}; choose one of {sorted(ABSTRACTIONS)}") from None
+    return cls(packet_types)
 
 
 def abstract(entries: list[Committed], abstraction: Abstraction) -> Abstraction:

@@ -120,6 +120,7 @@ class Timeline:
         return len(self.buffer)
 
 
-def summarize(entries: list[Committed], abstraction: str = "event-history") -> Summary:
-    """One window's summary under the named abstraction."""
-    return abstract(entries, make_abstraction(abstraction)).summary()
+def summarize(entries: list[Committed], abstraction: str = "event-history", packet_types: str = "messages") -> Summary:
+    """One window's summary under the named abstraction, packets typed by `packet_types`
+    (mallory/timeline/abstraction.py PACKET_TYPES)."""
+    return abstract(entries, make_abstraction(abstraction, packet_types)).summary()

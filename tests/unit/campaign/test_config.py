@@ -139,7 +139,7 @@ def test_keys_it_does_not_know_are_written_back(tmp_path):
         ("window_s", 0, "must be positive"),
         ("window_s", float("nan"), "must be a number"),
         ("reset_s", -1, "must not be negative"),
-        ("abstraction", "lamport", "must be one of code-history, event-count, event-history, vector-clock"),
+        ("abstraction", "lamport", "must be one of code-history, event-count, event-history, message-history, vector-clock"),
         ("threshold", 0, "must be in (0, 1]"),
         ("threshold", 1.5, "must be in (0, 1]"),
         ("calibrate", -1, "must be at least 0"),

@@ -160,6 +160,45 @@ def test_code_history_ignores_payload_bytes_and_client_ops():
     assert summarize(a, "event-history") != summarize(b, "event-history")
 
 
+def message_window(data: str) -> list[Committed]:
+    """n1's code event, then its packet (`data`) to n2, which runs a code event on it."""
+    before = Committed(Event("n1", Kind.BLOCK, 0, 4, ""), 0, 0, 0, None)
+    send = Committed(Event("n1", Kind.SEND, 1, 7, data), 1, 1, 1, None)
+    recv = Committed(Event("n2", Kind.RECV, 2, 7, data), 2, 2, 0, send)
+    code = Committed(Event("n2", Kind.FUNC, 3, 9, ""), 3, 3, 1, None)
+    return [before, send, recv, code]
+
+
+def test_packets_are_typed_by_their_message_types_or_by_their_payload_bytes():
+    """A declared flow's packet carries both (packet_data); `packet_types` picks one, and
+    a packet of an undeclared flow is its bytes either way."""
+    one, two = message_window("append#41203120"), message_window("append#41203230")
+    assert summarize(one, "event-history") == summarize(two, "event-history")
+    assert "n2|SEND:append|RECV:append" in summarize(one, "event-history")
+    assert summarize(one, "event-history", "bytes") != summarize(two, "event-history", "bytes")
+    assert "n2|SEND:41203120|RECV:41203120" in summarize(one, "event-history", "bytes")
+    plain = message_window("41203120")
+    assert summarize(plain, "event-history") == summarize(plain, "event-history", "bytes") \
+        == summarize(one, "event-history", "bytes")
+    assert event_type(one[1].event) == "SEND:append" and event_type(plain[1].event) == "SEND:41203120"
+    counts = abstract(one, make_abstraction("event-count", "bytes"))
+    assert counts.counts()["n1"] == {"BLOCK:4": 1, "SEND:41203120": 1}
+    with pytest.raises(MalloryError, match="packet types 'words': choose one of messages, bytes"):
+        make_abstraction("event-history", "words")
+
+
+def test_message_history_is_code_history_with_declared_messages_as_types():
+    typed = summarize(message_window("append#41203120"), "message-history")
+    assert typed == {"n1|BLOCK:4|SEND:append", "n2|BLOCK:4|RECV:append", "n2|SEND:append|RECV:append",
+                     "n2|BLOCK:4|FUNC:9", "n2|SEND:append|FUNC:9", "n2|RECV:append|FUNC:9", "link|n1>n2"}
+    code = summarize(message_window("append#41203120"), "code-history")
+    # continuations, lost sync and undeclared flows are carriers only, and under payload
+    # bytes no packet names a message: code-history then
+    for data in ("cont#cont", "?#41203120", "41203120"):
+        assert summarize(message_window(data), "message-history") == code
+    assert summarize(message_window("append#41203120"), "message-history", "bytes") == code
+
+
 @settings(max_examples=80, deadline=None)
 @given(seed=st.integers(0, 2**32), n_nodes=st.integers(1, 4), n_steps=st.integers(1, 60))
 def test_vector_clock_equals_reference_clocks(seed, n_nodes, n_steps):
