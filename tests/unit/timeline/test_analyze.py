@@ -10,6 +10,7 @@ import pytest
 
 from mallory.cli import main
 from mallory.timeline.codec import write_records
+from mallory.timeline.event import Batch, ClockPair, Event, Kind, packet_data
 from mallory.timeline.synthetic import synthetic_stream
 
 
@@ -72,3 +73,58 @@ def test_synthesize_writes_what_analyze_reads(tmp_path, capsys):
     total = json.loads(capsys.readouterr().out.splitlines()[-1])["total"]
     assert total["events"] == 3000 and total["late_events"] == 0
     assert main(["synthesize", "--out", str(out), "--nodes", "1"]) == 254
+
+
+def recording_with_messages(path, windows: int = 6) -> None:
+    """A recording as a campaign on an SUT that declares its messages makes one: n1 sends n2
+    an append each 100 ms, each packet's data its message type and its first payload bytes
+    (here a length field that differs in every window, as a stream protocol's do), and n2
+    runs a code event on each. Two seconds a window."""
+    s = 10**9
+    records: list = [ClockPair("n1", 0, 1_700_000_000 * s), ClockPair("n2", 0, 1_700_000_000 * s)]
+    seq = {"n1": 0, "n2": 0}
+    for w in range(windows):
+        sends, recvs = [], []
+        for k in range(20):
+            t = w * 2 * s + k * s // 10 + 1000
+            ident = 1 + w * 100 + k
+            data = packet_data("append", f"000000{w:02x}")
+            sends.append(Event("n1", Kind.SEND, t, ident, data))
+            recvs += [Event("n2", Kind.RECV, t + 1000, ident, data), Event("n2", Kind.FUNC, t + 2000, 0xA1, "")]
+        for node, events in (("n1", sends), ("n2", recvs)):
+            records.append(Batch(node, seq[node], (w + 1) * 2 * s, events))
+            seq[node] += 1
+    with open(path, "wb") as f:
+        write_records(f, records)
+
+
+def test_one_recording_gives_the_states_both_with_message_types_and_with_payload_bytes(tmp_path, capsys):
+    """Every window holds the same messages, but their first bytes differ from window to
+    window: by message type one state, by payload bytes one per window."""
+    path = tmp_path / "events.jsonl"
+    recording_with_messages(path)
+    argv = ["analyze", str(path), "--window", "2", "--abstraction", "event-history", "--json"]
+    assert main([*argv, "--packet-types", "both"]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    rows, total = lines[:-1], lines[-1]["total"]
+    assert total["windows"] == len(rows) == 6
+    assert total["states_by_packet_types"] == {"messages": 1, "bytes": 6} and total["states"] == 1
+    assert [r["new_bytes"] for r in rows] == [True] * 6 and [r["new"] for r in rows] == [True] + [False] * 5
+    assert total["sends_by_message_type"] == {"append": 120}
+    for view, states in (("messages", 1), ("bytes", 6)):  # each view alone agrees
+        assert main([*argv, "--packet-types", view]) == 0
+        assert json.loads(capsys.readouterr().out.splitlines()[-1])["total"]["states"] == states
+    assert main(["analyze", str(path), "--window", "2", "--packet-types", "both"]) == 0
+    assert "1 distinct states (1 with message types and 6 with payload bytes)" in capsys.readouterr().out
+
+
+def test_message_history_types_messages_and_code_history_does_not(tmp_path, capsys):
+    path = tmp_path / "events.jsonl"
+    recording_with_messages(path, windows=2)
+    sizes = {}
+    for abstraction in ("code-history", "message-history"):
+        assert main(["analyze", str(path), "--window", "2", "--abstraction", abstraction, "--json"]) == 0
+        sizes[abstraction] = json.loads(capsys.readouterr().out.splitlines()[0])["summary_size"]
+    # code-history: FUNC after FUNC at n2, and the link; message-history: also the RECVs
+    # typed "append" before and after the FUNCs, and n1's SENDs
+    assert sizes["message-history"] > sizes["code-history"] >= 2
