@@ -21,6 +21,10 @@ release (a filter on a code event delivering a held set) go to the proxy through
 Once the run has ended (its machine reached a final verdict), every message is delivered
 and no more events are stepped: the SUT runs on undisturbed until the command tears it
 down. One lock keeps the proxy's thread and the ingest's apart.
+
+`MessageDriver` is what this shares with the campaign's filter sets
+(mallory/mediator/filter_sets.py), whose engine comes and goes; `ScenarioDriver` runs one
+scenario from the start.
 """
 
 from __future__ import annotations
@@ -111,8 +115,11 @@ class MessageDriver:
     # -- the timeline's events ------------------------------------------------------------
 
     def on_entries(self, entries: Iterable[Committed]) -> None:
-        """An ingest subscriber: each committed event a scenario can see is stepped."""
+        """An ingest subscriber: each committed event a scenario can see is stepped (none
+        while no engine runs: the ingest's path costs nothing more then)."""
         for entry in entries:
+            if self._undisturbed():
+                return
             event = self.scenario_event(entry.event)
             if event is None:
                 continue

@@ -11,7 +11,7 @@ import http.client
 import orjson
 import pytest
 
-from mallory.instrument.catalogue import Catalogue
+from mallory.instrument.catalogue import Catalogue, CodeEvent
 from mallory.mediator.filter_sets import FilterSetDriver
 from mallory.mediator.message_layer import LayerConfig
 from mallory.mediator.proxy import Delivery, Outcome
@@ -19,8 +19,10 @@ from mallory.mediator.service import Mediator
 from mallory.observer.messages import MessageFormat, PeerMessages, TypeField
 from mallory.scenario import (
     Count,
+    DeliverAllFromSet,
     Drop,
     If,
+    IsEventType,
     IsMessageTo,
     IsMessageType,
     Set,
@@ -29,7 +31,8 @@ from mallory.scenario import (
 )
 from mallory.scenario.events import Message, ScenarioError
 from mallory.scenario.filters import FilterSet
-from mallory.timeline.event import Kind
+from mallory.timeline.builder import Committed
+from mallory.timeline.event import Event, Kind
 
 NODES = ["n1", "n2", "n3"]
 SETS = {
@@ -92,6 +95,25 @@ def test_what_a_set_held_is_delivered_when_it_goes_out_of_force_and_then_let_go(
     assert ended["released"] == 2 and ended["messages"]["n1->n2"]["vote"] == {"sent": 3, "held": 2}
     assert released.outcomes == [Outcome((Delivery("m1"), Delivery("m2")))]
     assert d.on_delivered(msg(1, "vote")) == Outcome((), ("m1",))  # in no set any more: let go
+
+
+def test_timeline_events_reach_the_set_in_force_only():
+    """A set's filters see code events too (a held set released on one); with none in
+    force the ingest's events are not even looked at."""
+    sets = {"hold-until-leader": FilterSet([
+        If(IsMessageType("vote")).Then(StoreInSet(Set("votes"))),
+        If(IsEventType("became-leader")).Then(DeliverAllFromSet(Set("votes")))])}
+    catalogue = Catalogue([CodeEvent(7, "sut.c", 10, "become_leader", "FUNC", "became-leader")])
+    d = FilterSetDriver(sets, NODES, catalogue)
+    d.release = released = Released()
+    became_leader = Committed(Event("n2", Kind.FUNC, 5, 7, ""), 0, 0, 0, None)
+    d.scenario_event = lambda event: pytest.fail("looked at with no set in force")
+    d.on_entries([became_leader])
+    del d.scenario_event
+    d.switch("hold-until-leader", {})
+    assert d.on_message(msg(1, "vote")) == Outcome()
+    d.on_entries([became_leader])
+    assert released.outcomes == [Outcome((Delivery("m1"),))]
 
 
 @pytest.mark.parametrize("name, roles, error", [
