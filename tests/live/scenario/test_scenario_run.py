@@ -9,6 +9,7 @@ observers, and scenarios pass and fail with exit codes 0 and 1.
 from __future__ import annotations
 
 import argparse
+import json
 import subprocess
 import sys
 from collections import Counter
@@ -176,3 +177,26 @@ def test_the_stall_catchup_scenario_tells_the_seeded_bug_apart(binary, tmp_path,
         assert "paused -> applied-uncommitted" in result.stdout, result.stdout
     else:
         assert result.stdout.rstrip().count("successState") >= 1, result.stdout
+
+
+def test_the_recording_holds_message_types_and_payload_bytes_and_analyze_counts_both(binary, tmp_path):
+    """The observers' packets of the peer port carry their message types and, after '#',
+    their first payload bytes; `mallory analyze --packet-types both` gives the recording's
+    states both ways and counts its SEND packets by message type."""
+    path = scenario_file(tmp_path, "passes", PASSES)
+    args = argparse.Namespace(nodes=3, port=7000, workload="register", record=tmp_path / "events")
+    assert command.run_scenario(load_scenario(path), path, str(spec(binary, tmp_path)), args)["passed"]
+    peer = []
+    for record_path in sorted((tmp_path / "events").glob("events*.jsonl")):
+        with open(record_path, "rb") as f:
+            peer += [e.data for r in read_records(f, str(record_path)) if isinstance(r, Batch) for e in r.events
+                     if e.kind is Kind.SEND and message_types(e.data)]
+    assert peer and all("#" in data for data in peer), peer[:10]
+    assert any(data.startswith("append#" + b"A ".hex()) for data in peer), peer[:10]  # 'A ' starts an append
+    result = subprocess.run([sys.executable, "-m", "mallory.cli", "analyze", str(tmp_path / "events" / "events.jsonl"),
+                             "--abstraction", "event-history", "--packet-types", "both", "--json"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    total = json.loads(result.stdout.splitlines()[-1])["total"]
+    assert set(total["states_by_packet_types"]) == {"messages", "bytes"}
+    assert total["sends_by_message_type"]["append"] > 0 and total["sends_by_message_type"]["vote-request"] > 0
