@@ -13,6 +13,7 @@ from mallory.commands.fuzz import parse_duration
 from mallory.errors import MalloryError
 
 EXAMPLE = paths.SUTS / "example" / "example.toml"
+SETS = paths.SUTS / "example" / "filter_sets.py"
 
 
 def mallory(*args: str) -> subprocess.CompletedProcess:
@@ -35,6 +36,16 @@ def mallory(*args: str) -> subprocess.CompletedProcess:
          "cannot create the campaign directory /proc/no-such-dir/c"),
         (["fuzz", "--out", "{tmp}/c", "--sut", str(EXAMPLE), "--workload", "register", "--waypoints", str(EXAMPLE)],
          "example.toml: expected one or more [[waypoint]] tables"),
+        (["fuzz", "--out", "{tmp}/c", "--sut", str(EXAMPLE), "--workload", "register", "--filter-sets", "{tmp}/no.py"],
+         "no.py: no such file"),
+        (["fuzz", "--out", "{tmp}/c", "--sut", str(EXAMPLE), "--workload", "register", "--filter-sets", str(EXAMPLE)],
+         f"filter sets {EXAMPLE} line"),
+        (["fuzz", "--out", "{tmp}/c", "--sut", str(EXAMPLE), "--workload", "register", "--filter-sets", str(SETS),
+          "--faults", "partition"], "--filter-sets gives filter sets, but faults names none: add filters"),
+        (["fuzz", "--out", "{tmp}/c", "--sut", str(EXAMPLE), "--workload", "register", "--filter-sets", str(SETS),
+          "--faults", "filters:nope"], "unknown spec 'nope' in 'filters:nope' (filters specs: delay-append-replies"),
+        (["fuzz", "--out", "{tmp}/c", "--sut", str(EXAMPLE), "--workload", "register", "--filter-sets", str(SETS),
+          "--backend", "docker"], "--filter-sets needs the netns backend"),
         (["replay", "{tmp}"], "is not a bug bundle"),
         (["replay", "{tmp}", "--attempts", "0"], "--attempts must be at least 1"),
     ],
