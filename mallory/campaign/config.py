@@ -204,6 +204,9 @@ class CampaignConfig:
         _choice(self, "backend", BACKENDS)
         if self.waypoints is not None:
             _text(self, "waypoints")
+        if self.filter_sets is None and self.faults is not None and any(f.partition(":")[0] == "filters"
+                                                                        for f in self.faults):
+            raise ConfigError("faults", "names filters, but no filter-set file gives any (--filter-sets FILE)")
         if self.filter_sets is not None:
             _text(self, "filter_sets")
             if self.backend != "netns":

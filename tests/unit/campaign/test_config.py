@@ -184,6 +184,8 @@ def test_filter_sets_need_the_netns_backend_and_faults_that_name_them():
         CampaignConfig(sut="s", filter_sets="/f.py", backend="docker")
     with pytest.raises(ConfigError, match="faults names none: add filters"):
         CampaignConfig(sut="s", filter_sets="/f.py", faults=("partition",))
+    with pytest.raises(ConfigError, match="faults names filters, but no filter-set file gives any"):
+        CampaignConfig(sut="s", faults=("partition", "filters:x"))
 
 
 def test_unknown_keys_may_not_stand_in_for_known_fields():
