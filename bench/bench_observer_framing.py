@@ -13,7 +13,9 @@ Best of R rounds each, so the ratios hold on a loaded machine even when the abso
 numbers do not. One run (20000 packets, 3 rounds, on a 2-core machine busy with other
 benchmarks): no format 1872 ns/packet, other port 2024 (x1.08), libraft 4733 (x2.53),
 lines 4058 (x2.17); most of the first is the packet id's blake2b. The capture's own cost (whole packets instead of 128 bytes through
-netlink when a format is declared) is not in these numbers.
+netlink when a format is declared) is not in these numbers. Those numbers predate the
+bytes part a declared flow's packet now keeps (`packet_data`: the write-start check and a
+string join per packet on those flows): run it again before quoting them.
 """
 
 from __future__ import annotations
