@@ -163,6 +163,20 @@ def test_the_sticky_leader_scenario_tells_the_seeded_bug_apart(binary, tmp_path,
         assert "sticky-leader-kept-term" in result.stdout and "-> failState" in result.stdout, result.stdout
 
 
+@pytest.mark.parametrize("bugs, code", [(None, 0), ("sticky-leader", 1)])
+def test_the_sticky_leader_rollback_scenario_ends_in_the_bugs_harm(binary, tmp_path, bugs, code):
+    """n1 cut off, n2 commits and vanishes, n3 campaigns 4 terms past n1, n1 and n3 meet
+    again: n1 steps down (pass), or keeps leadership and makes n3 truncate a committed
+    entry (the bug: fail at the truncation, where the SUT aborts)."""
+    path = ex.SUT_DIR / "scenarios" / "sticky_leader_rollback.py"
+    result = subprocess.run([sys.executable, "-m", "mallory.cli", "scenario", "run", str(path),
+                             "--sut", str(spec(binary, tmp_path, bugs))], capture_output=True, text=True, timeout=240)
+    assert result.returncode == code, result.stdout + result.stderr
+    assert "startState -> cut -> new-leader -> committed -> healed -> " in result.stdout, result.stdout
+    if code:
+        assert "healed -> kept-term -> failState" in result.stdout, result.stdout
+
+
 @pytest.mark.parametrize("bugs, code", [(None, 0), ("stall-catchup", 1)])
 def test_the_stall_catchup_scenario_tells_the_seeded_bug_apart(binary, tmp_path, bugs, code):
     """n1 made leader and cut off with its no-op, a new leader commits, n1 paused while the

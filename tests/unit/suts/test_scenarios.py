@@ -44,7 +44,8 @@ class Cluster:
 def test_every_shipped_scenario_loads_with_the_message_types_its_sut_declares():
     assert {p.relative_to(paths.SUTS).as_posix() for p in SCENARIOS} >= {
         "example/scenarios/sticky_leader.py", "example/scenarios/old_leader_rollback.py",
-        "example/scenarios/stall_catchup.py", "raft/scenarios/starved_follower.py"}
+        "example/scenarios/stall_catchup.py", "example/scenarios/sticky_leader_rollback.py",
+        "raft/scenarios/starved_follower.py"}
     for path in SCENARIOS:
         scenario = load_scenario(path)
         conditions = [str(c) for state in scenario.machine.states.values() for c, _ in state.transitions]
@@ -127,6 +128,53 @@ def test_old_leader_rollback_times_out_failed_when_no_new_leader_commits():
     c.event(code("n1", "truncate"))  # not from "new-leader": no transition
     verdict = c.engine.verdict()
     assert not verdict.passed and verdict.state == "new-leader"
+
+
+def sticky_rollback_healed() -> Cluster:
+    """sticky_leader_rollback.py up to the heal: n1 led and was cut off, n2 led and committed,
+    then vanished; n3 campaigned 4 times."""
+    c = Cluster("example/scenarios/sticky_leader_rollback.py")
+    assert not c.send("n2", "n1", "vote-request") and c.send("n1", "n3", "vote-request")  # only n1 may win
+    c.event(code("n1", "became-leader"))
+    assert not c.send("n1", "n2", "append", b"A 2 10.0.0.1:7001 0 0 0 1 2,G,_,-,-\n")  # its no-op: dropped
+    assert c.state == "cut"
+    assert not c.send("n1", "n3", "append", b"A 2 10.0.0.1:7001 0 0 0 0\n") and not c.send("n3", "n1", "append-reply")
+    assert not c.send("n3", "n2", "vote-request") and c.send("n2", "n3", "vote-request")  # only n2 may win
+    assert c.send("n3", "n2", "vote-reply")
+    c.event(code("n3", "became-leader"))  # cannot happen; takes no transition anyway
+    c.event(code("n2", "became-leader"))
+    assert c.state == "new-leader"
+    assert c.send("n2", "n3", "append", b"A 3 10.0.0.2:7001 0 0 0 1 3,G,_,-,-\n")
+    c.event(code("n2", "commit"))
+    c.event(code("n3", "commit"))
+    assert c.state == "committed"
+    assert not c.send("n2", "n3", "append", b"A 3 10.0.0.2:7001 1 3 1 0\n")  # n2 gone
+    for _ in range(4):  # one election a term, each a vote request to n1 and to n2
+        assert not c.send("n3", "n1", "vote-request") and not c.send("n3", "n2", "vote-request")
+    assert c.engine.ctx.counters == {"elections": 4}
+    assert not c.send("n3", "n2", "vote-request")  # the machine sees the 4th count on the next event
+    assert c.state == "healed"
+    assert c.send("n3", "n1", "vote-request") and c.send("n1", "n3", "vote-reply")
+    assert not c.send("n2", "n3", "append")
+    return c
+
+
+def test_sticky_leader_rollback_passes_when_the_old_leader_steps_down():
+    c = sticky_rollback_healed()
+    c.event(code("n1", "stepped-down"))
+    verdict = c.engine.verdict()
+    assert c.engine.ended and verdict.passed
+    assert [t.target for t in verdict.path] == ["cut", "new-leader", "committed", "healed", "successState"]
+
+
+def test_sticky_leader_rollback_fails_when_the_kept_term_overwrites_a_committed_entry():
+    c = sticky_rollback_healed()
+    c.event(code("n1", "sticky-leader-kept-term", Kind.BLOCK))
+    assert c.state == "kept-term"
+    assert c.send("n1", "n3", "append", b"A 7 10.0.0.1:7001 0 0 0 1 2,G,_,-,-\n")
+    c.event(code("n3", "truncate"))
+    verdict = c.engine.verdict()
+    assert c.engine.ended and not verdict.passed and verdict.state == "failState"
 
 
 def stall_catchup_paused() -> Cluster:
