@@ -34,8 +34,13 @@ The decider may also release messages at any time from any thread (`MessageProxy
 a filter on a code event releasing a held set); the proxy's thread makes the writes.
 
 End of a connection: a direction's end of stream (FIN) is passed on once everything before
-it is written; messages the decider delivers after that are counted `undeliverable`, as
-are writes to a connection that was reset or failed (both legs are then closed).
+it is written, and once the messages delayed on it have been (a message delayed in the
+network still arrives before the FIN that followed it; one held in a set does not hold the
+FIN back); messages the decider delivers after that are counted `undeliverable`, as are
+writes to a connection that was reset or failed. A reset, a failed read or write, or a
+failed connect of leg 2 resets both legs (SO_LINGER 0: the other end sees the RST it
+would have seen without the layer, and the gateway keeps no TIME_WAIT socket whose
+4-tuple a node's next connection could need); so does the proxy's stop.
 
 Threading: `Relay` holds the connections and makes every decision call and write; it is
 driven by one thread (`MessageProxy`'s loop: a selector over the listener, every leg and
@@ -51,6 +56,7 @@ import logging
 import os
 import selectors
 import socket
+import struct
 import threading
 import time
 from collections import Counter, deque
@@ -66,6 +72,8 @@ log = logging.getLogger(__name__)
 #: linux/in.h: a socket that may bind a foreign address and accept diverted connections
 IP_TRANSPARENT = getattr(socket, "IP_TRANSPARENT", 19)
 READ_SIZE = 1 << 16
+#: SO_LINGER on, 0 s: close() sends a RST and leaves no TIME_WAIT
+_ABORT = struct.pack("ii", 1, 0)
 #: a direction's key: its original (source address, source port, destination address,
 #: destination port), addresses as 32-bit integers
 Key = tuple[int, int, int, int]
@@ -107,6 +115,8 @@ class Conn(Protocol):
 
     def shutdown(self, how: int, /) -> None: ...
 
+    def setsockopt(self, level: int, option: int, value: bytes, /) -> None: ...
+
     def close(self) -> None: ...
 
 
@@ -119,7 +129,8 @@ class Leg:
         self.out: deque[tuple[bytes, Message | None]] = deque()
         self.written = 0  # stream offset of the next byte appended to `out`
         self.connected = True
-        self.eof_after_out = False  # shut the write side once `out` is written
+        self.delayed = 0  # delayed deliveries still to be written to this leg
+        self.eof_after_out = False  # shut the write side once `out` (and `delayed`) is written
         self.write_shut = False
         self.read_eof = False
         self.closed = False
@@ -154,7 +165,9 @@ class Relay:
     """The proxied connections and what happens to their messages (see the module
     docstring); every method runs in the proxy's thread. `on_written(key, out_offset,
     in_offset, length)` hears of every run of bytes written, where it sits in the
-    direction's incoming and outgoing stream (legs.py joins the arrows with it)."""
+    direction's incoming and outgoing stream (legs.py joins the arrows with it).
+    `closing(sock)` hears of every leg's socket just before it is closed (the proxy takes
+    it out of its selector then, while its descriptor is still its own)."""
 
     def __init__(self, node_addresses: Mapping[str, str], new_stream: Callable[[], MessageStream], decider: Decider,
                  *, duplicates: bool = False,
@@ -164,9 +177,11 @@ class Relay:
         self.decider = decider
         self.duplicates = duplicates
         self.on_written = on_written
+        self.closing: Callable[[Conn], None] = lambda sock: None
         self.connections: dict[int, Connection] = {}
         self.pending: dict[str, tuple[Direction, Piece, Message]] = {}
-        self._delayed: list[tuple[int, int, str]] = []  # (due ns, order, message id), a heap
+        #: (due ns, order, message id, the leg it goes to or None), a heap
+        self._delayed: list[tuple[int, int, str, Leg | None]] = []
         self._order = 0
         self._numbers = 0
         self._messages = 0
@@ -199,11 +214,13 @@ class Relay:
         return conn
 
     def connected(self, conn: Connection, error: int) -> None:
-        """Leg 2's connect finished (`error` its SO_ERROR, 0 for success)."""
+        """Leg 2's connect finished (`error` its SO_ERROR, 0 for success); a failed one
+        resets leg 1 (the sender's connect succeeded at the gateway, so a refused or
+        unreachable receiver is seen as a reset)."""
         if error:
             log.info("message layer: %s: connect failed: %s", conn.two.name, os.strerror(error))
             self.counts["connect_failed"] += 1
-            self.close(conn)
+            self.close(conn, abort=True)
             return
         conn.two.connected = True
         self.flush(conn.two)
@@ -232,24 +249,39 @@ class Relay:
             self.apply(self._decide(message, arriving=True))
 
     def failed(self, conn: Connection, leg: Leg, exc: OSError) -> None:
-        """A read or write on `leg` failed: the connection is over."""
+        """A read or write on `leg` failed (a reset, mostly): both legs are reset."""
         log.info("message layer: %s: %s", leg.name, exc)
         self.counts["reset"] += 1
-        self.close(conn)
+        self.close(conn, abort=True)
 
-    def close(self, conn: Connection) -> None:
+    def close(self, conn: Connection, abort: bool = False) -> None:
+        """Close both legs (`abort`: with a RST, see the module docstring); what they still
+        had to write and the messages of the connection still pending are counted
+        `undeliverable` and let go."""
+        unwritten: set[str] = set()
         for leg in conn.legs:
             if not leg.closed:
                 leg.closed = True
+                unwritten.update(m.id for _, m in leg.out if m is not None)
                 self.counts["undeliverable"] += sum(1 for _, m in leg.out if m is not None)
                 leg.out.clear()
+                if abort:
+                    try:
+                        leg.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _ABORT)
+                    except OSError:
+                        pass
+                self.closing(leg.sock)
                 leg.sock.close()
                 self.touched.add(leg)
         self.connections.pop(conn.number, None)
+        stranded = [mid for mid, (direction, _, _) in self.pending.items() if direction.conn is conn]
+        for message_id in stranded:
+            del self.pending[message_id]
+        self.counts["undeliverable"] += len(set(stranded) - unwritten)
 
-    def close_all(self) -> None:
+    def close_all(self, abort: bool = False) -> None:
         for conn in list(self.connections.values()):
-            self.close(conn)
+            self.close(conn, abort)
 
     # -- decisions and writes ------------------------------------------------------------
 
@@ -258,8 +290,12 @@ class Relay:
         now = time.monotonic_ns()
         for delivery in outcome.deliver:
             if delivery.delay_ns > 0:
+                found = self.pending.get(delivery.message_id)
+                writer = found[0].writer if found is not None else None
+                if writer is not None:
+                    writer.delayed += 1  # its FIN waits for this one
                 self._order += 1
-                heapq.heappush(self._delayed, (now + delivery.delay_ns, self._order, delivery.message_id))
+                heapq.heappush(self._delayed, (now + delivery.delay_ns, self._order, delivery.message_id, writer))
             else:
                 self._deliver(delivery.message_id)
         for message_id in outcome.forget:
@@ -269,7 +305,12 @@ class Relay:
         """Make the delayed deliveries whose time has come; the next one's due time or None."""
         delayed = self._delayed
         while delayed and delayed[0][0] <= now:
-            self._deliver(heapq.heappop(delayed)[2])
+            _, _, message_id, writer = heapq.heappop(delayed)
+            if writer is not None:
+                writer.delayed -= 1
+            self._deliver(message_id)
+            if writer is not None and not writer.delayed:
+                self.flush(writer)  # a FIN that waited for it goes now
         return delayed[0][0] if delayed else None
 
     def _deliver(self, message_id: str) -> None:
@@ -278,7 +319,7 @@ class Relay:
             self.counts["gone"] += 1  # forgotten before: nothing left to write
             return
         direction, piece, message = found
-        if direction.writer.closed or direction.writer.eof_after_out:
+        if direction.writer.closed or direction.writer.write_shut:
             self.counts["undeliverable"] += 1
             return
         self._write_piece(direction, piece, message)
@@ -310,7 +351,7 @@ class Relay:
                 out.popleft()
                 if message is not None:
                     written.append(message)
-            if not out and leg.eof_after_out and not leg.write_shut:
+            if not out and leg.eof_after_out and not leg.delayed and not leg.write_shut:
                 leg.write_shut = True
                 leg.sock.shutdown(socket.SHUT_WR)
         except BlockingIOError:
@@ -377,6 +418,7 @@ class MessageProxy:
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
         self._stop = False
+        self._stopped = False
         self._thread: threading.Thread | None = None
         self._listener: socket.socket | None = None
         self._selector = selectors.DefaultSelector()
@@ -384,6 +426,18 @@ class MessageProxy:
         self.error: BaseException | None = None
 
     def start(self) -> MessageProxy:
+        listener = self._listen()
+        self._listener = listener
+        self.relay.closing = self._forget
+        self._selector.register(listener, selectors.EVENT_READ, "listener")
+        self._selector.register(self._wake_r, selectors.EVENT_READ, "wake")
+        self._thread = threading.Thread(target=self._loop, name="message-layer", daemon=True)
+        self._thread.start()
+        return self
+
+    def _listen(self) -> socket.socket:
+        """The listener the diverted connections arrive at (IP_TRANSPARENT: TPROXY hands it
+        connections for addresses that are not the gateway's)."""
         listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         try:
             listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -394,12 +448,31 @@ class MessageProxy:
         except OSError:
             listener.close()
             raise
-        self._listener = listener
-        self._selector.register(listener, selectors.EVENT_READ, "listener")
-        self._selector.register(self._wake_r, selectors.EVENT_READ, "wake")
-        self._thread = threading.Thread(target=self._loop, name="message-layer", daemon=True)
-        self._thread.start()
-        return self
+        return listener
+
+    def _original_destination(self, one: socket.socket) -> tuple[str, int]:
+        """Where the sender of accepted leg 1 `one` was connecting to: with TPROXY, the
+        accepted socket's own address."""
+        return one.getsockname()
+
+    def _dial(self, sender: tuple[str, int], receiver: tuple[str, int]) -> tuple[socket.socket, int]:
+        """Leg 2, from the sender's own address and port (IP_TRANSPARENT) to the receiver,
+        connecting without blocking: the socket and connect_ex's status. Its 4-tuple is
+        leg 1's with the roles swapped, which the kernel keeps apart: the accepted socket is
+        (local receiver, remote sender) and this one (local sender, remote receiver), two
+        different keys of its connection table, and no other socket of the gateway is bound
+        to the sender's address (SO_REUSEADDR lets it bind beside a TIME_WAIT socket of an
+        earlier connection from that port)."""
+        two = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            two.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            two.setsockopt(socket.SOL_IP, IP_TRANSPARENT, 1)
+            two.bind(sender)  # the receiver sees the sender's own address and port
+            two.setblocking(False)
+            return two, two.connect_ex(receiver)
+        except OSError:
+            two.close()
+            raise
 
     def deliver(self, outcome: Outcome) -> None:
         """Make `outcome` in the proxy's thread (from any thread)."""
@@ -410,11 +483,16 @@ class MessageProxy:
             pass
 
     def stop(self) -> None:
+        """Stop the loop (which resets every proxied connection) and close what it used;
+        again, nothing more."""
+        if self._stopped:
+            return
         self._stop = True
         self.deliver(Outcome())
         if self._thread is not None:
             self._thread.join(2.0)
         if self._thread is None or not self._thread.is_alive():
+            self._stopped = True
             self._selector.close()
             os.close(self._wake_r)
             os.close(self._wake_w)
@@ -427,21 +505,28 @@ class MessageProxy:
             next_due: int | None = None
             while not self._stop:
                 timeout = None if next_due is None else max(0.0, (next_due - time.monotonic_ns()) / 1e9)
+                accept = woken = False
+                # Legs first, accepts last: a leg closed while this batch is handled gives its
+                # descriptor back, and a socket accepted in the same batch may get it; the
+                # batch's events for it were the old socket's.
                 for key, events in self._selector.select(0.5 if timeout is None else min(timeout, 0.5)):
                     if key.data == "listener":
-                        self._accept()
+                        accept = True
                     elif key.data == "wake":
-                        self._woken()
+                        woken = True
                     else:
                         self._ready(key.fd, events)
+                if woken:
+                    self._woken()
+                if accept:
+                    self._accept()
                 next_due = relay.due(time.monotonic_ns())
                 self._update_interest()
         except BaseException as exc:
             self.error = exc
             log.exception("message layer: its loop stopped")
         finally:
-            relay.close_all()
-            self._update_interest()
+            relay.close_all(abort=True)
             if self._listener is not None:
                 self._listener.close()
 
@@ -460,24 +545,22 @@ class MessageProxy:
                 one, sender = self._listener.accept()
             except BlockingIOError:
                 return
-            receiver = one.getsockname()  # TPROXY: the original destination
+            except OSError as exc:  # e.g. EMFILE: the connection waits in the backlog
+                log.warning("message layer: accept failed: %s", exc)
+                self.relay.counts["accept_failed"] += 1
+                return
+            receiver = self._original_destination(one)
             one.setblocking(False)
-            two = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             try:
-                two.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                two.setsockopt(socket.SOL_IP, IP_TRANSPARENT, 1)
-                two.bind(sender)  # the receiver sees the sender's own address and port
-                two.setblocking(False)
-                status = two.connect_ex(receiver)
+                two, status = self._dial(sender, receiver)
             except OSError as exc:
                 log.warning("message layer: cannot open %s:%d -> %s:%d transparently: %s", *sender, *receiver, exc)
                 self.relay.counts["connect_failed"] += 1
-                one.close()
-                two.close()
+                _abort(one)
                 continue
             if status not in (0, errno.EINPROGRESS):
                 self.relay.counts["connect_failed"] += 1
-                one.close()
+                _abort(one)
                 two.close()
                 continue
             for sock in (one, two):
@@ -491,9 +574,22 @@ class MessageProxy:
             self._selector.register(one, selectors.EVENT_READ, "leg")
             self._selector.register(two, selectors.EVENT_WRITE if status else selectors.EVENT_READ, "leg")
 
+    def _forget(self, sock: Conn) -> None:
+        """`sock` is about to be closed: out of the selector and the table while its
+        descriptor is still its own (the Relay's `closing`)."""
+        assert isinstance(sock, socket.socket)
+        fd = sock.fileno()
+        if fd < 0:
+            return
+        self._legs.pop(fd, None)
+        try:
+            self._selector.unregister(sock)
+        except (KeyError, ValueError):
+            pass
+
     def _ready(self, fd: int, events: int) -> None:
         found = self._legs.get(fd)
-        if found is None:
+        if found is None or found[1].closed:
             return
         conn, leg, direction = found
         sock = leg.sock
@@ -515,21 +611,13 @@ class MessageProxy:
 
     def _update_interest(self) -> None:
         """Each touched leg: read while its stream is open, write while it has output or
-        its connect is under way; a closed one leaves the selector."""
+        its connect is under way (a closed one has left the selector already: `_forget`)."""
         touched, self.relay.touched = self.relay.touched, set()
         for leg in touched:
+            if leg.closed:
+                continue
             sock = leg.sock
             assert isinstance(sock, socket.socket)
-            fd = sock.fileno()
-            if leg.closed or fd < 0:
-                for number, (_, other, _) in list(self._legs.items()):
-                    if other is leg:
-                        try:
-                            self._selector.unregister(number)
-                        except (KeyError, ValueError):
-                            pass
-                        del self._legs[number]
-                continue
             events = 0 if leg.read_eof else selectors.EVENT_READ
             if leg.out or not leg.connected:
                 events |= selectors.EVENT_WRITE
@@ -542,3 +630,11 @@ class MessageProxy:
                 if events:
                     self._selector.register(sock, events, "leg")
 
+
+def _abort(sock: socket.socket) -> None:
+    """Close `sock` with a RST (see the module docstring)."""
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _ABORT)
+    except OSError:
+        pass
+    sock.close()

@@ -4,6 +4,9 @@ writes, unframed bytes, the end of a stream, and the spans it reports for the jo
 
 from __future__ import annotations
 
+import socket
+import struct
+
 import pytest
 
 from mallory.mediator.proxy import Delivery, Outcome, Relay
@@ -23,6 +26,7 @@ class FakeSocket:
         self.sent = b""
         self.shut = False
         self.closed = False
+        self.aborted = False  # closed with SO_LINGER 0 (a RST)
 
     def send(self, data: bytes) -> int:
         if self.room == 0:
@@ -33,6 +37,10 @@ class FakeSocket:
 
     def shutdown(self, how: int) -> None:
         self.shut = True
+
+    def setsockopt(self, level: int, option: int, value: bytes) -> None:
+        if option == socket.SO_LINGER:
+            self.aborted = struct.unpack("ii", value) == (1, 0)
 
     def close(self) -> None:
         self.closed = True
@@ -162,6 +170,39 @@ def test_a_failed_connect_or_a_reset_closes_both_legs_and_counts_what_was_left()
     r.received(conn.directions[0], b"A 1\n")
     r.failed(conn, conn.two, ConnectionResetError("reset"))
     assert one.closed and two.closed and r.counts["undeliverable"] == 1
+    assert one.aborted and two.aborted  # the sender sees the receiver's reset as one
     r2, conn2, one2, two2, _ = relay(FakeDecider())
     r2.connected(conn2, 111)
-    assert one2.closed and r2.counts["connect_failed"] == 1
+    assert one2.closed and one2.aborted and r2.counts["connect_failed"] == 1
+
+
+def test_an_orderly_end_closes_without_a_reset():
+    r, conn, one, two, _ = relay(FakeDecider())
+    r.received(conn.directions[0], b"")
+    r.received(conn.directions[1], b"")
+    assert one.closed and two.closed and not one.aborted and not two.aborted
+
+
+def test_the_end_of_stream_waits_for_the_messages_delayed_before_it():
+    """A message delayed in the network arrives before the FIN sent after it; a held one
+    does not hold the FIN back."""
+    decider = FakeDecider(lambda m: Outcome((Delivery(m.id, 10**6),)) if m.type == "append" else Outcome())
+    r, conn, one, two, _ = relay(decider)
+    r.received(conn.directions[0], b"A 1\nV 2\n")
+    r.received(conn.directions[0], b"")
+    assert two.sent == b"" and not two.shut
+    r.due(2**63)
+    assert two.sent == b"A 1\n" and two.shut
+    r.apply(Outcome((Delivery("m2"),)))  # the held vote, released after the FIN went
+    assert two.sent == b"A 1\n" and r.counts["undeliverable"] == 1
+
+
+def test_a_closed_connection_lets_its_held_messages_go():
+    decider = FakeDecider(lambda m: Outcome())  # holds everything
+    r, conn, one, two, _ = relay(decider)
+    r.received(conn.directions[0], b"A 1\nV 2\n")
+    assert len(r.pending) == 2
+    r.failed(conn, conn.one, ConnectionResetError("reset"))
+    assert r.pending == {} and r.counts["undeliverable"] == 2
+    r.apply(Outcome((Delivery("m1"),)))
+    assert two.sent == b"" and r.counts["gone"] == 1
