@@ -7,12 +7,19 @@ rule below is between two node addresses, so the mediator's own traffic (observe
 the API) is untouched:
 
     mangle MALLORY-DIVERT (jumped to first from PREROUTING), per ordered node pair a -> b:
-        -s a -d b -p tcp -m socket --transparent -j MARK M   a packet for a proxy socket
-        -s a -d b -p tcp -m mark --mark M -j RETURN           (leg 1 after its SYN, leg 2's
-                                                               replies) goes to it
+        -s a -d b -p tcp ! --syn -m socket --transparent -j MARK M
+        -s a -d b -p tcp -m mark --mark M -j RETURN           a packet for a proxy socket
+                                                              (leg 1 after its SYN, leg 2's
+                                                              replies) goes to it
         -s a -d b -p tcp --dport PORT -j TPROXY --on-port P --tproxy-mark M
                                                               a new connection to a declared
                                                               port goes to the proxy's listener
+    A SYN is left to TPROXY, not the socket match: a node that reconnects from the port of a
+    connection whose leg 1 the gateway closed first finds that socket in TIME_WAIT, which
+    the socket match (--transparent matches TIME_WAIT sockets too) would take the SYN to,
+    and the kernel would answer it with an ACK instead of a connection (the node resets and
+    retries a second later); TPROXY hands such a SYN to the listener and ends the TIME_WAIT
+    (nf_tproxy_handle_time_wait4). A SYN-ACK (leg 2's answer) is not `--syn`.
     policy routing: fwmark M looks up table TABLE, where everything is local, so marked
         packets are delivered to the gateway's sockets instead of forwarded
     filter MALLORY-LEGS (jumped to first from INPUT and OUTPUT), per node pair and declared
@@ -55,7 +62,7 @@ def divert_rules(node_addresses: Mapping[str, str], ports: Sequence[int], proxy_
     rules = []
     for a, b in _pairs(node_addresses):
         pair = ["-s", a, "-d", b, "-p", "tcp"]
-        rules.append([*pair, "-m", "socket", "--transparent", "-j", "MARK", "--set-xmark", MARK])
+        rules.append([*pair, "!", "--syn", "-m", "socket", "--transparent", "-j", "MARK", "--set-xmark", MARK])
         rules.append([*pair, "-m", "mark", "--mark", MARK, "-j", "RETURN"])
         for port in ports:
             rules.append([*pair, "--dport", str(port), "-j", "TPROXY", "--on-port", str(proxy_port),

@@ -19,7 +19,7 @@ def test_only_node_pairs_and_declared_ports_are_diverted_and_captured():
     rules = divert_rules(NODES, [7001], 7102)
     pair = ["-s", "10.9.1.2", "-d", "10.9.2.2", "-p", "tcp"]
     assert rules[:3] == [
-        [*pair, "-m", "socket", "--transparent", "-j", "MARK", "--set-xmark", divert.MARK],
+        [*pair, "!", "--syn", "-m", "socket", "--transparent", "-j", "MARK", "--set-xmark", divert.MARK],
         [*pair, "-m", "mark", "--mark", divert.MARK, "-j", "RETURN"],
         [*pair, "--dport", "7001", "-j", "TPROXY", "--on-port", "7102", "--tproxy-mark", divert.MARK],
     ]
