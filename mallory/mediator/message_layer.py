@@ -5,12 +5,16 @@ a listener (issue 19, parts 2 and 3; see proxy.py, legs.py, divert.py, scenario_
 filter_sets.py).
 
 Start: the capture's queue is bound, the proxy listens, then the rules go in (so nothing is
-diverted to a socket not yet there or queued to a queue nobody reads). Stop: the rules go
-first (new connections are forwarded plainly again), then the proxy and the capture. The
-layer must be installed before the SUT opens its peer connections: a connection opened
-before is not the proxy's, and its packets would be taken for new ones (the mediator starts
-before the SUT, in `mallory scenario run` and in a campaign). Nothing here is made for a
-mediator given neither a scenario nor filter sets.
+diverted to a socket not yet there or queued to a queue nobody reads). Stop: the proxy
+first, which resets both legs of every proxied connection while the rules still bring the
+nodes' last packets of them to the gateway (without the rules they would be forwarded to
+the other node, whose end of that 4-tuple has other sequence numbers: a desynchronised
+connection that hangs instead of ending); then the rules (new connections are forwarded
+plainly again), then the capture (last: the resets pass it). The layer must be installed
+before the SUT opens its peer connections: a connection opened before is not the proxy's,
+and its packets would be taken for new ones (the mediator starts before the SUT, in
+`mallory scenario run` and in a campaign). Nothing here is made for a mediator given
+neither a scenario nor filter sets.
 """
 
 from __future__ import annotations
@@ -88,10 +92,11 @@ class MessageLayer:
             raise
 
     def stop(self) -> None:
-        if self.diversion in self._started:
-            self.diversion.remove()
+        """Undo `start`, in the order the module docstring gives; again, nothing more."""
         if self.proxy in self._started:
             self.proxy.stop()
+        if self.diversion in self._started:
+            self.diversion.remove()
         if self.capture in self._started:
             self.capture.stop()
         self._started.clear()
