@@ -29,9 +29,12 @@ its first byte's: a packet of two messages joins the first one's segment. A drop
 leaves its SEND without a RECV (as a dropped packet does), a duplicated one gives it two, a
 delayed one a later one. Pure ACKs carry no bytes and are not relinked: the gateway acks
 each leg itself, so on proxied connections an ACK's RECV has no SEND (it commits unmatched
-once the skew bound has passed, as a packet from outside the cluster would). Offsets are
-kept modulo 2^32, so a direction's first 4 GiB are joined exactly; past that a join may
-pick a segment 4 GiB older, which `MAX_SEGMENTS` has forgotten: it is left unjoined.
+once the skew bound has passed, as a packet from outside the cluster would). A sequence
+number gives a stream offset modulo 2^32; it is unwrapped next to the direction's latest
+offsets (the highest incoming one seen, the end of what the proxy has written), so joins
+stay exact past 4 GiB. Incoming segments are kept in stream order whatever order they
+arrive in (a retransmission, a segment overtaken): a retransmission of a segment already
+seen leaves the first copy's id, which the proxy read the bytes from.
 
 The capture also applies the firewall's link drop rules (mallory/mediator/rules.py) to both
 legs: the diverted packets no longer cross FORWARD, where the firewall sits, and a
@@ -67,23 +70,35 @@ MAX_DIRECTIONS = 4096
 MAX_RELINKS = 200_000
 
 _MASK = 0xFFFFFFFF
+_HALF = 1 << 31
 _SYN = 0x02
 _HEADER = struct.Struct("!BxH5xBxxII")  # version/ihl, total length, protocol, source, destination
 _TCP = struct.Struct("!HHI")  # ports, sequence number
 
 
 class _Direction:
-    """What is known of one direction of a proxied connection (offsets modulo 2^32)."""
+    """What is known of one direction of a proxied connection (offsets unwrapped: see the
+    module docstring)."""
 
-    __slots__ = ("in_isn", "out_isn", "seg_starts", "seg_ids", "span_outs", "spans")
+    __slots__ = ("in_isn", "out_isn", "in_top", "seg_starts", "seg_ids", "span_outs", "spans")
 
     def __init__(self) -> None:
         self.in_isn: int | None = None
         self.out_isn: int | None = None
-        self.seg_starts: list[int] = []  # incoming data segments' first offsets, in order
+        self.in_top = 0  # the highest incoming stream offset seen (the end of a segment)
+        self.seg_starts: list[int] = []  # incoming data segments' first offsets, ascending
         self.seg_ids: list[tuple[int, int]] = []  # (end offset, packet id) of each
-        self.span_outs: list[int] = []  # outgoing offsets of the spans written, in order
+        self.span_outs: list[int] = []  # outgoing offsets of the spans written, ascending
         self.spans: list[tuple[int, int]] = []  # (incoming offset, length) of each
+
+    def written_end(self) -> int:
+        """The outgoing offset after the last span written (0 before any)."""
+        return self.span_outs[-1] + self.spans[-1][1] if self.spans else 0
+
+
+def _unwrap(offset32: int, near: int) -> int:
+    """The offset congruent to `offset32` modulo 2^32 that is nearest to `near`."""
+    return near + ((offset32 - near + _HALF) & _MASK) - _HALF
 
 
 class LegJoin:
@@ -100,22 +115,26 @@ class LegJoin:
         self.unjoined = 0  # outgoing data packets whose bytes' origin was not found
 
     def _direction(self, key: Key) -> _Direction:
+        """`key`'s direction, made if new; the least recently used one goes when there are
+        too many (a long-lived connection is not forgotten for others' churn)."""
         found = self._directions.get(key)
         if found is None:
             found = self._directions[key] = _Direction()
             if len(self._directions) > MAX_DIRECTIONS:
                 self._directions.popitem(last=False)
+        else:
+            self._directions.move_to_end(key)
         return found
 
     def written(self, key: Key, out_offset: int, in_offset: int, length: int) -> None:
         """The proxy wrote `length` bytes read at `in_offset` of direction `key`'s incoming
-        stream at `out_offset` of its outgoing one."""
+        stream at `out_offset` of its outgoing one (offsets from 0, not wrapped)."""
         with self._lock:
             d = self._direction(key)
             if out_offset == 0:  # a new connection's first write (its SYN may not be seen yet)
                 d.span_outs, d.spans = [], []
-            d.span_outs.append(out_offset & _MASK)
-            d.spans.append((in_offset & _MASK, length))
+            d.span_outs.append(out_offset)
+            d.spans.append((in_offset, length))
             if len(d.spans) > 2 * MAX_SPANS:
                 del d.span_outs[:MAX_SPANS], d.spans[:MAX_SPANS]
 
@@ -126,7 +145,7 @@ class LegJoin:
             d = self._direction(key)
             if flags & _SYN:  # a new connection on this 4-tuple starts this leg afresh
                 if incoming:
-                    d.in_isn, d.seg_starts, d.seg_ids = seq, [], []
+                    d.in_isn, d.in_top, d.seg_starts, d.seg_ids = seq, 0, [], []
                 else:
                     d.out_isn = seq
                 return
@@ -135,9 +154,15 @@ class LegJoin:
             if incoming:
                 if d.in_isn is None:
                     return
-                start = (seq - d.in_isn - 1) & _MASK
-                d.seg_starts.append(start)
-                d.seg_ids.append(((start + length) & _MASK, packet_id))
+                start = _unwrap((seq - d.in_isn - 1) & _MASK, d.in_top)
+                if start < 0:
+                    return
+                d.in_top = max(d.in_top, start + length)
+                i = bisect.bisect_right(d.seg_starts, start)
+                if i and d.seg_starts[i - 1] == start:
+                    return  # a retransmission: the first copy keeps its place
+                d.seg_starts.insert(i, start)
+                d.seg_ids.insert(i, (start + length, packet_id))
                 if len(d.seg_ids) > 2 * MAX_SEGMENTS:
                     del d.seg_starts[:MAX_SEGMENTS], d.seg_ids[:MAX_SEGMENTS]
                 return
@@ -156,7 +181,7 @@ class LegJoin:
         """The packet id of the incoming segment that carried the outgoing byte at `seq`."""
         if d.out_isn is None:
             return None
-        out = (seq - d.out_isn - 1) & _MASK
+        out = _unwrap((seq - d.out_isn - 1) & _MASK, d.written_end())
         i = bisect.bisect_right(d.span_outs, out) - 1
         if i < 0:
             return None

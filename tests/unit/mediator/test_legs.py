@@ -5,6 +5,7 @@ gives RECVs the relinked ids."""
 
 from __future__ import annotations
 
+from mallory.mediator import legs
 from mallory.mediator.firewall import SeenPackets
 from mallory.mediator.ingest import Ingest
 from mallory.mediator.legs import LegCapture, LegJoin, tcp_fields
@@ -68,6 +69,46 @@ def test_a_new_syn_on_the_same_four_tuple_starts_afresh():
     join.packet(True, KEY, 11, ACK, 100, 110)
     outgoing(join, 0, 100, 500)
     assert join.relink(500) == 110
+
+
+def test_retransmitted_and_overtaken_segments_keep_the_joins_exact():
+    """The gateway's ACKs lost (a one-way partition): the sender retransmits segments the
+    gateway already read, after later ones; a retransmission keeps the first copy's id."""
+    join = started()
+    incoming(join, 0, 100, 100)
+    incoming(join, 200, 100, 102)  # overtook 100..200
+    incoming(join, 100, 100, 101)
+    incoming(join, 0, 100, 150)  # retransmissions
+    incoming(join, 100, 100, 151)
+    incoming(join, 300, 100, 103)
+    join.written(KEY, 0, 0, 400)
+    for n, packet_id in enumerate((200, 201, 202, 203)):
+        outgoing(join, 100 * n + 10, 10, packet_id)
+    assert [join.relink(i) for i in (200, 201, 202, 203)] == [100, 101, 102, 103]
+
+
+def test_joins_stay_exact_past_four_gibibytes():
+    join = started()
+    for k in range(21):  # a stream 20 GiB long, a segment every GiB, on both legs
+        at = k << 30
+        incoming(join, at, 100, 1000 + k)  # incoming() wraps the offset into a sequence number
+        join.written(KEY, at + 7, at, 100)
+    join.packet(False, KEY, (OUT_ISN + 1 + (20 << 30) + 57) & 0xFFFFFFFF, ACK, 100, 200)
+    join.packet(False, KEY, (OUT_ISN + 1 + (19 << 30) + 7) & 0xFFFFFFFF, ACK, 100, 201)  # a retransmission
+    assert join.relink(200) == 1020 and join.relink(201) == 1019
+
+
+def test_a_connection_in_use_outlives_the_churn_of_others():
+    join = started()
+    incoming(join, 0, 100, 100)
+    join.written(KEY, 0, 0, 100)
+    for n in range(legs.MAX_DIRECTIONS + 10):
+        other = (KEY[0], 1000 + n, KEY[2], KEY[3])
+        join.packet(True, other, 1, SYN, 0, 7)
+        if n % 100 == 0:
+            incoming(join, 100, 10, 101)  # KEY stays in use meanwhile
+    outgoing(join, 0, 10, 200)
+    assert join.relink(200) == 100
 
 
 def test_the_capture_joins_both_legs_and_drops_what_a_partition_drops():
