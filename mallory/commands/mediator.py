@@ -190,6 +190,9 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         mediator.stop()
         raise MalloryError(f"cannot start the firewall (NFQUEUE {args.queue_num}; root in the gateway namespace?): {exc}") from None
+    except BaseException:  # e.g. the message layer's rules refused: what did start is undone
+        mediator.stop()
+        raise
     try:
         log.info("mallory mediator: api http://%s:%d batches %s nodes %s", api[0], api[1], args.batch, nodes)
         if args.ready_file:

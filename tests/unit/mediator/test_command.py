@@ -83,3 +83,20 @@ def test_busy_port(capsys):
         port = s.getsockname()[1]
         code, err = mediator(capsys, "--node", "n1=10.9.1.2", "--api", f"127.0.0.1:{port}", "--no-firewall", *LOCAL)
     assert code == 254 and "cannot listen" in err, err
+
+
+def test_a_start_that_fails_otherwise_still_undoes_what_started(capsys, monkeypatch):
+    """A MalloryError from start (the message layer's rules refused, say) stops the
+    mediator before the one-line error: its firewall rules and threads do not stay."""
+    from mallory.errors import MalloryError
+    from mallory.mediator import service
+
+    stopped = []
+
+    def failing_start(self):
+        raise MalloryError("message layer: `iptables ... TPROXY ...` failed: No chain/target/match by that name")
+
+    monkeypatch.setattr(service.Mediator, "start", failing_start)
+    monkeypatch.setattr(service.Mediator, "stop", lambda self: stopped.append(True))
+    code, err = mediator(capsys, "--node", "n1=10.9.1.2", "--api", "127.0.0.1:0", "--no-firewall", *LOCAL)
+    assert code == 254 and "TPROXY" in err and stopped == [True], err
