@@ -52,13 +52,15 @@ def test_filter_sets_are_faults_in_force_for_one_window(spec, tmp_path):  # noqa
             for link, by_type in messages.items():
                 touches_n2 = "n2" in link.split("->")
                 for counts in by_type.values():
-                    assert counts.get("dropped", 0) == (counts["sent"] if touches_n2 else 0), (link, counts)
+                    # .get: a message decided before the switch may be written (counted
+                    # "delivered") after it, with no "sent" in this account
+                    assert counts.get("dropped", 0) == (counts.get("sent", 0) if touches_n2 else 0), (link, counts)
         else:
             follower = report["params"]["roles"]["follower"]
             for link, by_type in messages.items():
                 for kind, counts in by_type.items():
                     cut = kind == "append" and link.endswith("->" + follower)
-                    assert counts.get("dropped", 0) == (counts["sent"] if cut else 0), (link, kind, counts)
+                    assert counts.get("dropped", 0) == (counts.get("sent", 0) if cut else 0), (link, kind, counts)
             # (the example SUT cannot tell its leader, so the "follower" drawn may be the
             # leader, which is sent no appends: nothing to drop then)
         assert messages, "every window carries peer messages through the layer"
