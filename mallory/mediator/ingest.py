@@ -11,7 +11,8 @@ connection, hence the lock). Per node it
   duplicates (resends after a reconnect);
 * with the message layer (mallory/mediator/legs.py), gives each RECV of a packet the
   gateway relayed the id of the sender's packet it carried bytes of (`relink`), so the
-  timeline joins the two across the layer;
+  timeline joins the two across the layer, and leaves out the RECVs of packets the gateway
+  made itself (no SEND would ever join them);
 * joins SEND/RECV events with the packet ids the gateway saw (`SeenPackets`);
 * writes every clock pair and batch, as fed to the builder, to the recording (wire codec);
 * drains committed entries, measures commit lag (real time now minus the event's time
@@ -34,6 +35,9 @@ from mallory.timeline.builder import Committed, TimelineBuilder
 from mallory.timeline.codec import encode
 from mallory.timeline.event import Batch, ClockPair, Event, Kind
 
+#: A relink's answer for a packet no node sent (the message layer's own ACKs and handshakes,
+#: mallory/mediator/legs.py): its RECV is left out of the timeline. Packet ids are unsigned.
+NO_SEND = -1
 #: Packet ids of a node's SEND/RECV events that the firewall had not logged when their batch
 #: arrived, kept for a late join; past this many an id counts as unjoined for good.
 MAX_WAITING_JOINS = 10_000
@@ -66,8 +70,10 @@ class Ingest:
         self.packets = packets
         self.recording = recording
         self.subscribers: list[Callable[[list[Committed]], None]] = []
-        #: the message layer's relinks (legs.LegJoin.relink): the id a RECV joins with
+        #: the message layer's relinks (legs.LegJoin.relink): the id a RECV joins with, or
+        #: NO_SEND for a RECV to leave out
         self.relink: Callable[[int], int | None] | None = None
+        self.left_out = 0  # RECVs of packets no node sent (NO_SEND)
         self.lags_ns: deque[int] = deque(maxlen=10_000)
         self.duplicates = 0
         self._nodes: dict[str, _Node] = {}
@@ -126,6 +132,9 @@ class Ingest:
         out = []
         for e in events:
             if e.kind is Kind.RECV and (origin := relink(e.id)) is not None:
+                if origin == NO_SEND:
+                    self.left_out += 1
+                    continue
                 e = e._replace(id=origin)
             out.append(e)
         return out
@@ -176,6 +185,7 @@ class Ingest:
             "committed": builder["committed"],
             "pending": builder["pending"],
             "unmatched_recvs": builder["unmatched_recvs"],
+            "recvs_left_out": self.left_out,
             "commit_lag_ms": {"p50": pct(0.5), "p99": pct(0.99), "max": pct(1.0) if lags else None},
             "frontier_lag_ms": round((time.time_ns() - frontier) / 1e6, 3) if frontier is not None else None,
         }

@@ -27,9 +27,12 @@ It is race-free: NFQUEUE holds the outgoing packet until it is relinked, so the 
 exists before the packet reaches the receiver's observer. Per outgoing packet, the link is
 its first byte's: a packet of two messages joins the first one's segment. A dropped message
 leaves its SEND without a RECV (as a dropped packet does), a duplicated one gives it two, a
-delayed one a later one. Pure ACKs carry no bytes and are not relinked: the gateway acks
-each leg itself, so on proxied connections an ACK's RECV has no SEND (it commits unmatched
-once the skew bound has passed, as a packet from outside the cluster would). A sequence
+delayed one a later one. The packets the gateway makes itself on the legs it owns (its
+ACKs, handshakes, FINs and RSTs: no SUT bytes) were sent by no node, so `relink` answers
+`NO_SEND` for them and the ingest leaves their RECVs out: each would otherwise hold its
+node's stream in the timeline until every other stream had passed it by the skew bound,
+the wait for a SEND that never comes. A node's SENDs of such packets (its ACKs to the
+gateway) simply have no RECV. A sequence
 number gives a stream offset modulo 2^32; it is unwrapped next to the direction's latest
 offsets (the highest incoming one seen, the end of what the proxy has written), so joins
 stay exact past 4 GiB. Incoming segments are kept in stream order whatever order they
@@ -54,6 +57,7 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping
 
 from mallory.mediator.firewall import SeenPackets
+from mallory.mediator.ingest import NO_SEND
 from mallory.mediator.proxy import Key
 from mallory.mediator.queue import ForwardQueue
 from mallory.mediator.rules import LinkRule
@@ -143,6 +147,8 @@ class LegJoin:
         `length` its payload bytes."""
         with self._lock:
             d = self._direction(key)
+            if not incoming and (flags & _SYN or not length):
+                self._keep(packet_id, NO_SEND)  # the gateway's own: its RECV waits for no SEND
             if flags & _SYN:  # a new connection on this 4-tuple starts this leg afresh
                 if incoming:
                     d.in_isn, d.in_top, d.seg_starts, d.seg_ids = seq, 0, [], []
@@ -170,11 +176,15 @@ class LegJoin:
             if origin is None:
                 self.unjoined += 1
                 return
-            self._relinks[packet_id] = origin
-            self._relink_order.append(packet_id)
-            if len(self._relink_order) > MAX_RELINKS:
-                self._relinks.pop(self._relink_order.popleft(), None)
+            self._keep(packet_id, origin)
             self.relinked += 1
+
+    def _keep(self, packet_id: int, answer: int) -> None:
+        """`relink`'s answer for `packet_id` (the oldest go past MAX_RELINKS)."""
+        self._relinks[packet_id] = answer
+        self._relink_order.append(packet_id)
+        if len(self._relink_order) > MAX_RELINKS:
+            self._relinks.pop(self._relink_order.popleft(), None)
 
     @staticmethod
     def _origin(d: _Direction, seq: int) -> int | None:
@@ -196,7 +206,8 @@ class LegJoin:
         return packet_id if at < end else None
 
     def relink(self, packet_id: int) -> int | None:
-        """The id a RECV of outgoing packet `packet_id` joins with, None when it is not one."""
+        """The id a RECV of outgoing packet `packet_id` joins with; NO_SEND for a packet the
+        gateway made itself; None when it is not one of the layer's."""
         return self._relinks.get(packet_id)
 
     def stats(self) -> dict[str, int]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from mallory.mediator import legs
 from mallory.mediator.firewall import SeenPackets
-from mallory.mediator.ingest import Ingest
+from mallory.mediator.ingest import NO_SEND, Ingest
 from mallory.mediator.legs import LegCapture, LegJoin, tcp_fields
 from mallory.mediator.rules import LinkRule
 from mallory.observer.nfq import NF_INET_LOCAL_IN, NF_INET_LOCAL_OUT
@@ -69,6 +69,16 @@ def test_a_new_syn_on_the_same_four_tuple_starts_afresh():
     join.packet(True, KEY, 11, ACK, 100, 110)
     outgoing(join, 0, 100, 500)
     assert join.relink(500) == 110
+
+
+def test_the_gateways_own_packets_are_known_as_sent_by_no_node():
+    join = started()  # its outgoing SYN (id 2) is the gateway's
+    incoming(join, 0, 100, 100)
+    join.written(KEY, 0, 0, 100)
+    join.packet(False, KEY, OUT_ISN + 1, ACK, 0, 300)  # a pure ACK
+    join.packet(True, KEY, IN_ISN + 101, ACK, 0, 301)  # the sender's ACK: not the gateway's
+    outgoing(join, 0, 100, 302)
+    assert [join.relink(i) for i in (2, 300, 301, 302)] == [NO_SEND, NO_SEND, None, 100]
 
 
 def test_retransmitted_and_overtaken_segments_keep_the_joins_exact():
@@ -137,12 +147,14 @@ def test_tcp_fields():
 def test_the_ingest_gives_a_relinked_recv_the_senders_id():
     builder = TimelineBuilder(skew_ns=0, nodes=["n1", "n2"])
     ingest = Ingest(builder)
-    ingest.relink = {22: 11}.get
+    ingest.relink = {22: 11, 44: NO_SEND}.get
     committed = []
     ingest.subscribers.append(committed.extend)
     for node in ("n1", "n2"):
         ingest.on_clock(ClockPair(node, 0, 0))
     ingest.on_batch(Batch("n1", 0, 100, [Event("n1", Kind.SEND, 10, 11, "append")]))
-    ingest.on_batch(Batch("n2", 0, 100, [Event("n2", Kind.RECV, 20, 22, "append"), Event("n2", Kind.RECV, 30, 33)]))
+    ingest.on_batch(Batch("n2", 0, 100, [Event("n2", Kind.RECV, 20, 22, "append"), Event("n2", Kind.RECV, 30, 33),
+                                         Event("n2", Kind.RECV, 40, 44)]))
     recvs = [c for c in committed if c.event.kind is Kind.RECV]
     assert [(c.event.id, c.send is not None) for c in recvs] == [(11, True), (33, False)]
+    assert ingest.stats()["recvs_left_out"] == 1  # the gateway's own packet: no RECV
