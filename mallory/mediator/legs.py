@@ -39,20 +39,26 @@ stay exact past 4 GiB. Incoming segments are kept in stream order whatever order
 arrive in (a retransmission, a segment overtaken): a retransmission of a segment already
 seen leaves the first copy's id, which the proxy read the bytes from.
 
-The capture also applies the firewall's link drop rules (mallory/mediator/rules.py) to both
-legs: the diverted packets no longer cross FORWARD, where the firewall sits, and a
-partition must still cut a peer connection (its SYN, its data, its ACKs). The firewall's
-delay and duplicate rules stay packet faults of FORWARD. Packet ids of both legs go into
+The capture also applies the firewall's link rules (mallory/mediator/rules.py), which the
+diverted packets no longer meet (they do not cross FORWARD, where the firewall sits): a
+drop rule drops the link's packets on both legs (a partition must still cut a peer
+connection: its SYN, its data, its ACKs); a delay rule holds the link's packets arriving
+on their incoming leg (the sender's data and ACKs, as the firewall would hold them; the
+gateway's own packets are not held again), in order, `delay_ns` each. Duplicate rules do
+not reach proxied connections (a duplicated segment is discarded by the gateway's TCP, as
+it would be by the receiver's: nothing the SUT would see). Packet ids of both legs go into
 the firewall's `SeenPackets`, which the ingest's join statistics read.
 """
 
 from __future__ import annotations
 
 import bisect
+import heapq
 import os
 import select
 import struct
 import threading
+import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping
 
@@ -72,6 +78,9 @@ MAX_SPANS = 4096
 MAX_DIRECTIONS = 4096
 #: relinks kept for the ingest (a receiver's batch comes within a second or so)
 MAX_RELINKS = 200_000
+#: LegCapture's verdicts other than a delay (ns, > 0)
+ACCEPT = 0
+DROP = -1
 
 _MASK = 0xFFFFFFFF
 _HALF = 1 << 31
@@ -232,7 +241,8 @@ def tcp_fields(buf: bytes) -> tuple[Key, int, int, int] | None:
 class LegCapture:
     """The capture queue's thread (see the module docstring): every packet of the proxied
     connections at INPUT and OUTPUT is joined (`LegJoin.packet`), counted in `seen`, and
-    accepted, or dropped when the firewall's rule for its link drops."""
+    accepted, dropped when the firewall's rule for its link drops, or held when it delays
+    (`counts`: "dropped", "delayed")."""
 
     def __init__(self, join: LegJoin, node_addresses: Mapping[str, str], rules: Callable[[], Mapping[tuple[str, str], LinkRule]],
                  seen: SeenPackets) -> None:
@@ -240,36 +250,55 @@ class LegCapture:
         self.node_by_ip = {ip_int(address): node for node, address in node_addresses.items()}
         self.rules = rules
         self.seen = seen
-        self.counts = {"packets": 0, "dropped": 0, "errors": 0}
+        self.counts = {"packets": 0, "dropped": 0, "delayed": 0, "errors": 0}
+        self._held: list[tuple[int, int, int]] = []  # (due ns, order, queue id), a heap
+        self._order = 0
         self._wake_r, self._wake_w = os.pipe()
         self._stop = False
         self._thread: threading.Thread | None = None
         self.error: BaseException | None = None
 
-    def verdicts(self, packets: list[tuple[int, bytes]], hooks: list[int]) -> list[tuple[int, bool]]:
-        """(queue id, accept?) for each packet, after joining it."""
+    def verdicts(self, packets: list[tuple[int, bytes]], hooks: list[int]) -> list[tuple[int, int]]:
+        """(queue id, verdict) for each packet, after joining it: ACCEPT, DROP, or a delay in
+        ns to hold it for."""
         out = []
         rules = self.rules()
         for (queue_id, buf), hook in zip(packets, hooks):
             self.counts["packets"] += 1
             fields = tcp_fields(buf)
             if fields is None:
-                out.append((queue_id, True))
+                out.append((queue_id, ACCEPT))
                 continue
             key, seq, flags, length = fields
             src, dst = self.node_by_ip.get(key[0]), self.node_by_ip.get(key[2])
             rule = rules.get((src, dst)) if rules and src and dst else None
             if rule is not None and rule.drop:
                 self.counts["dropped"] += 1
-                out.append((queue_id, False))
+                out.append((queue_id, DROP))
                 continue
             packet_id = id_of(buf)
             if packet_id is not None:
                 self.seen.add(packet_id)
                 if hook in (NF_INET_LOCAL_IN, NF_INET_LOCAL_OUT):
                     self.join.packet(hook == NF_INET_LOCAL_IN, key, seq, flags, length, packet_id)
-            out.append((queue_id, True))
+            if rule is not None and rule.delay_ns > 0 and hook == NF_INET_LOCAL_IN:
+                self.counts["delayed"] += 1
+                out.append((queue_id, rule.delay_ns))
+            else:
+                out.append((queue_id, ACCEPT))
         return out
+
+    def hold(self, queue_id: int, delay_ns: int, now: int) -> None:
+        """Keep `queue_id` queued until `now + delay_ns` (`due` lets it go)."""
+        self._order += 1
+        heapq.heappush(self._held, (now + delay_ns, self._order, queue_id))
+
+    def due(self, now: int) -> tuple[list[int], int | None]:
+        """The held packets whose time has come (taken out), and the next one's due time."""
+        held, ready = self._held, []
+        while held and held[0][0] <= now:
+            ready.append(heapq.heappop(held)[2])
+        return ready, held[0][0] if held else None
 
     def start(self, queue_num: int, fail_open: bool = True) -> LegCapture:
         queue = ForwardQueue(queue_num, fail_open=fail_open)
@@ -289,8 +318,10 @@ class LegCapture:
     def _loop(self, queue: ForwardQueue) -> None:
         fd = queue.fileno()
         try:
+            next_due: int | None = None
             while not self._stop:
-                select.select([fd, self._wake_r], [], [], 0.5)
+                timeout = 0.5 if next_due is None else min(0.5, max(0.0, (next_due - time.monotonic_ns()) / 1e9))
+                select.select([fd, self._wake_r], [], [], timeout)
                 while not self._stop:
                     hooks: list[int] = []
                     packets = queue.read(hooks=hooks)
@@ -300,12 +331,27 @@ class LegCapture:
                         decided = self.verdicts(packets, hooks)
                     except Exception:  # never leave packets without a verdict
                         self.counts["errors"] += len(packets)
-                        queue.accept_upto(packets[-1][0])
+                        for queue_id, _ in packets:
+                            queue.accept(queue_id)  # one by one: a held packet may be older
                         continue
-                    for queue_id, accept in decided:
-                        (queue.accept if accept else queue.drop)(queue_id)
+                    now = time.monotonic_ns()
+                    for queue_id, verdict in decided:
+                        if verdict == ACCEPT:
+                            queue.accept(queue_id)
+                        elif verdict == DROP:
+                            queue.drop(queue_id)
+                        else:
+                            self.hold(queue_id, verdict, now)
+                ready, next_due = self.due(time.monotonic_ns())
+                for queue_id in ready:
+                    queue.accept(queue_id)
         except BaseException as exc:
             self.error = exc
             raise
         finally:
-            queue.close()
+            try:
+                for _, _, queue_id in self._held:  # let what is held go, not die with the queue
+                    queue.accept(queue_id)
+                self._held.clear()
+            finally:
+                queue.close()

@@ -8,7 +8,7 @@ from __future__ import annotations
 from mallory.mediator import legs
 from mallory.mediator.firewall import SeenPackets
 from mallory.mediator.ingest import NO_SEND, Ingest
-from mallory.mediator.legs import LegCapture, LegJoin, tcp_fields
+from mallory.mediator.legs import ACCEPT, DROP, LegCapture, LegJoin, tcp_fields
 from mallory.mediator.rules import LinkRule
 from mallory.observer.nfq import NF_INET_LOCAL_IN, NF_INET_LOCAL_OUT
 from mallory.observer.packet import id_of, ip_int
@@ -133,9 +133,26 @@ def test_the_capture_joins_both_legs_and_drops_what_a_partition_drops():
     join.written(KEY, 0, 0, 4)
     packets = list(enumerate([syn_in, data_in, syn_out, data_out, back], 1))
     hooks = [NF_INET_LOCAL_IN, NF_INET_LOCAL_IN, NF_INET_LOCAL_OUT, NF_INET_LOCAL_OUT, NF_INET_LOCAL_IN]
-    assert capture.verdicts(packets, hooks) == [(1, True), (2, True), (3, True), (4, True), (5, False)]
+    assert capture.verdicts(packets, hooks) == [(1, ACCEPT), (2, ACCEPT), (3, ACCEPT), (4, ACCEPT), (5, DROP)]
     assert join.relink(id_of(data_out)) == id_of(data_in)
     assert id_of(data_in) in seen and id_of(data_out) in seen and capture.counts["dropped"] == 1
+
+
+def test_a_delayed_link_holds_its_packets_on_their_incoming_leg_in_order():
+    """The firewall's delay rule on n1->n2 holds what n1 sends into the gateway (data and
+    ACKs), not the gateway's own packets on leg 2 (they would be delayed twice)."""
+    rules = {("n1", "n2"): LinkRule(delay_ns=50_000_000)}
+    capture = LegCapture(LegJoin(), {"n1": "10.9.1.2", "n2": "10.9.2.2"}, lambda: rules, SeenPackets())
+    data_in = tcp("10.9.1.2", "10.9.2.2", 40000, 7001, 1000, b"A 1\n", ident=1)
+    data_out = tcp("10.9.1.2", "10.9.2.2", 40000, 7001, 5000, b"A 1\n", ident=2)
+    back = tcp("10.9.2.2", "10.9.1.2", 7001, 40000, 1, b"a\n")
+    verdicts = capture.verdicts([(1, data_in), (2, data_out), (3, back)],
+                                [NF_INET_LOCAL_IN, NF_INET_LOCAL_OUT, NF_INET_LOCAL_IN])
+    assert verdicts == [(1, 50_000_000), (2, ACCEPT), (3, ACCEPT)] and capture.counts["delayed"] == 1
+    capture.hold(1, 50, now=1000)
+    capture.hold(4, 50, now=1001)
+    assert capture.due(1049) == ([], 1050)
+    assert capture.due(2000) == ([1, 4], None)
 
 
 def test_tcp_fields():
