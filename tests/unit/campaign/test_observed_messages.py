@@ -22,7 +22,7 @@ class Cluster:
     def data_dir(self, node: str):
         return self.path
 
-    def spawn(self, node: str, argv: list[str], name: str) -> list[str]:
+    def spawn(self, node: str, argv: list[str], name: str, env: dict[str, str] | None = None) -> list[str]:
         return argv
 
 
