@@ -369,7 +369,7 @@ def leftovers_of(run: str, layout: ClusterLayout, processes: Iterable[ProcessId]
 
     prefix = layout.supernet.split(".0.0/")[0] + "."
     running = sorted({p.pid for p in processes if p.alive()})
-    by_argv = [int(line.split()[0]) for line in subprocess.run(["ps", "-eo", "pid,args"], capture_output=True,
+    by_argv = [int(line.split()[0]) for line in subprocess.run(["ps", "-ww", "-eo", "pid,args"], capture_output=True,
                                                                  text=True).stdout.splitlines()[1:]
                if f"--run {run}" in line]
     left = leftovers(run, layout.host_interface, prefix, [*running, *by_argv])

@@ -98,7 +98,7 @@ def _mediator_argv_while_running(proc: subprocess.Popen, record_dir: str) -> str
     read from ps while the campaign runs ("" if never seen)."""
     deadline = time.monotonic() + 120
     while proc.poll() is None and time.monotonic() < deadline:
-        ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+        ps = subprocess.run(["ps", "-ww", "-eo", "args"], capture_output=True, text=True).stdout
         for line in ps.splitlines():
             if "mallory.cli mediator" in line and record_dir in line:
                 return line

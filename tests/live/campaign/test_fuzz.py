@@ -50,7 +50,7 @@ def assert_gone(campaign: Path) -> None:
     """Nothing of the campaign's cluster remains (namespaces, links, iptables, shm, processes)."""
     layout = json.loads((campaign / "cluster.json").read_text())
     prefix = layout["supernet"].split(".0.0/")[0] + "."
-    pids = [int(line.split()[0]) for line in subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout.splitlines()[1:]
+    pids = [int(line.split()[0]) for line in subprocess.run(["ps", "-ww", "-eo", "pid,args"], capture_output=True, text=True).stdout.splitlines()[1:]
             if f"--run {layout['run']}" in line]
     left = leftovers(layout["run"], layout["host_interface"], prefix, pids)
     # other runs (concurrent tests) may have observer chains of their own: only ours count
