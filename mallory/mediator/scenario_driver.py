@@ -59,7 +59,7 @@ class MessageDriver:
     """What a decider of the message layer shares, whatever puts its engine there: the
     proxy's calls, the timeline's events and the per-message bookkeeping (see the module
     docstring). `engine` None, or one whose run has ended, leaves every message undisturbed
-    (delivered at once, uncounted when there is no engine)."""
+    (delivered at once and uncounted)."""
 
     def __init__(self, nodes: Sequence[str], catalogue: Catalogue | None = None, own_node: str = "mediator",
                  duplicates: bool = False) -> None:
@@ -71,6 +71,8 @@ class MessageDriver:
         #: the proxy's `deliver`, for messages released by events other than messages
         self.release: Callable[[Outcome], None] | None = None
         #: per (sender, receiver, message type): how many messages were sent, delivered, ...
+        #: while an engine ran (not after its end: the SUT's undisturbed traffic until the
+        #: tear-down is not the run's)
         self.counts: dict[tuple[str, str, str], Counter[str]] = {}
         self.errors = 0  # events the engine refused (logged as a count: the run goes on)
         self._outstanding: Counter[str] = Counter()  # deliveries ordered, not yet made
@@ -84,12 +86,11 @@ class MessageDriver:
 
     def on_message(self, message: Message) -> Outcome:
         with self._lock:
-            if self.engine is not None:
-                self._count(message, "sent")
             if self._undisturbed():
                 self._outstanding[message.id] += 1
                 return Outcome((Delivery(message.id),))
             assert self.engine is not None
+            self._count(message, "sent")
             outcome = self._outcome(self.engine.step(send(message)))
             if not self._outstanding[message.id]:
                 if self._in_a_set(message.id):
@@ -101,7 +102,7 @@ class MessageDriver:
 
     def on_delivered(self, message: Message) -> Outcome:
         with self._lock:
-            if self.engine is not None:
+            if not self._undisturbed():
                 self._count(message, "delivered")
             self._outstanding[message.id] -= 1
             self._delivered.add(message.id)
@@ -190,7 +191,7 @@ class ScenarioDriver(MessageDriver):
     def report(self) -> dict[str, Any]:
         """The run so far: whether it ended, the verdict (final once ended, else what a
         timeout now would give), the states it went through, the events stepped, and per
-        link and message type what became of the messages."""
+        link and message type what became of the messages while the run went on."""
         with self._lock:
             engine = self.engine
             assert engine is not None
