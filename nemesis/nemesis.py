@@ -2,7 +2,7 @@
 
 Built from the enabled fault families and their specs (per campaign: `enabled` takes
 labels like "partition" for a whole family or "kill:one" for one spec; default: every
-family). Labels a SUT/cluster cannot receive are refused: asked for explicitly, they raise
+family but the OPT_IN ones, round faults and Poisson crashes). Labels a SUT/cluster cannot receive are refused: asked for explicitly, they raise
 MalloryError with the reason; under the default they are left out and listed in `refused`.
 
     actions()          the learner's labels: "partition:majority", "kill:one", ..., "noop"
@@ -33,12 +33,14 @@ from nemesis.faults.base import (
     LastsOneWindow,
 )
 from nemesis.faults.clock import ClockFaults
+from nemesis.faults.crashes import DEFAULT_CRASH_RATE, PoissonCrashFaults
 from nemesis.faults.disk import DiskFaults
 from nemesis.faults.filters import FilterSetFaults
 from nemesis.faults.membership import MembershipFaults
 from nemesis.faults.packet import PacketFaults
 from nemesis.faults.partition import PartitionFaults
 from nemesis.faults.process import RESTORING, ProcessFaults, sut_pid
+from nemesis.faults.rounds import DEFAULT_D, DEFAULT_DROP_P, DEFAULT_K, RoundFaults
 
 NOOP = "noop"
 SETTLE_S = 0.5
@@ -47,7 +49,17 @@ SETTLE_S = 0.5
 AFTER_FAILURE_S = 2.0
 
 
+#: families offered only when named (`--faults rounds`) or by the policy that drives them
+#: (`--policy rounds`, `random-drop`, `poisson-crash`): each fault is a whole window's
+#: schedule of faults drawn by a sampler (round_schedule.py), not one more choice for the
+#: learner, whose default catalogue stays the one its measurements were made with
+OPT_IN = ("rounds", "crash")
+#: families whose heal brings a node back: healed last (see heal_all)
+RESTORING_FAMILIES = (*RESTORING, "crash")
+
+
 def default_families() -> list[FaultFamily]:
+    """The families a campaign offers unless told otherwise (OPT_IN ones are not here)."""
     return [
         PartitionFaults(),
         ProcessFaults("kill"),
@@ -62,12 +74,25 @@ def default_families() -> list[FaultFamily]:
     ]
 
 
+def schedule_families(window_s: float = 2.5, d: int = DEFAULT_D, k: int = DEFAULT_K, drop_p: float = DEFAULT_DROP_P,
+                      crash_rate: float = DEFAULT_CRASH_RATE) -> list[FaultFamily]:
+    """The OPT_IN families, each fault covering one step window of `window_s`: round faults
+    ((d, k) lossy-synchronous rounds, random drop with probability `drop_p`) and Poisson
+    crashes (`crash_rate` per second)."""
+    return [RoundFaults(window_s, d, k, drop_p), PoissonCrashFaults(window_s, crash_rate)]
+
+
+def all_families() -> list[FaultFamily]:
+    """Every family, the OPT_IN ones with their default settings."""
+    return [*default_families(), *schedule_families()]
+
+
 def expand_faults(families: Mapping[str, FaultFamily], enabled: Sequence[str] | None) -> list[tuple[str, str]]:
     """(family, spec) of every fault `enabled` names, families or single labels (every
-    fault of `families` when None; `noop` names none); MalloryError for a name no family
-    knows, listing those it does."""
+    fault of `families` but the OPT_IN ones when None; `noop` names none); MalloryError for
+    a name no family knows, listing those it does."""
     if enabled is None:
-        return [(f.family, s) for f in families.values() for s in f.specs]
+        return [(f.family, s) for f in families.values() if f.family not in OPT_IN for s in f.specs]
     out = []
     for label in enabled:
         family, _, spec = label.partition(":")
@@ -86,7 +111,7 @@ def check_fault_names(enabled: Sequence[str], extra: Sequence[FaultFamily] = ())
     """Refuse, before any cluster comes up, a fault name the catalogue (with the `extra`
     families of this campaign: its filter sets) does not know (whether the SUT can take a
     known one is asked of its adapter, once it exists)."""
-    expand_faults({f.family: f for f in [*default_families(), *extra]}, enabled)
+    expand_faults({f.family: f for f in [*all_families(), *extra]}, enabled)
 
 
 @dataclass
@@ -117,7 +142,7 @@ class ResetReport:
 class Nemesis:
     def __init__(self, ctx: FaultContext, enabled: list[str] | None = None, families: list[FaultFamily] | None = None) -> None:
         self.ctx = ctx
-        self.families = {f.family: f for f in (families or default_families())}
+        self.families = {f.family: f for f in (families or all_families())}
         self.refused: dict[str, str] = {}
         self.active: list[FaultReport] = ctx.active  # shared: a heal consults the others
         self._labels: list[str] = []
@@ -176,7 +201,7 @@ class Nemesis:
         ready). A heal that cannot be done now is returned as a problem; its fault stays
         active for the reset to try again."""
         problems = []
-        for report in sorted(reversed(reports), key=lambda r: r.family in RESTORING):
+        for report in sorted(reversed(reports), key=lambda r: r.family in RESTORING_FAMILIES):
             try:
                 self.heal(report)
             except MalloryError as exc:

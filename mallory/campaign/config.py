@@ -25,9 +25,11 @@ from mallory.errors import MalloryError
 from mallory.harness.workload import NO_WORKLOAD, WORKLOADS
 from mallory.learner.calibration import MAX_WINDOWS
 from mallory.learner.learner import CONTEXTS
-from mallory.learner.policies import POLICIES, PRIORS
+from mallory.learner.policies import POLICIES, PRIORS, SAMPLER_FAULTS
 from mallory.learner.rewards import REWARDS
 from mallory.timeline.abstraction import ABSTRACTIONS
+from nemesis.faults.crashes import DEFAULT_CRASH_RATE
+from nemesis.faults.rounds import DEFAULT_D, DEFAULT_DROP_P, DEFAULT_K
 
 #: the cluster backends a campaign can run on (mallory/cluster/netns.py, docker.py)
 BACKENDS = ("netns", "docker")
@@ -163,6 +165,15 @@ class CampaignConfig:
     filter_sets: str | None = None
     #: the preset the settings came from (PRESETS), for the record, or None
     preset: str | None = None
+    #: lossy-synchronous round faults (nemesis/faults/round_schedule.py): at most this many
+    #: faulty processes per round, at most `nodes`
+    rounds_d: int = DEFAULT_D
+    #: ... and this many rounds of recovery after a process was faulty
+    rounds_k: int = DEFAULT_K
+    #: the random-drop baseline: the probability that a link loses a round, in (0, 1]
+    drop_p: float = DEFAULT_DROP_P
+    #: the Poisson-crash baseline: crashes per second over the cluster
+    crash_rate: float = DEFAULT_CRASH_RATE
     #: after each schedule's checks every node is torn down (its data removed) and started
     #: afresh, so a schedule does not start from what all those before wrote: a stationary
     #: load for a soak (an SUT that keeps a log re-applies all of it after each kill)
@@ -217,6 +228,16 @@ class CampaignConfig:
                                   "or filters:NAME to them")
         if self.preset is not None:
             _choice(self, "preset", PRESETS)
+        _integer(self, "rounds_d", low=1)
+        if self.rounds_d > self.nodes:
+            raise ConfigError("rounds_d", f"must be at most the {self.nodes} nodes, got {self.rounds_d}")
+        _integer(self, "rounds_k", low=0)
+        _number(self, "drop_p", at_most_one=True)
+        _number(self, "crash_rate", positive=True)
+        fault = SAMPLER_FAULTS.get(self.policy)
+        if fault is not None and not _enables(self.faults, fault):
+            raise ConfigError("faults", f"must include {fault}, the fault policy {self.policy} takes, got "
+                              f"{'every default fault' if self.faults is None else ','.join(self.faults)}")
         if self.calibration is not None and not isinstance(self.calibration, Calibration):
             raise ConfigError("calibration", f"must be a Calibration, got {self.calibration!r}")
         clash = set(self.extra) & _KNOWN_KEYS
@@ -270,6 +291,12 @@ _KNOWN_KEYS = frozenset(f.name for f in fields(CampaignConfig)) - {"extra"}
 # -- checks of one field's value; `name` is how an error calls it (default: the field) --
 # A frozen dataclass is normalised in place with object.__setattr__ (JSON's 50 -> 50.0,
 # a list -> a tuple), so equal configurations compare equal however they were made.
+
+
+def _enables(faults: tuple[str, ...] | None, label: str) -> bool:
+    """Whether the enabled faults name `label`, itself or its whole family (its family is
+    opt-in: the default set, None, has it not)."""
+    return faults is not None and any(item in (label, label.partition(":")[0]) for item in faults)
 
 
 def _text(record: Any, attr: str, *, empty_ok: bool = False) -> None:

@@ -74,12 +74,13 @@ def filter_set_faults(path: Path) -> FilterSetFaults:
 def live_parts(config: CampaignConfig, directory: CampaignDir, run_name: str) -> Iterator[LiveParts]:
     from nemesis.faults.base import FaultContext
     from nemesis.faults.controls import NodeControls
-    from nemesis.nemesis import Nemesis, default_families
+    from nemesis.nemesis import Nemesis, default_families, schedule_families
 
     def adapter_factory(backend: Any) -> SutAdapter:
         return make_adapter(config.sut, backend, config.port)
 
-    families = default_families()
+    families = [*default_families(), *schedule_families(config.window_s, config.rounds_d, config.rounds_k,
+                                                         config.drop_p, config.crash_rate)]
     mediator_args = None
     if config.filter_sets is not None:
         families.append(filter_set_faults(Path(config.filter_sets)))

@@ -44,12 +44,12 @@ from mallory.errors import ExitCode, MalloryError
 from mallory.harness.workload import WORKLOADS
 from mallory.learner.calibration import calibrate_threshold
 from mallory.learner.learner import CONTEXTS, Learner
-from mallory.learner.policies import POLICIES, PRIORS
+from mallory.learner.policies import POLICIES, PRIORS, SAMPLER_FAULTS
 from mallory.learner.rewards import REWARDS
 from mallory.learner.states import StateStore
 from mallory.suts.registry import BUILTIN_SUTS, check_workload, resolve_sut
 from mallory.timeline.abstraction import ABSTRACTIONS
-from nemesis.nemesis import check_fault_names
+from nemesis.nemesis import Nemesis, check_fault_names
 
 NAME = "fuzz"
 HELP = "run a fuzz campaign against a real cluster (learns which fault to inject next)"
@@ -73,7 +73,19 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--nodes", type=int, default=defaults.nodes, help="cluster size (default %(default)s)")
     parser.add_argument("--duration", default=None, help="campaign time, e.g. 5m, 1h, 24h (default 1h)")
     parser.add_argument("--schedules", type=int, default=None, help="stop after this many schedules")
-    parser.add_argument("--policy", choices=sorted(POLICIES), default=defaults.policy)
+    parser.add_argument("--policy", choices=sorted(POLICIES), default=defaults.policy,
+                        help="how each step's fault is chosen: a learner (qlearning, epsilon-greedy, bonus-max), "
+                        "uniformly (random), or a sampler that takes one fault every step, each drawing a "
+                        "window of faults: rounds (lossy-synchronous rounds), random-drop, poisson-crash "
+                        "(default %(default)s)")
+    parser.add_argument("--rounds-d", type=int, default=defaults.rounds_d, metavar="D",
+                        help="round faults: at most D processes isolated or lossy per round (default %(default)s)")
+    parser.add_argument("--rounds-k", type=int, default=defaults.rounds_k, metavar="K",
+                        help="round faults: K rounds of recovery after a process was faulty (default %(default)s)")
+    parser.add_argument("--drop-p", type=float, default=defaults.drop_p, metavar="P",
+                        help="random-drop: the probability that a link loses a round (default %(default)s)")
+    parser.add_argument("--crash-rate", type=float, default=defaults.crash_rate, metavar="LAMBDA",
+                        help="poisson-crash: crashes per second over the cluster (default %(default)s)")
     parser.add_argument("--reward", default=defaults.reward,
                         help=f"reward: {', '.join(sorted(REWARDS))} (default %(default)s; see mallory/learner/rewards.py)")
     parser.add_argument("--temperature", type=float, default=defaults.temperature, help="qlearning softmax temperature")
@@ -125,7 +137,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 #: the options whose name is not their field's (the others are --<field>)
-OPTION_OF_FIELD = {"window_s": "--window", "reset_s": "--reset", "filter_sets": "--filter-sets"}
+OPTION_OF_FIELD = {"window_s": "--window", "reset_s": "--reset", "filter_sets": "--filter-sets", "rounds_d": "--rounds-d",
+                   "rounds_k": "--rounds-k", "drop_p": "--drop-p", "crash_rate": "--crash-rate"}
 
 
 def _apply_preset(args: argparse.Namespace) -> None:
@@ -133,7 +146,7 @@ def _apply_preset(args: argparse.Namespace) -> None:
     their defaults (an option given explicitly, even to its default value, is kept: argparse
     cannot tell the two apart, and both mean the same then)."""
     for field, value in PRESETS[args.preset].items():
-        option = OPTION_OF_FIELD.get(field, "--" + field).removeprefix("--")
+        option = OPTION_OF_FIELD.get(field, "--" + field).removeprefix("--").replace("-", "_")
         if getattr(args, option) == getattr(CampaignConfig, field):
             setattr(args, option, value)
 
@@ -149,6 +162,9 @@ def config_from_args(args: argparse.Namespace) -> CampaignConfig:
         raise MalloryError(f"--waypoints {args.waypoints}: no such file")
     if args.filter_sets is not None and not args.filter_sets.is_file():
         raise MalloryError(f"--filter-sets {args.filter_sets}: no such file")
+    faults = tuple(args.faults.split(",")) if args.faults else None
+    if faults is None and args.policy in SAMPLER_FAULTS:
+        faults = (SAMPLER_FAULTS[args.policy],)  # a sampler policy takes its fault alone
     try:
         return CampaignConfig(
             version=__version__,
@@ -162,7 +178,7 @@ def config_from_args(args: argparse.Namespace) -> CampaignConfig:
             prior=args.prior,
             context=args.context,
             seed=args.seed,
-            faults=tuple(args.faults.split(",")) if args.faults else None,
+            faults=faults,
             workload=args.workload,
             concurrency=args.concurrency,
             rate=args.rate,
@@ -177,6 +193,10 @@ def config_from_args(args: argparse.Namespace) -> CampaignConfig:
             waypoints=str(args.waypoints.resolve()) if args.waypoints else None,
             filter_sets=str(args.filter_sets.resolve()) if args.filter_sets else None,
             preset=args.preset,
+            rounds_d=args.rounds_d,
+            rounds_k=args.rounds_k,
+            drop_p=args.drop_p,
+            crash_rate=args.crash_rate,
         )
     except ConfigError as exc:
         raise MalloryError(f"{OPTION_OF_FIELD.get(exc.field, '--' + exc.field)} {exc.problem}") from None
@@ -230,6 +250,15 @@ def _waypoints(config: CampaignConfig, live: LiveParts) -> Waypoints | None:
     return load_waypoints(Path(config.waypoints), live.event_catalogue(), live.log_event_names(), families)
 
 
+def check_sampler_fault(config: CampaignConfig, nemesis: Nemesis) -> None:
+    """A sampler policy's fault must be one the SUT can take: refused before fuzzing, with
+    the nemesis's reason (the SUT cannot be asked before its cluster is up)."""
+    fault = SAMPLER_FAULTS.get(config.policy)
+    if fault is not None and fault not in nemesis.actions():
+        reason = nemesis.refused.get(fault, "not enabled by --faults")
+        raise MalloryError(f"--policy {config.policy} takes {fault}, which {config.sut} cannot: {reason}")
+
+
 def run(args: argparse.Namespace) -> int:
     if bool(args.out) == bool(args.resume):
         raise MalloryError("give either --out DIR (a new campaign) or --resume DIR")
@@ -265,6 +294,7 @@ def run(args: argparse.Namespace) -> int:
         with StatusScreen(f"{config.sut} x{config.nodes} ({config.policy})", plain=args.plain or None) as screen:
             screen.phase("bring-up: cluster, mediator, observers, SUT")
             with live_parts(config, directory, run_name) as live:
+                check_sampler_fault(config, live.nemesis)
                 if config.calibrate and directory.load_learner() is None and config.calibration is None:
                     screen.phase("calibration: fault-free windows under load")
                     config = _calibrate(config, directory, live)

@@ -36,6 +36,10 @@ from mallory.log_lines import LogPattern
 from mallory.observer.log_events import WatchedPattern, expand_template, resolve
 from mallory.observer.messages import PeerMessages
 
+#: the round length of an SUT that names none (seconds): between Raft's usual election
+#: timeouts (150-300 ms in its paper, 1 s in etcd's defaults)
+DEFAULT_ROUND_S = 0.5
+
 
 def _await_state(pid: int, stopped: bool, timeout: float = 2.0) -> None:
     """Signals are delivered asynchronously: wait (briefly) until /proc/<pid>/stat agrees,
@@ -269,6 +273,10 @@ class ProcessAdapter(SutAdapter, Killable, Stoppable, Pausable, HasProcess, LogW
     #: a regex matching the line the process logs when its node becomes leader, its group
     #: `term` the term ("" = it logs none): the two-leaders oracle reads the logs with it
     leader_line: str = ""
+    #: how long one communication round of the protocol lasts, in seconds: the period at
+    #: which the round faults (nemesis/faults/rounds.py) change the links; for a Raft-like
+    #: SUT its election timeout
+    round_s: float = DEFAULT_ROUND_S
 
     def __init__(self, backend: ClusterBackend) -> None:
         self.backend = backend

@@ -38,6 +38,10 @@
     delimiter = "\n"                     # length, delimiter or framer; naming: type or
     type = { offset = 0, names = { "86" = "vote" } }  # classifier); see
                                          # mallory/observer/messages.py
+    [rounds]                             # optional: how long one communication round of
+    length = 0.3                         # the protocol lasts, in seconds (for Raft: the
+                                         # election timeout); the round faults' period
+                                         # (nemesis/faults/rounds.py); default 0.5
 
     [client]
     kind = "redis"                       # a client kind: "line" (GET/PUT/CAS text lines,
@@ -87,6 +91,7 @@ _SECTIONS = {
     "log_events": None,  # an array of tables, checked by log_events.parse_log_events
     "leader": {"pattern"},
     "messages": None,  # checked by messages.parse_messages
+    "rounds": {"length"},
 }
 
 
@@ -125,6 +130,8 @@ class SutSpec:
     log_events: tuple[LogPattern, ...] = ()
     leader_line: str = ""
     messages: MessageFormat | None = None
+    #: the `[rounds] length` in seconds, None when the spec names none
+    round_s: float | None = None
     source: str = "<spec>"
 
 
@@ -239,6 +246,7 @@ class _Validator:
             log_events=self.log_events(raw.get("log_events", []), ports),
             leader_line=self.leader_line(raw.get("leader", {})),
             messages=self.messages(raw["messages"], ports) if "messages" in raw else None,
+            round_s=self.round_length(raw.get("rounds", {})),
             source=self.source,
         )
 
@@ -310,6 +318,14 @@ class _Validator:
         if "term" not in groups:
             raise self.error("leader.pattern", "needs a group (?P<term>...) that matches the term")
         return pattern
+
+    def round_length(self, raw: dict[str, Any]) -> float | None:
+        if "length" not in raw:
+            return None
+        length = raw["length"]
+        if type(length) not in (int, float) or not 0 < length <= 3600:
+            raise self.error("rounds.length", f"must be a number of seconds in (0, 3600], not {length!r}")
+        return float(length)
 
     def signal(self, raw: Any, fieldname: str) -> int:
         if type(raw) is int and raw in {int(s) for s in signals.Signals}:

@@ -55,6 +55,8 @@ class SpecAdapter(ProcessAdapter):
         self._log_offsets: dict[str, dict[Path, int]] = {}
         self.log_events = spec.log_events
         self.leader_line = spec.leader_line
+        if spec.round_s is not None:
+            self.round_s = spec.round_s
 
     def context(self, node: str) -> NodeContext:
         peer_port = self.spec.ports.get("peer", self.spec.ports["client"])

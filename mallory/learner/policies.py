@@ -96,6 +96,50 @@ class RandomPolicy(Policy):
         return None
 
 
+class SamplerPolicy(Policy):
+    """A policy that is a fault sampler's, not a learner's: every step takes `fault`, one
+    label each enactment of which draws a whole window's schedule of faults (the
+    lossy-synchronous rounds of nemesis/faults/round_schedule.py and their baselines). The
+    campaign still observes states and coverage; nothing is learnt from them. The fault must
+    be among the actions (`mallory fuzz --policy NAME` enables it); MalloryError otherwise."""
+
+    fault: ClassVar[str]
+
+    def choose(self, state: int, actions: Iterable[Action]) -> Action:
+        listed = canonical_actions(actions)
+        if self.fault not in listed:
+            offered = ", ".join(map(str, listed))
+            raise MalloryError(f"policy {self.name} takes {self.fault}, which is not among the faults offered ({offered})")
+        return self.fault
+
+    def update(
+        self, state: int, action: Action, reward: float, next_state: int, next_actions: Iterable[Action]
+    ) -> None:
+        return None
+
+
+class RoundsPolicy(SamplerPolicy):
+    """Lossy-synchronous rounds (Drăgoi et al., OOPSLA'20): at most d faulty processes per
+    round, k rounds of recovery."""
+
+    name = "rounds"
+    fault = "rounds:lossy-sync"
+
+
+class RandomDropPolicy(SamplerPolicy):
+    """The rounds' first baseline: every link loses every round with probability p."""
+
+    name = "random-drop"
+    fault = "rounds:random-drop"
+
+
+class PoissonCrashPolicy(SamplerPolicy):
+    """The rounds' second baseline: crashes arriving as a Poisson process of rate λ."""
+
+    name = "poisson-crash"
+    fault = "crash:poisson"
+
+
 #: What an untried (state, action) pair is worth; see `_QPolicy`.
 PRIORS = ("optimistic", "shared")
 DEFAULT_PRIOR = "shared"
@@ -367,7 +411,13 @@ class BonusMaxPolicy(Policy):
 
 
 POLICIES: dict[str, type[Policy]] = {
-    cls.name: cls for cls in (QLearningPolicy, EpsilonGreedyPolicy, BonusMaxPolicy, RandomPolicy)
+    cls.name: cls
+    for cls in (QLearningPolicy, EpsilonGreedyPolicy, BonusMaxPolicy, RandomPolicy, RoundsPolicy, RandomDropPolicy,
+                PoissonCrashPolicy)
+}
+#: the sampler policies' names -> the one fault each takes
+SAMPLER_FAULTS: dict[str, str] = {
+    name: cls.fault for name, cls in POLICIES.items() if issubclass(cls, SamplerPolicy)
 }
 
 

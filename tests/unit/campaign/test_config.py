@@ -31,7 +31,7 @@ from tests.unit.campaign.test_loop import (
 KEYS = ["version", "command", "sut", "port", "nodes", "policy", "reward", "temperature", "prior", "context", "seed",
         "faults",
         "workload", "concurrency", "rate", "steps", "window_s", "reset_s", "abstraction", "threshold", "calibrate",
-        "backend", "waypoints", "filter_sets", "preset", "fresh_data"]
+        "backend", "waypoints", "filter_sets", "preset", "rounds_d", "rounds_k", "drop_p", "crash_rate", "fresh_data"]
 
 #: a campaign.json as the first `mallory fuzz` wrote it (b447f2e): before --prior,
 #: --calibrate and --backend
@@ -46,7 +46,8 @@ EVERYTHING_SET = CampaignConfig(
     version="0.1.0", command=("mallory", "fuzz"), sut="/specs/raft-kv.toml", port=7000, nodes=5, policy="epsilon-greedy",
     reward="novelty", temperature=0.05, prior="optimistic", seed=-4, faults=("partition", "kill:one"),
     workload="rw-register", concurrency=2, rate=12.5, steps=7, window_s=1.5, reset_s=0.0, abstraction="vector-clock",
-    threshold=0.55, calibrate=40, backend="docker", fresh_data=True, calibration=Calibration(windows=38, threshold=0.55),
+    threshold=0.55, calibrate=40, backend="docker", rounds_d=2, rounds_k=0, drop_p=0.5, crash_rate=1.0, fresh_data=True,
+    calibration=Calibration(windows=38, threshold=0.55),
     extra={"from_a_newer_mallory": {"kept": [1, 2]}},
 )
 
@@ -82,7 +83,8 @@ def test_an_old_campaign_json_loads_with_defaults_and_resumes(tmp_path):
     config = directory.config()
     assert (config.prior, config.calibrate, config.backend, config.calibration, config.extra) == (None, 0, "netns", None, {})
     assert config.to_json() == {**OLD_CAMPAIGN_JSON, "prior": None, "context": "state", "calibrate": 0,
-                                "backend": "netns", "waypoints": None, "filter_sets": None, "preset": None, "fresh_data": False}
+                                "backend": "netns", "waypoints": None, "filter_sets": None, "preset": None, "rounds_d": 1,
+                                "rounds_k": 1, "drop_p": 0.2, "crash_rate": 0.2, "fresh_data": False}
 
     # Resume, as `mallory fuzz --resume` does: the loop runs from the directory's configuration.
     clock, nemesis = FakeClock(), FakeNemesis()
@@ -122,7 +124,8 @@ def test_keys_it_does_not_know_are_written_back(tmp_path):
         ("nodes", 0, "must be at least 1"),
         ("nodes", 2.0, "must be an integer"),
         ("nodes", True, "must be an integer"),
-        ("policy", "sarsa", "must be one of bonus-max, epsilon-greedy, qlearning, random"),
+        ("policy", "sarsa", "must be one of bonus-max, epsilon-greedy, poisson-crash, qlearning, random, random-drop, "
+                            "rounds"),
         ("reward", "fame", "must be one of none, novelty, pair-novelty, pairs, paper"),
         ("temperature", 0, "must be positive"),
         ("temperature", "hot", "must be a number"),
@@ -148,6 +151,14 @@ def test_keys_it_does_not_know_are_written_back(tmp_path):
         ("backend", "k8s", "must be one of docker, netns"),
         ("fresh_data", 1, "must be true or false"),
         ("filter_sets", "", "must be a non-empty string"),
+        ("rounds_d", 0, "must be at least 1"),
+        ("rounds_d", 4, "must be at most the 3 nodes, got 4"),
+        ("rounds_d", 1.0, "must be an integer"),
+        ("rounds_k", -1, "must be at least 0"),
+        ("drop_p", 0, "must be in (0, 1]"),
+        ("drop_p", 1.5, "must be in (0, 1]"),
+        ("crash_rate", 0, "must be positive"),
+        ("crash_rate", float("inf"), "must be a number"),
     ],
 )
 def test_every_bad_value_is_refused_naming_its_field(tmp_path, field, value, problem):
@@ -228,6 +239,32 @@ def test_fuzz_refuses_a_bad_option_naming_it(tmp_path, capsys):
                                    ("--reward", "fame", "--reward must be one of none, novelty, pair-novelty, pairs, paper")]:
         code = main(["fuzz", "--out", str(tmp_path / "c"), "--sut", "redis-replication", option, value])
         assert code == 254 and message in capsys.readouterr().err
+        assert not (tmp_path / "c").exists()
+
+
+def test_a_sampler_policy_takes_its_fault_alone_unless_told_and_needs_it_enabled(tmp_path, capsys):
+    config = fuzz.config_from_args(fuzz_args("--sut", "etcd", "--out", "c", "--policy", "rounds", "--rounds-k", "0"))
+    assert (config.policy, config.faults, config.rounds_d, config.rounds_k) == ("rounds", ("rounds:lossy-sync",), 1, 0)
+    config = fuzz.config_from_args(fuzz_args("--sut", "etcd", "--out", "c", "--policy", "poisson-crash",
+                                             "--faults", "crash,partition", "--crash-rate", "0.5"))
+    assert (config.faults, config.crash_rate) == (("crash", "partition"), 0.5)
+    with pytest.raises(ConfigError) as made:
+        CampaignConfig(sut="etcd", policy="random-drop")  # the default set leaves the opt-in families out
+    assert made.value.field == "faults" and "must include rounds:random-drop" in str(made.value)
+    for argv, message in [
+        (("--policy", "rounds", "--faults", "partition,kill"),
+         "--faults must include rounds:lossy-sync, the fault policy rounds takes, got partition,kill"),
+        (("--policy", "rounds", "--rounds-d", "0"), "--rounds-d must be at least 1, got 0"),
+        (("--policy", "rounds", "--rounds-d", "4"), "--rounds-d must be at most the 3 nodes, got 4"),
+        (("--policy", "rounds", "--rounds-k", "-2"), "--rounds-k must be at least 0, got -2"),
+        (("--policy", "random-drop", "--drop-p", "1.5"), "--drop-p must be in (0, 1], got 1.5"),
+        (("--policy", "poisson-crash", "--crash-rate", "0"), "--crash-rate must be positive, got 0"),
+        (("--faults", "rounds:lossy"), "unknown spec 'lossy' in 'rounds:lossy' (rounds specs: lossy-sync, isolate, "
+                                       "random-drop)"),
+    ]:
+        code = main(["fuzz", "--out", str(tmp_path / "c"), "--sut", "etcd", *argv])
+        err = capsys.readouterr().err
+        assert code == 254 and message in err and len(err.strip().splitlines()) == 1, err
         assert not (tmp_path / "c").exists()
 
 

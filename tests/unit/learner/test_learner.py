@@ -6,7 +6,7 @@ import pytest
 
 from mallory.errors import MalloryError
 from mallory.learner.learner import LEVEL_STRIDE, WAYPOINT_REWARD, Learner
-from mallory.learner.policies import POLICIES
+from mallory.learner.policies import POLICIES, SAMPLER_FAULTS
 from tests.unit.learner.summaries import random_summary, steady_windows
 
 ACTIONS = ["partition:majority", "partition:one", "kill:one", "pause:all", "clock:bump"]
@@ -31,7 +31,7 @@ def drive(learner: Learner, summaries: list[frozenset[str]], start: int = 0) -> 
     return trace
 
 
-@pytest.mark.parametrize("policy", sorted(POLICIES))
+@pytest.mark.parametrize("policy", sorted(set(POLICIES) - set(SAMPLER_FAULTS)))  # those choose among ACTIONS
 @pytest.mark.parametrize("reward", ["paper", "novelty"])
 def test_checkpoint_round_trip_makes_the_same_next_choices(policy, reward):
     stream = windows(1, 200)

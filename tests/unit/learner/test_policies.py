@@ -10,6 +10,7 @@ from mallory.errors import MalloryError
 from mallory.learner.policies import (
     DEFAULT_TEMPERATURE,
     POLICIES,
+    SAMPLER_FAULTS,
     make_policy,
     policy_from_state,
 )
@@ -233,7 +234,7 @@ def test_epsilon_one_and_random_are_uniform_and_ignore_learning():
         assert chi_square(counts, ACTIONS, [0.25] * 4, n) < CHI2_CRIT_001[3], name
 
 
-@pytest.mark.parametrize("name", sorted(POLICIES))
+@pytest.mark.parametrize("name", sorted(set(POLICIES) - set(SAMPLER_FAULTS)))
 def test_choices_are_deterministic_given_the_seed_and_use_no_global_rng(name):
     def run(seed: int) -> list:
         policy = make_policy(name, seed=seed)
@@ -262,7 +263,8 @@ def test_a_set_of_actions_is_ordered_canonically():
 
 
 def test_bad_names_and_parameters_are_user_errors():
-    with pytest.raises(MalloryError, match="unknown policy 'ucb'.*bonus-max, epsilon-greedy, qlearning, random"):
+    with pytest.raises(MalloryError, match="unknown policy 'ucb'.*bonus-max, epsilon-greedy, poisson-crash, qlearning, "
+                                           "random, random-drop, rounds"):
         make_policy("ucb")
     for name, params in [
         ("qlearning", {"temperature": 0}),
@@ -281,3 +283,29 @@ def test_bad_names_and_parameters_are_user_errors():
         make_policy("random", seed="x")
     with pytest.raises(MalloryError, match="at least one action"):
         make_policy("qlearning").choose(0, [])
+
+
+# -- sampler policies: one fault every step, whatever the state ----------------------------------
+
+
+@pytest.mark.parametrize("name, fault", [("rounds", "rounds:lossy-sync"), ("random-drop", "rounds:random-drop"),
+                                         ("poisson-crash", "crash:poisson")])
+def test_a_sampler_policy_takes_its_fault_every_step_and_survives_a_checkpoint(name, fault):
+    assert SAMPLER_FAULTS[name] == fault
+    offered = [*ACTIONS, "rounds:lossy-sync", "rounds:random-drop", "crash:poisson", "heal", "noop"]
+    policy = make_policy(name, seed=3)
+    choices = []
+    for step in range(50):
+        choices.append(policy.choose(step % 4, offered))
+        policy.update(step % 4, choices[-1], -1.0, (step + 1) % 4, offered)
+    assert set(choices) == {fault}
+    restored = policy_from_state(policy.to_state())
+    assert type(restored) is type(policy) and restored.choose(0, offered) == fault
+
+
+def test_a_sampler_policy_whose_fault_is_not_offered_says_which_it_needs():
+    with pytest.raises(MalloryError, match=r"policy rounds takes rounds:lossy-sync, which is not among the faults "
+                                           r"offered \(partition:majority, kill:one, pause:all, clock:bump, noop\)"):
+        make_policy("rounds").choose(0, [*ACTIONS, "noop"])
+    with pytest.raises(MalloryError, match="bad parameters"):
+        make_policy("rounds", temperature=0.1)
