@@ -97,6 +97,10 @@ BROKEN = [
     (GOOD + "\n[ports\n", r"not valid TOML"),
     (_replace("(?P<term>", "("), r"leader\.pattern: needs a group \(\?P<term>"),
     (_replace("(?P<term>\\d+)", "(?P<term>"), r"leader\.pattern: not a valid regex"),
+    (GOOD + "\n[rounds]\nlength = 0\n", r"rounds\.length: must be a number of seconds in \(0, 3600\], not 0"),
+    (GOOD + "\n[rounds]\nlength = \"300ms\"\n", r"rounds\.length: must be a number of seconds"),
+    (GOOD + "\n[rounds]\nlength = nan\n", r"rounds\.length: must be a number of seconds"),
+    (GOOD + "\n[rounds]\nperiod = 0.3\n", r"rounds\.period: unknown field \(known: length\)"),
 ]
 
 
@@ -125,3 +129,17 @@ def test_the_shipped_example_specs_load() -> None:
 
 def test_a_spec_without_a_leader_line_has_none() -> None:
     assert parse_spec(GOOD.split("[leader]")[0], "x.toml").leader_line == ""
+
+
+def test_a_round_length_reaches_the_adapter_and_a_spec_without_one_takes_the_default() -> None:
+    from mallory.harness.adapter import DEFAULT_ROUND_S
+    from mallory.harness.spec_adapter import SpecAdapter
+
+    class Backend:
+        nodes = ["n1", "n2"]
+
+    spec = parse_spec(GOOD + "\n[rounds]\nlength = 0.3\n", "x.toml")
+    assert spec.round_s == 0.3 and parse_spec(GOOD, "x.toml").round_s is None
+    assert SpecAdapter(spec, Backend(), clients={"redis": object}).round_s == 0.3
+    assert SpecAdapter(parse_spec(GOOD, "x.toml"), Backend(), clients={"redis": object}).round_s == DEFAULT_ROUND_S
+    assert load_spec(paths.SUTS / "example" / "example-bugs.toml").round_s == 0.3  # its election timeout
