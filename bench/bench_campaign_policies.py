@@ -22,7 +22,9 @@ What it measures, per SUT and variant, at a common horizon, from what each campa
       a code event in the recording, per seed, the median over seeds (a seed where it did
       not fire by the horizon counts as the horizon: censored), how many fired, and the
       ratio baseline median / variant median (> 1: the variant is faster; ">=" or "<=" when
-      one median is censored, so the ratio is a bound);
+      one median is censored, so the ratio is a bound), and Â12 that a run of the variant
+      had it sooner than a run of the baseline with the one-sided Mann-Whitney p of
+      "sooner" (a run without it by the horizon ranks after those with it);
   - waypoints reached (fuzzer_stats, schedules per waypoint summed over seeds; at each
     campaign's end, not at the horizon).
 
@@ -53,6 +55,14 @@ and on raft-kv (8 side-by-side batches of 20 min: about 3 h with start-up and ca
     .venv/bin/python bench/bench_campaign_policies.py --sut example-bugs --sut raft-kv \\
         --seeds 1 2 3 4 --duration 20m --side-by-side --out out/policies --json out/policies.json
 
+Issue 19's figure: lossy-synchronous round faults (`--policy rounds`) against random faults
+and against the rounds' two baselines (random drop, Poisson crashes), time to each seeded bug
+of the example SUT, 4 seeds x 20 minutes with the four variants of a seed side by side
+(4 batches of 20 min after their calibrations: about 1.5 h):
+
+    .venv/bin/python bench/bench_campaign_policies.py --sut example-bugs --variants rounds \\
+        --seeds 1 2 3 4 --duration 20m --side-by-side --out out/rounds --json out/rounds.json
+
 Any variant: `--variant NAME=ARGS` (repeatable; ARGS one shell-quoted string of fuzz
 options, paths relative to the repository), e.g. --variant random="--policy random"
 --variant bonusmax="--policy bonus-max --reward none --waypoints suts/example/waypoints.toml".
@@ -74,6 +84,7 @@ from __future__ import annotations
 import argparse
 import bisect
 import json
+import math
 import re
 import shlex
 import subprocess
@@ -139,6 +150,17 @@ DEFAULT_VARIANTS = {
     "qlearning": ("--policy", "qlearning"),
     "paper": ("--preset", "paper"),
 }
+#: issue 19's figure: lossy-synchronous round faults against Jepsen-style random faults, and
+#: the rounds' two baselines (each sampler variant names its own fault, so a --faults given
+#: to the bench for random leaves them be: the variant's arguments come last and win)
+ROUND_VARIANTS = {
+    "random": ("--policy", "random"),
+    "rounds": ("--policy", "rounds", "--faults", "rounds:lossy-sync"),
+    "random-drop": ("--policy", "random-drop", "--faults", "rounds:random-drop"),
+    "poisson-crash": ("--policy", "poisson-crash", "--faults", "crash:poisson"),
+}
+#: the named sets of variants (--variants)
+VARIANT_SETS = {"guidance": DEFAULT_VARIANTS, "rounds": ROUND_VARIANTS}
 
 # -- running campaigns ------------------------------------------------------------------------
 
@@ -577,12 +599,16 @@ class Measure:
 class TimeToEvent:
     """When an event (the first bug bundle, a seeded bug's first firing) happened in each of
     a variant's runs (None: not by the horizon), the censored median, and the baseline's
-    median / this variant's with what the number is (median_ratio)."""
+    median / this variant's with what the number is (median_ratio); against the baseline
+    (None for the baseline itself), Â12 that a run of the variant has it sooner than a run
+    of the baseline and the one-sided Mann-Whitney p of "sooner" (`sooner_than`)."""
 
     per_seed: list[float | None]
     median: CensoredMedian
     ratio: float | None
     ratio_bound: str
+    a12_sooner: float | None = None
+    p_sooner: float | None = None
 
 
 @dataclass(frozen=True)
@@ -671,13 +697,24 @@ def axis_measures(runs_by_variant: Mapping[str, Sequence[Run]], baseline: str, a
     return out
 
 
+def sooner_than(times: Sequence[float | None], baseline_times: Sequence[float | None]) -> tuple[float, float]:
+    """Â12 that a run of `times` has the event sooner than a run of `baseline_times`, and the
+    one-sided Mann-Whitney p of "sooner"; a run without the event (None) ranks after every
+    run with it, and ties with the others without it."""
+    def rank(values: Sequence[float | None]) -> list[float]:
+        return [-math.inf if t is None else -t for t in values]  # sooner = larger
+
+    return vargha_delaney_a12(rank(times), rank(baseline_times)), mann_whitney_greater(rank(times), rank(baseline_times))
+
+
 def times_to_event(times: Mapping[str, Sequence[float | None]], horizon: float, baseline: str) -> dict[str, TimeToEvent]:
     """Per variant, its runs' times to one event (None: never) up to the horizon, against
     the baseline's."""
     medians = {name: censored_median(runs, horizon) for name, runs in times.items()}
-    return {name: TimeToEvent([by_horizon(t, horizon) for t in runs], medians[name],
-                              *median_ratio(medians[baseline], medians[name]))
-            for name, runs in times.items()}
+    cut = {name: [by_horizon(t, horizon) for t in runs] for name, runs in times.items()}
+    return {name: TimeToEvent(cut[name], medians[name], *median_ratio(medians[baseline], medians[name]),
+                              *((None, None) if name == baseline else sooner_than(cut[name], cut[baseline])))
+            for name in times}
 
 
 def summarize_run(run: Run, horizon_s: float) -> RunSummary:
@@ -803,6 +840,11 @@ def format_ratio(event: TimeToEvent, is_baseline: bool) -> str:
     return "n/a" if event.ratio is None else f"{BOUND_SIGNS[event.ratio_bound]}{event.ratio:.2f}x"
 
 
+def format_sooner(event: TimeToEvent) -> str:
+    """"Â12 / p" of "sooner than the baseline"; "—" for the baseline."""
+    return "—" if event.a12_sooner is None else f"{event.a12_sooner:.2f} / {event.p_sooner:.3f}"
+
+
 def format_table(rows: Sequence[Row], columns: Sequence[str]) -> list[str]:
     """Aligned lines: the column names, then each row's label (indented) and cells, or a
     section's title."""
@@ -860,7 +902,8 @@ def render_sut(result: SutResult) -> str:
     for what, happened, event in events:
         rows += [row(f"{what}: per seed", lambda v: " ".join(map(format_time, event(v).per_seed))),
                  row(f"{what}: median ({happened}/seeds)", lambda v: format_median(event(v).median)),
-                 row(f"{what}: {baseline}'s median / variant's", lambda v: format_ratio(event(v), v.name == baseline))]
+                 row(f"{what}: {baseline}'s median / variant's", lambda v: format_ratio(event(v), v.name == baseline)),
+                 row(f"{what}: Â12 / p, sooner than {baseline}", lambda v: format_sooner(event(v)))]
     seeds = ", ".join(f"{v.name} {' '.join(map(str, v.seeds))}" for v in variants)
     lines = [f"== {result.name}: seeds {seeds}; baseline {baseline}",
              f"common horizon: {result.horizon_s:.0f} s of wall time (the shortest campaign: {result.shortest_run}), "
@@ -890,7 +933,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--variant", type=parse_variant, action="append", metavar="NAME=ARGS",
                         help="a variant: extra `mallory fuzz` arguments, one shell-quoted string (repeatable; "
-                        f"default: {' '.join(f'{n}={shlex.join(a)!r}' for n, a in DEFAULT_VARIANTS.items())})")
+                        "replaces --variants)")
+    parser.add_argument("--variants", choices=sorted(VARIANT_SETS), default="guidance",
+                        help="a named set of variants: guidance ("
+                        f"{' '.join(f'{n}={shlex.join(a)!r}' for n, a in DEFAULT_VARIANTS.items())}; the default) or "
+                        f"rounds ({' '.join(f'{n}={shlex.join(a)!r}' for n, a in ROUND_VARIANTS.items())})")
     parser.add_argument("--sut", type=sut_target, action="append", metavar="NAME|SPEC",
                         help=f"an SUT: {', '.join(KNOWN_SUTS)}, or a spec file (repeatable; default example)")
     parser.add_argument("--workload", default=None, help="the workload of every SUT (default: the SUT's own)")
@@ -906,7 +953,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--json", type=Path, metavar="FILE", help="write every number, and every run's, as JSON")
     args = parser.parse_args(argv)
     args.sut = args.sut or [KNOWN_SUTS["example"]]
-    variants = dict(DEFAULT_VARIANTS)
+    variants = dict(VARIANT_SETS[args.variants])
     if args.variant:
         variants = {}
         for name, extra in args.variant:

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -227,6 +229,37 @@ def test_one_after_the_other_and_never_over_an_existing_campaign(tmp_path, monke
         bench.run_campaigns(args, tmp_path)
 
 
+def test_the_rounds_set_runs_each_sampler_with_its_own_fault_whatever_the_bench_faults(tmp_path, monkeypatch):
+    batches = []
+    monkeypatch.setattr(bench, "run_batch", fake_run_batch(batches))
+    # nothing is built here
+    monkeypatch.setitem(bench.KNOWN_SUTS, "example-bugs", replace(bench.KNOWN_SUTS["example-bugs"], prepare=None))
+    args = bench.parse_args(["--sut", "example-bugs", "--seeds", "1", "--variants", "rounds", "--side-by-side",
+                             "--faults", "partition,kill,pause"])
+    assert list(args.variants) == ["random", "rounds", "random-drop", "poisson-crash"] and args.baseline == "random"
+    bench.run_campaigns(args, tmp_path)
+    random, rounds, drop, crash = batches[-1]
+    assert random.argv[-8:] == ("--faults", "partition,kill,pause", "--threshold", "0.42", "--calibrate", "0",
+                                "--policy", "random")
+    # the bench's --faults comes first, the variant's own last: argparse keeps the last
+    assert rounds.argv[-4:] == ("--policy", "rounds", "--faults", "rounds:lossy-sync")
+    assert drop.argv[-4:] == ("--policy", "random-drop", "--faults", "rounds:random-drop")
+    assert crash.argv[-4:] == ("--policy", "poisson-crash", "--faults", "crash:poisson")
+    assert "partition,kill,pause" in crash.argv[:-4]
+    # --variant replaces the set
+    assert list(bench.parse_args(["--variants", "rounds", "--variant", "random=--policy random"]).variants) == ["random"]
+
+
+def test_the_sooner_a12_and_p_rank_a_run_without_the_event_last():
+    # every variant run sooner than every baseline run: Â12 1, exact p = 1 / C(4, 2)
+    assert bench.sooner_than([10.0, 20.0], [30.0, 80.0]) == (1.0, pytest.approx(1 / 6))
+    # never (None) ranks after 40 and 60; the two baseline runs without it tie with each other
+    a12, p = bench.sooner_than([40.0, 60.0], [None, None])
+    assert a12 == 1.0 and p == pytest.approx(0.5 * math.erfc(1.5 / math.sqrt(1.5) / math.sqrt(2)))
+    assert bench.sooner_than([None], [None]) == (0.5, 1.0)  # nothing to tell apart
+    assert bench.sooner_than([None, 5.0], [5.0, 1.0])[0] == pytest.approx((0 + 0 + 0.5 + 0) / 4)
+
+
 def test_the_baseline_must_be_a_variant(capsys):
     with pytest.raises(SystemExit):
         bench.parse_args(["--variant", "a=--policy random", "--baseline", "random"])
@@ -427,6 +460,10 @@ def test_analyze_times_the_seeded_bugs(tmp_path, capsys):
     assert table_row(out, "stall-catchup-applied fired: per seed") == ["– –", "40 60"]
     assert table_row(out, "stall-catchup-applied fired: median (fired/seeds)") == ["≥100 (0/2)", "50 (2/2)"]
     assert table_row(out, "stall-catchup-applied fired: random's median / variant's") == ["—", "≥2.00x"]
+    # Â12 / p of "sooner than random": sticky 10, 20 against 30, 80 (exact: 1 / 6); stall
+    # 40, 60 against two runs where it never fired (tied: the normal approximation)
+    assert table_row(out, "sticky-leader-kept-term fired: Â12 / p, sooner than random") == ["—", "1.00 / 0.167"]
+    assert table_row(out, "stall-catchup-applied fired: Â12 / p, sooner than random") == ["—", "1.00 / 0.110"]
 
 
 def test_a_bug_bundle_counts_for_the_seeded_bugs_whose_code_ran_in_its_schedule():
