@@ -19,7 +19,10 @@ Times: each node sends a `ClockPair`; the builder maps node monotonic timestamps
 common real-time axis with it. A node's events wait until its clock pair has arrived.
 
 Memory: committed entries are handed out by `drain()` and not kept; the table of committed
-SENDs (needed for late RECVs) forgets SENDs older than `link_timeout_ns` behind the frontier.
+SENDs (needed for late RECVs) forgets SENDs older than `link_timeout_ns` behind the frontier,
+and beyond the newest `max_sends` whatever their age: at a high packet rate the time bound
+alone held rate x 30 s of entries (~450 B each). A RECV whose SEND was forgotten commits
+unmatched once no SEND can appear (see above), as one does after the timeout.
 """
 
 from __future__ import annotations
@@ -32,6 +35,10 @@ from mallory.timeline.event import Batch, ClockPair, Event, Kind
 
 _SEND = Kind.SEND
 _RECV = Kind.RECV
+#: Committed SENDs remembered at most for RECVs still to come. A RECV normally reaches the
+#: builder within a batch interval or two of its SEND; this many SENDs later is seconds even
+#: at the 94-minute soak's ~6,000 events/s (a few MB of entries, whatever the rate).
+MAX_SENDS = 65_536
 
 
 class Committed:
@@ -99,11 +106,15 @@ class TimelineBuilder:
         skew_ns: int = 100_000_000,
         link_timeout_ns: int = 30_000_000_000,
         nodes: list[str] | None = None,
+        max_sends: int = MAX_SENDS,
     ) -> None:
         if skew_ns < 0 or link_timeout_ns < 0:
             raise ValueError("skew_ns and link_timeout_ns must be non-negative")
+        if max_sends < 1:
+            raise ValueError("max_sends must be at least 1")
         self.skew_ns = skew_ns
         self.link_timeout_ns = link_timeout_ns
+        self.max_sends = max_sends
         self._streams: dict[str, _NodeStream] = {}
         self._fixed_nodes = nodes is not None
         for name in nodes or ():
@@ -325,15 +336,18 @@ class TimelineBuilder:
         return True
 
     def _forget_old_sends(self) -> None:
+        """Beyond `max_sends` first: the frontier is unknown while a node is silent, and the
+        count must hold then too."""
         order = self._send_order
-        if not order:
-            return
-        frontier = self.frontier_ns
+        while len(order) > self.max_sends:
+            self._forget(order.popleft())
+        frontier = self.frontier_ns if order else None
         if frontier is None:
             return
         cutoff = frontier - self.link_timeout_ns - self.skew_ns
-        sends = self._sends
         while order and order[0].real_ns < cutoff:
-            old = order.popleft()
-            if sends.get(old.event.id) is old:
-                del sends[old.event.id]
+            self._forget(order.popleft())
+
+    def _forget(self, send: Committed) -> None:
+        if self._sends.get(send.event.id) is send:  # not overwritten by a later SEND of the same id
+            del self._sends[send.event.id]

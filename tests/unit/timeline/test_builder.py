@@ -189,6 +189,25 @@ def test_memory_of_sends_is_bounded_by_the_link_timeout():
     assert b.stats()["sends_remembered"] <= 12
 
 
+def test_sends_remembered_are_bounded_in_number_even_while_a_node_is_silent():
+    """At a high packet rate the link timeout alone keeps rate x 30 s of SENDs; and while a
+    node has sent no batch the frontier is unknown, so no timeout applies at all."""
+    b = TimelineBuilder(skew_ns=10, nodes=["a", "b", "c"], max_sends=50)
+    for n in "abc":
+        b.add_clock(ClockPair(n, 0, 0))
+    for i in range(200):  # c stays silent: frontier None
+        b.add_batch(Batch("a", i, i * 100 + 50, [Event("a", Kind.SEND, i * 100, i + 1, "")]))
+    assert b.frontier_ns is None and b.committed_total == 200
+    assert b.stats()["sends_remembered"] == 50
+    # the newest are the ones kept: a RECV of SEND #200 links, one of SEND #1 does not
+    b.add_batch(Batch("b", 0, 30_000, [Event("b", Kind.RECV, 20_000, 200, ""), Event("b", Kind.RECV, 20_001, 1, "")]))
+    b.add_batch(Batch("c", 0, 30_000, []))
+    b.add_batch(Batch("a", 200, 30_000, []))
+    recv_new, recv_old = b.drain()[-2:]
+    assert recv_new.send is not None and recv_new.send.event.id == 200
+    assert recv_old.send is None and b.unmatched_recvs == 1, "forgotten: it commits unmatched once no SEND can come"
+
+
 def test_committed_entries_hold_no_reference_cycles():
     """Released windows must be freed by reference counting alone (see Committed.recvs)."""
     import gc
