@@ -447,6 +447,7 @@ class Campaign:
             "window_ns": [t0, t1],
             "events": window.events,
             "late": not window.complete,
+            **({"truncated": True} if window.truncated else {}),
             **({"unobserved": gap} if gap else {}),
         }
         p = self.progress

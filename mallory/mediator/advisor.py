@@ -6,8 +6,10 @@ stretch of the timeline since the previous request (the first request looks back
 default window), so windows are aligned to the harness's own pace. The answer is the next
 action from the catalogue the harness declared (`POST /advisor/catalogue`), chosen by the
 same learner `mallory fuzz` uses. A window the timeline cannot complete in time is reported
-late and teaches nothing, as in the campaign loop. `end_test` ends the learner's schedule
-and checkpoints it when the mediator was given a directory, so learning carries across tests.
+late and teaches nothing, as in the campaign loop; so does one the mediator kept only part
+of (asks spaced further apart than its bounded buffer holds: `"truncated": true`). `end_test`
+ends the learner's schedule and checkpoints it when the mediator was given a directory, so
+learning carries across tests.
 """
 
 from __future__ import annotations
@@ -71,6 +73,8 @@ class Advisor:
             self._last_ns = end
             self.requests += 1
             answer: dict = {"window_ns": [start, end], "events": window.events, "late": not window.complete}
+            if window.truncated:  # asks further apart than the mediator keeps entries (windows.py)
+                answer["truncated"] = True
             observed = self.learner.observe_window(window.summary if window.complete else None, window.pairs)
             if observed is not None:
                 match, reward = observed

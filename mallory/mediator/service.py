@@ -235,6 +235,7 @@ class Mediator:
         return {
             "firewall": self.firewall.stats(),
             "ingest": self.ingest.stats(),
+            "windows": self.windows.stats(),
             "receiver": {
                 "connections": self.receiver.stats.connections,
                 "open_connections": self.receiver.stats.open_connections,

@@ -4,7 +4,28 @@ The campaign loop asks, at the end of each step, "summarise everything in [t0, t
 answer can only be given once the timeline's frontier has passed t1 (every event before t1
 is committed); `WindowService.window` waits for that up to a deadline and otherwise says the
 window is incomplete, so the loop records the step as late instead of learning from half a
-window. Entries are kept from the moment they commit until a window after them is taken.
+window.
+
+Memory. Entries are kept from the moment they commit until a window after them is taken, as
+compact rows (timeline/rows.py, ~61 B an entry instead of ~450 B as `Committed` objects),
+bounded twice, so that what the mediator holds does not follow the SUT's event rate:
+
+* by time: entries more than `retain_ns` behind the newest commit are released even if no
+  window took them (nobody may be asking: between schedules, or no campaign at all);
+* by number: at most `max_entries` (the oldest beyond it are dropped). At a high event rate
+  this is the bound that holds: 120 s of a 6,000 events/s stream would be 720,000 entries.
+
+What asks for windows, and how far back: the campaign loop asks at the end of each step for
+[step start, now), and at the start of a schedule for the window_s (2.5 s by default) before
+now; the Jepsen advisor for the span since its previous ask. Neither asks for anything older
+than its previous window's end, except a schedule's first window, which looks back one window
+from now. So no call marks a point before which everything may go: releasing at a schedule's
+end would lose the next schedule's first window; the bounds above leave that window whole
+whenever the stream's last window_s fits in `max_entries`.
+
+A window with entries dropped before it was asked for is `truncated`: reported incomplete
+(nothing learns from part of a window) and counted. `stats()` gives the counters (the
+mediator's /metrics, under "windows").
 """
 
 from __future__ import annotations
@@ -16,7 +37,8 @@ from dataclasses import dataclass
 
 from mallory.timeline.abstraction import ABSTRACTIONS, behaviour
 from mallory.timeline.builder import Committed
-from mallory.timeline.window import EntryBuffer, summarize
+from mallory.timeline.rows import MAX_ENTRIES, EntryRows
+from mallory.timeline.window import summarize
 
 #: entries older than this behind the newest commit are dropped even if no window took them
 #: (a mediator nobody asks for windows must not grow without bound)
@@ -29,7 +51,9 @@ class Window:
     how many events it held, whether it was complete (the frontier passed its end in time),
     and its behaviour whatever the abstraction (timeline.abstraction.Behaviour): the code
     and log event types that occurred (`types`) and their happens-before pairs (`pairs`).
-    An incomplete window shows the events committed so far: nothing should learn from it."""
+    An incomplete window shows the events committed so far: nothing should learn from it.
+    `truncated`: entries of the span were dropped (the buffer's bounds) before it was asked
+    for; such a window is incomplete too, whatever the frontier."""
 
     summary: frozenset[str]
     events: int
@@ -37,27 +61,42 @@ class Window:
     frontier_ns: int | None = None
     types: frozenset[str] = frozenset()
     pairs: frozenset[str] = frozenset()
+    truncated: bool = False
 
     def to_json(self) -> dict:
         return {"complete": self.complete, "events": self.events, "frontier_ns": self.frontier_ns,
-                "summary": sorted(self.summary), "types": sorted(self.types), "pairs": sorted(self.pairs)}
+                "summary": sorted(self.summary), "types": sorted(self.types), "pairs": sorted(self.pairs),
+                "truncated": self.truncated}
 
     @classmethod
     def from_json(cls, answer: dict) -> "Window":
         return cls(frozenset(answer["summary"]), int(answer["events"]), bool(answer["complete"]),
-                   answer.get("frontier_ns"), frozenset(answer.get("types", ())), frozenset(answer.get("pairs", ())))
+                   answer.get("frontier_ns"), frozenset(answer.get("types", ())), frozenset(answer.get("pairs", ())),
+                   bool(answer.get("truncated", False)))
 
 
 class WindowService:
     """Subscribe `on_commit` to the ingest; call `window` from the API."""
 
-    def __init__(self, frontier: Callable[[], int | None], retain_ns: int = RETAIN_NS) -> None:
+    def __init__(self, frontier: Callable[[], int | None], retain_ns: int = RETAIN_NS,
+                 max_entries: int = MAX_ENTRIES) -> None:
         self._frontier = frontier
-        self._buffer = EntryBuffer()
+        self._buffer = EntryRows(max_entries)
         self._cond = threading.Condition()
         self.retain_ns = retain_ns
         self.served = 0
         self.incomplete = 0
+        self.truncated = 0
+
+    def stats(self) -> dict[str, int]:
+        """Windows served, incomplete (of them) and truncated (of those); entries committed
+        after their window was taken (`late`), dropped unasked (`dropped`), held now
+        (`retained`, in `capacity` rows allocated) and at most (`max_entries`)."""
+        with self._cond:
+            buffer = self._buffer
+            return {"served": self.served, "incomplete": self.incomplete, "truncated": self.truncated,
+                    "late": buffer.late, "dropped": buffer.dropped, "retained": len(buffer),
+                    "capacity": buffer.capacity, "max_entries": buffer.max_entries}
 
     def on_commit(self, entries: list[Committed]) -> None:
         with self._cond:
@@ -87,13 +126,17 @@ class WindowService:
             with self._cond:
                 self._cond.wait(min(remaining, 0.02))
         with self._cond:
-            if complete:
+            truncated = self._buffer.truncated(start_ns)
+            if complete:  # a truncated window cannot become whole: taken all the same
                 inside = self._buffer.take(start_ns, end_ns)
             else:
                 # The window may be asked for again once complete: keep its entries.
                 inside = self._buffer.peek(start_ns, end_ns)
                 self._buffer.release_before(end_ns - self.retain_ns)
-        self.served += 1
-        self.incomplete += not complete
+            complete = complete and not truncated
+            self.served += 1
+            self.incomplete += not complete
+            self.truncated += truncated
         seen = behaviour(inside)
-        return Window(frozenset(summarize(inside, abstraction)), len(inside), complete, frontier, seen.types, seen.pairs)
+        return Window(frozenset(summarize(inside, abstraction)), len(inside), complete, frontier, seen.types, seen.pairs,
+                      truncated)

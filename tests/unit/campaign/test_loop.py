@@ -188,6 +188,23 @@ def test_late_feedback_is_recorded_late_and_teaches_nothing(tmp_path):
     assert len(campaign.learner.store) == len(known)
 
 
+def test_a_truncated_window_is_recorded_so_and_teaches_nothing(tmp_path):
+    """The mediator dropped part of the window (its bounded buffer): late, and marked why."""
+    campaign, nemesis = make_campaign(tmp_path, "qlearning")
+
+    class Truncating(FakeTimeline):
+        def window(self, start_ns, end_ns, wait_s):
+            window = super().window(start_ns, end_ns, wait_s)
+            return Window(frozenset({"part"}), 1, False, truncated=True) if self.calls == 3 else window
+
+    campaign.source = Truncating(campaign.source.clock, nemesis)
+    campaign.run(schedules=1)
+    steps = campaign.dir.read_schedules()[0]["steps"]
+    assert [s["step"] for s in steps if s.get("truncated")] == [1]  # call 1 is the schedule's first window
+    assert steps[1]["late"] and steps[1]["state"] is None
+    assert not any(s.get("truncated") for s in steps[2:])
+
+
 class FakeChecker:
     """Flags the same bug whenever a schedule enacted `novel` at least twice."""
 

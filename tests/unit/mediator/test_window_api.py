@@ -10,6 +10,7 @@ import pytest
 from mallory.errors import MalloryError
 from mallory.mediator.client import MediatorClient, TimelineWindows
 from mallory.mediator.service import Mediator
+from mallory.mediator.windows import WindowService
 from mallory.timeline.event import Batch, ClockPair, Event, Kind
 
 NODES = {"n1": "10.9.1.2", "n2": "10.9.2.2"}
@@ -88,3 +89,30 @@ def test_entries_nobody_asks_for_are_released_after_the_retention(mediator):
         ts = second * 1_000_000_000
         mediator.ingest.on_batch(Batch("n1", second, ts + 1, [Event("n1", Kind.FUNC, ts, 7)]))
     assert 1 <= len(windows._buffer) <= 3, "only the last retention period (+ slack) is kept"
+
+
+def test_entries_beyond_the_bound_are_dropped_and_a_window_missing_some_says_truncated(mediator):
+    """Whatever the event rate, the mediator keeps at most max_entries entries; a window
+    that lost some of its entries that way is not whole, so nothing may learn from it."""
+    mediator.windows = windows = WindowService(mediator.ingest.frontier_ns, max_entries=100)
+    mediator.ingest.subscribers[:] = [windows.on_commit]
+    base = time.time_ns() - 10_000_000_000
+    for n in NODES:
+        mediator.ingest.on_clock(ClockPair(n, 0, base))
+    ms = 1_000_000
+    # n1: one event a ms for 1 s; n2 passes the second without events
+    mediator.ingest.on_batch(Batch("n1", 0, 1_000 * ms, [Event("n1", Kind.FUNC, t * ms, 7 + t % 3) for t in range(1_000)]))
+    mediator.ingest.on_batch(Batch("n2", 0, 1_000 * ms, []))
+    stats = client(mediator).metrics()["windows"]
+    assert stats["retained"] == 100 and stats["dropped"] == 900 and stats["max_entries"] == 100
+    source = TimelineWindows(client(mediator))
+    kept = source.window(base + 900 * ms, base + 950 * ms, wait_s=1.0)
+    assert kept.complete and not kept.truncated and kept.events == 50
+    assert kept.summary == {"n1|FUNC:7|FUNC:8", "n1|FUNC:8|FUNC:9", "n1|FUNC:9|FUNC:7", "n1|FUNC:7|FUNC:7",
+                            "n1|FUNC:8|FUNC:8", "n1|FUNC:9|FUNC:9", "n1|FUNC:7|FUNC:9", "n1|FUNC:8|FUNC:7",
+                            "n1|FUNC:9|FUNC:8"}
+    part = source.window(base + 850 * ms, base + 1_000 * ms, wait_s=1.0)
+    assert part.truncated and not part.complete and part.events == 50, (
+        "[850, 900) ms were dropped, [900, 950) ms taken by the window before")
+    stats = client(mediator).metrics()["windows"]
+    assert stats["served"] == 2 and stats["incomplete"] == 1 and stats["truncated"] == 1
