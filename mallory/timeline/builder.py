@@ -35,10 +35,11 @@ from mallory.timeline.event import Batch, ClockPair, Event, Kind
 
 _SEND = Kind.SEND
 _RECV = Kind.RECV
-#: Committed SENDs remembered at most for RECVs still to come. A RECV normally reaches the
-#: builder within a batch interval or two of its SEND; this many SENDs later is seconds even
-#: at the 94-minute soak's ~6,000 events/s (a few MB of entries, whatever the rate).
-MAX_SENDS = 65_536
+#: Committed SENDs remembered at most for RECVs still to come (~500 B each with their event:
+#: ~16 MB). A RECV normally reaches the builder within a batch interval or two of its SEND;
+#: at ~1,000 SENDs/s (a 6,000 events/s stream, 1 in 6 a SEND) this is more than the 30 s
+#: link timeout, so the count binds only at higher rates, where it keeps ~10 s or more.
+MAX_SENDS = 32_768
 
 
 class Committed:

@@ -172,21 +172,38 @@ class EntryRows:
         self._reallocate(len(rows), rows, data)
 
     def _reallocate(self, needed: int, rows: np.ndarray | None = None, data: np.ndarray | None = None) -> None:
-        """Move the live rows (or `rows`/`data`) to the front of a new allocation with room
-        for `needed` rows: half as many again (appends reallocate once per third of the
-        rows), within a quarter above max_entries."""
+        """Move the live rows (or `rows`/`data`) to the front of an allocation with room for
+        `needed` rows: half as many again (appends reallocate once per third of the rows),
+        within a quarter above max_entries. At that ceiling (a buffer at its bound) the
+        allocation is the one it has: the rows move down in place, so a full buffer never
+        holds two copies of itself."""
+        ceiling = self.max_entries + self.max_entries // 4
+        capacity = max(needed, min(max(_INITIAL_CAPACITY, needed + needed // 2), ceiling))
+        if rows is None and capacity == len(self._rows):
+            self._compact()
+            return
         if rows is None:
             live = slice(self._start, self._end)
             rows, data = self._rows[live], self._data[live]
-        ceiling = self.max_entries + self.max_entries // 4
-        capacity = max(needed, min(max(_INITIAL_CAPACITY, needed + needed // 2), ceiling))
-        if capacity != len(self._rows) or self._start:
-            new_rows, new_data = np.empty(capacity, ROW), np.empty(capacity, object)
-            n = len(rows)
-            new_rows[:n] = rows
-            new_data[:n] = data
-            self._rows, self._data = new_rows, new_data
-            self._start, self._end = 0, n
+        new_rows, new_data = np.empty(capacity, ROW), np.empty(capacity, object)
+        n = len(rows)
+        new_rows[:n] = rows
+        new_data[:n] = data
+        self._rows, self._data = new_rows, new_data
+        self._start, self._end = 0, n
+
+    def _compact(self) -> None:
+        """Move the live rows to the front of their allocation, in blocks no longer than the
+        distance they move (non-overlapping copies need no temporary)."""
+        start, end = self._start, self._end
+        if not start:
+            return
+        for src in range(start, end, start):
+            stop = min(src + start, end)
+            self._rows[src - start:stop - start] = self._rows[src:stop]
+            self._data[src - start:stop - start] = self._data[src:stop]
+        self._data[end - start:end] = None  # no stale references to data strings
+        self._start, self._end = 0, end - start
 
     def _node_code(self, node: str) -> int:
         code = self._node_codes.get(node)

@@ -91,6 +91,8 @@ def test_beyond_max_entries_the_oldest_are_dropped_counted_and_windows_before_th
         assert len(rows) <= bound and rows.capacity <= bound + bound // 4
     assert len(rows) == bound and rows.dropped == len(flat) - bound
     kept = flat[-bound:]
+    # rows moved down in place (a full buffer) or reallocated: the newest, in commit order
+    assert [(e.event, e.real_ns) for e in rows.peek(0, 2**63 - 1)] == [(e.event, e.real_ns) for e in kept]
     assert rows.dropped_until_ns == max(e.real_ns for e in flat[:-bound]) + 1
     assert rows.truncated(flat[0].real_ns) and not rows.truncated(rows.dropped_until_ns)
     # a window inside what is kept is the window the unbounded buffer gives
