@@ -18,8 +18,10 @@ the growth per hour (least-squares slope of RSS over the samples after the warm-
 peak, and the mean CPU share; then each kind of memory at the end with its growth per hour
 and RssAnon's growth at constant load, next to the event rate and its growth; then, for the
 mediator and one observer, the files mapped into them with the most resident memory (from
-/proc/PID/smaps: shared libraries such as numpy's show what a process loads). Targets of
-the issue: growth flat, observer RSS at most 40 MB. Every sample also goes to OUT/soak.csv.
+/proc/PID/smaps: shared libraries such as numpy's show what a process loads); last, the
+mediator's window counters as last read (entries retained and dropped by its bounded
+buffer, windows truncated by it). Targets of the issue: growth flat, observer RSS at most
+40 MB. Every sample also goes to OUT/soak.csv.
 
 The example SUT keeps its log across schedules and a restarted node re-applies all of it,
 so its event rate grows through a campaign; --stationary runs the campaign with
@@ -284,16 +286,20 @@ def sample_process(pid: int, role: str, time_s: float, ticks: int, events_per_mi
 class MediatorEvents:
     """The events the run's mediator has ingested so far, from its /metrics: its API listens
     in the gateway namespace on the address the host reaches, with the token the campaign
-    wrote to the run's state directory (mode 0600: this bench runs as root)."""
+    wrote to the run's state directory (mode 0600: this bench runs as root). `windows` keeps
+    the last window counters read with it (entries retained and dropped by the bounded buffer)."""
 
     def __init__(self, run: str) -> None:
         token = (load_run(run).state_dir / TOKEN_FILE).read_text()
         self.client = MediatorClient(ClusterLayout.load(run).gateway_control_address, API_PORT, token, timeout=5.0)
+        self.windows: dict | None = None
 
     def count(self) -> int | None:
         try:
-            return int(self.client.metrics()["ingest"]["events"])
-        except (MalloryError, KeyError, TypeError, ValueError):
+            metrics = self.client.metrics()
+            self.windows = metrics.get("windows", self.windows)
+            return int(metrics["ingest"]["events"])
+        except (MalloryError, KeyError, TypeError, ValueError, AttributeError):
             return None  # not up yet, or gone
 
 
@@ -399,6 +405,8 @@ def main() -> int:
         print(f"\nlargest resident mappings of the {role}:")
         for path, kb in top:
             print(f"  {kb / 1024:8.1f} MB  {path}")
+    if mediator is not None and mediator.windows is not None:
+        print("\nmediator windows (last read): " + ", ".join(f"{k} {v}" for k, v in mediator.windows.items()))
     return 0 if fuzz.returncode == 0 else 1
 
 

@@ -5,7 +5,8 @@ checked before anything changes: a malformed one gets a 4xx and {"error": reason
 counted (`api_rejected`), and the mediator keeps running.
 
     GET  /status                       test, nodes, rules, counters (everything below)
-    GET  /metrics                      counters only
+    GET  /metrics                      counters only (windows served/incomplete/truncated, entries
+                                       late/dropped/retained: "windows")
     POST /test/start   {"name": "t1"}
     POST /test/end     {}               heals every rule (no fault outlives a test)
     POST /client       {"process": 3, "type": "invoke"|"ok"|"fail"|"info", "f": "write"}
@@ -15,7 +16,8 @@ counted (`api_rejected`), and the mediator keeps running.
     POST /firewall/delay      {"links": LINKS, "ms": 50}
     POST /firewall/duplicate  {"links": LINKS, "copies": 1}
     POST /window       {"start_ns": T0, "end_ns": T1, "wait_ms": 1000, "abstraction": "event-history"}
-                       the timeline's summary of [T0, T1) once complete (or "complete": false)
+                       the timeline's summary of [T0, T1) once complete (or "complete": false;
+                       "truncated": true too when the mediator's bounded buffer dropped part of it)
     POST /advisor/catalogue {"actions": ["partition:majority", "kill:one", ...]}   (Jepsen-driven mode)
     POST /advisor/next      {}   the learner's next fault, judged on the window since the last ask
     POST /nemesis      {"f": "start-partition", "value": ...}   a fault the harness enacted: a FAULT event

@@ -19,10 +19,18 @@ What asks for windows, and how far back: the campaign loop asks at the end of ea
 [step start, now), and at the start of a schedule for the window_s (2.5 s by default) before
 now; the Jepsen advisor for the span since its previous ask. Neither asks for anything older
 than its previous window's end, except a schedule's first window, which looks back one window
-from now. So no call marks a point before which everything may go: releasing at a schedule's
-end would lose the next schedule's first window; the bounds above leave that window whole
-whenever the stream's last window_s fits in `max_entries`.
+from now. So there is no point before which everything may go: releasing at a schedule's end
+would lose the next schedule's first window (and no call marks that end: /test/start and
+/test/end are the Jepsen harness's, the loop calls neither). A release on the loop's behalf
+could only drop what is older than one window before now, the part the bounds above already
+cap; they leave the first window whole whenever the stream's last window_s fits in
+`max_entries` (2.5 s of 100,000 events/s).
 
+What a window reads of an entry (abstraction.py and `behaviour`): its event's node, kind,
+id or data (its type), and for a RECV which SEND of the window it receives; selection reads
+its real_ns. The rows keep the rest of a `Committed` too (ts, lamport, index: 24 B), so that
+the entries a window is given are those the builder committed, not a look-alike. While a
+window is answered its entries exist as `Committed` objects: one window's worth, freed after.
 A window with entries dropped before it was asked for is `truncated`: reported incomplete
 (nothing learns from part of a window) and counted. `stats()` gives the counters (the
 mediator's /metrics, under "windows").

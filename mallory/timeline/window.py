@@ -14,7 +14,9 @@ from mallory.timeline.event import Batch, ClockPair, Event
 
 
 class EntryBuffer:
-    """Committed entries not yet taken by a window, in commit order (a causal order)."""
+    """Committed entries not yet taken by a window, in commit order (a causal order), as the
+    builder's `Committed` objects (offline: one recording, read once). The mediator, which
+    buffers a live stream, keeps compact bounded rows instead (rows.py `EntryRows`)."""
 
     def __init__(self) -> None:
         self._entries: list[Committed] = []
