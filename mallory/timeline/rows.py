@@ -165,6 +165,8 @@ class EntryRows:
     def _keep(self, mask: np.ndarray) -> None:
         """Keep only the live rows where `mask` holds, in a fresh allocation that fits them
         (so the capacity follows the live rows down after a window released most of them)."""
+        if mask.all():  # nothing released (an empty buffer too): no new allocation
+            return
         live = slice(self._start, self._end)
         rows, data = self._rows[live][mask], self._data[live][mask]
         self._rows, self._data = np.empty(0, ROW), np.empty(0, object)

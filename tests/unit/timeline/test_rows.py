@@ -122,6 +122,8 @@ def test_release_before_counts_what_it_drops_and_capacity_follows_the_live_rows_
     assert rows.capacity < 10_000, "a buffer emptied by a release gives its rows back"
     rows.take(99_000, 99_500)
     assert len(rows) == 500 and rows.dropped == 99_000, "what a window takes is not dropped"
+    empty = EntryRows()
+    assert empty.take(0, 10) == [] and empty.capacity == 0, "a window over nothing allocates nothing"
 
 
 def test_equal_data_strings_are_shared_and_the_table_cannot_grow_without_bound(monkeypatch):
