@@ -164,9 +164,36 @@ class Learner:
             raise MalloryError("the learner must observe a window before it can choose an action")
         listed = list(canonical_actions(actions))
         self._flush(listed)
-        self._action = self.policy.choose(self.state, listed)
+        return self._took(self.policy.choose(self.state, listed))
+
+    def take(self, action: Action, actions: Iterable[Action]) -> None:
+        """`next_action` for an action chosen elsewhere (a worker that decided from a copy of
+        the policy when this learner did not answer in time): learn from the last transition
+        as `next_action` would, then learn the next one from `action`, which must be one of
+        `actions`. A `next_action` already answered for this step is overridden: the
+        transition learnt is the one the cluster went through."""
+        if self.state is None:
+            raise MalloryError("the learner must observe a window before an action can be taken")
+        listed = list(canonical_actions(actions))
+        if action not in listed:
+            raise MalloryError(f"action {action!r} is not one of the actions offered")
+        self._flush(listed)
+        self._took(action)
+
+    def _took(self, action: Action) -> Action:
+        self._action = action
         self._acted = True
-        return self._action
+        return action
+
+    def fork(self) -> Learner:
+        """A learner for another trajectory through the same knowledge: it shares this one's
+        states, coverage, reward, policy and fault configurations (what one learns, the
+        other knows), and has its own current state, level and pending transition. Several
+        workers' schedules run at once, each on a fork; `to_checkpoint` of the original
+        saves the shared knowledge."""
+        twin = Learner(self.store, self.reward, self.policy, self.coverage, self.context)
+        twin.configurations = self.configurations
+        return twin
 
     def end_schedule(self) -> None:
         """The schedule is over: learn its last transition as terminal, forget the state."""

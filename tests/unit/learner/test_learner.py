@@ -291,3 +291,45 @@ def test_a_checkpoint_from_before_contexts_learns_over_states():
     del document["context"], document["configurations"]
     restored = Learner.from_checkpoint(orjson.dumps(document))
     assert restored.context == "state" and restored.next_action(ACTIONS) == learner.next_action(ACTIONS)
+
+
+def test_an_action_taken_elsewhere_is_learnt_as_the_transition_the_cluster_went_through():
+    """`take` stands for `next_action` when a worker chose from a copy of the policy: the
+    update lands on the action taken, even over an answer `next_action` already gave."""
+    rng = random.Random(4)
+    a = random_summary(rng, 50)
+    learner = Learner.create(policy="qlearning", reward="paper", seed=1)
+    learner.observe(a)
+    chosen = learner.next_action(ACTIONS)
+    taken = next(action for action in ACTIONS if action != chosen)
+    learner.take(taken, ACTIONS)  # the worker fell back and took another action
+    learner.observe(a)  # seen again: reward -1
+    learner.take(ACTIONS[0], ACTIONS)
+    assert learner.policy.q_value(0, taken) == 0.1 * -1.0
+    assert learner.policy.q_value(0, chosen) == 0.0
+    with pytest.raises(MalloryError, match="not one of the actions offered"):
+        learner.take("membership:add", ACTIONS)
+    learner.end_schedule()
+    with pytest.raises(MalloryError, match="observe a window"):
+        learner.take(ACTIONS[0], ACTIONS)
+
+
+def test_forks_share_what_is_learnt_and_keep_their_own_trajectories():
+    rng = random.Random(6)
+    a, b, c = (random_summary(rng, 60) for _ in range(3))
+    main = Learner.create(policy="qlearning", reward="paper", seed=1, context="faults")
+    one, two = main.fork(), main.fork()
+    one.observe(a, pairs=["x>y"], faults=["kill"])
+    two.observe(b, pairs=["y>z"], faults=["partition"])
+    assert len(main.store) == 2 and len(main.coverage) == 2
+    assert main.configurations == {("kill",): 0, ("partition",): 1}
+    assert (one.state, two.state, main.state) == (0, 1, None)
+    action = one.next_action(ACTIONS)
+    one.observe(c, faults=["kill"])  # new: reward 0 ...
+    two.next_action(ACTIONS)  # ... two's choice does not flush one's transition
+    assert main.policy.q == {}
+    one.end_schedule()
+    assert action in main.policy.q[0], "one's transition is learnt into the shared table"
+    assert two.state == 1, "one's schedule ending leaves two's trajectory alone"
+    restored = Learner.from_checkpoint(main.to_checkpoint())
+    assert len(restored.store) == 3 and restored.configurations == main.configurations
