@@ -24,7 +24,11 @@ is dropped whole (no record, no learner checkpoint), so `--resume` redoes it.
 
 The loop does no I/O of its own beyond the campaign directory: the window source (the
 mediator's timeline), the nemesis, the checks and the clock are handed in, so the same loop
-runs against a live cluster and, in tests, against named fakes.
+runs against a live cluster and, in tests, against named fakes. So is the learner side
+(service.py): a `Learner` is served in this process (`LocalLearner`); a campaign with
+several workers hands each worker's loop a service that reaches one shared learner
+(remote.py), and the loop is the same. How long each decision took is measured here
+(`decision_ms` in fuzzer_stats), whoever made it.
 """
 
 from __future__ import annotations
@@ -43,6 +47,14 @@ from mallory.campaign.afl import afl_plot_values, afl_stats
 from mallory.campaign.config import LoopConfig
 from mallory.campaign.directory import CampaignDir
 from mallory.campaign.progress import Progress
+from mallory.campaign.service import (
+    LOCAL,
+    BugReport,
+    LearnerService,
+    LocalLearner,
+    Transition,
+    WindowSeen,
+)
 from mallory.campaign.waypoints import Waypoints
 from mallory.errors import ExitCode, MalloryError
 from mallory.learner.learner import Learner
@@ -208,7 +220,7 @@ class Campaign:
     def __init__(
         self,
         directory: CampaignDir,
-        learner: Learner,
+        learner: Learner | LearnerService,
         source: WindowSource,
         nemesis: Nemesis,
         config: LoopConfig,
@@ -219,9 +231,13 @@ class Campaign:
         on_action: Callable[[str, Any], None] | None = None,
         waypoints: Waypoints | None = None,
         watchdog: Watchdog | None = None,
+        worker: str = LOCAL,
     ) -> None:
+        """`learner`: a Learner (served in this process, checkpointed into `directory`) or
+        the service of a shared one, which knows this loop as `worker`."""
         self.dir = directory
-        self.learner = learner
+        self.learner: LearnerService = LocalLearner(learner, directory) if isinstance(learner, Learner) else learner
+        self.worker = worker
         self.source = source
         self.nemesis = nemesis
         self.config = config
@@ -242,6 +258,7 @@ class Campaign:
         #: restarts dead components of the live stack (None: nothing to watch)
         self.watchdog = watchdog
         self._families: list[str] = []  # the fault families in force, for waypoints and the learner
+        self._policy = "-"  # the policy's name, as the learner side says
         self._restore_progress()
 
     def _restore_progress(self) -> None:
@@ -255,9 +272,9 @@ class Campaign:
             reached = record.get("waypoint")
             if reached:
                 p.waypoints_reached[reached] = p.waypoints_reached.get(reached, 0) + 1
-        p.states = len(self.learner.store)
-        p.pairs_covered = len(self.learner.coverage)
-        p.bugs = len(self.dir.known_bugs())
+        counters = self.learner.counters()
+        p.states, p.pairs_covered, p.bugs = counters.states, counters.pairs_covered, counters.bugs
+        self._policy = counters.policy
         stats = self.dir.read_stats()
         try:
             p.elapsed_before_s = float(stats.get("run_time", 0))
@@ -306,11 +323,13 @@ class Campaign:
         end = self.source.now_ns()
         with self._deaths_explained(record):
             first = self._feedback(end - window_ns, end)
-        observed = self.learner.observe_window(first.summary if first.complete and not gap else None, first.pairs)
-        record["initial_state"] = None if observed is None else observed[0].state_id
-        if observed is not None:
-            self.progress.current_state = observed[0].state_id
-        self.progress.pairs_covered = len(self.learner.coverage)
+        observed = self.learner.observe(self.worker, Transition(
+            window=WindowSeen(first.summary, first.pairs) if first.complete and not gap else None,
+            feedback_ms=self._feedback_ms(first), late=not first.complete))
+        record["initial_state"] = observed.state_id
+        if observed.state_id is not None:
+            self.progress.current_state = observed.state_id
+        self.progress.states, self.progress.pairs_covered = observed.states, observed.pairs_covered
         active: list[Any] = []
         self._families.clear()
         try:
@@ -318,10 +337,18 @@ class Campaign:
                 for step in range(cfg.steps if script is None else len(script)):
                     if stop():
                         break
-                    planned = ScriptedStep(self.learner.next_action(self.actions()), step) if script is None else script[step]
+                    actions = self.actions()
+                    decided: str | None = None
+                    if script is None:
+                        planned, decided = self._decide(step, actions)
+                    else:
+                        planned = script[step]
                     window_s = cfg.window_s if planned.window_s is None else planned.window_s
-                    entry = self._step(step, planned.action, step_rng(seed, planned.draw), int(window_s * 1e9), active, record)
+                    entry = self._step(step, planned.action, step_rng(seed, planned.draw), int(window_s * 1e9), active,
+                                       record, actions)
                     entry.update(draw=planned.draw, window_s=window_s)
+                    if decided is not None:
+                        entry["decided_by"] = decided
                     record["steps"].append(entry)
         except ComponentDied:
             raise  # the schedule in flight is dropped: no record, no checkpoint (--resume redoes it)
@@ -330,6 +357,16 @@ class Campaign:
             raise
         self._end_schedule(index, record, active)
         return record
+
+    def _decide(self, step: int, actions: list[str]) -> tuple[ScriptedStep, str | None]:
+        """Ask the learner side for the step's action, timing it; the step, and how the
+        action was chosen when the learner did not choose it (Decision.fallback)."""
+        asked = time.monotonic()
+        decision = self.learner.decide(self.worker, actions)
+        self.progress.decision_ms.append((time.monotonic() - asked) * 1e3)
+        if decision.fallback is not None:
+            self.progress.fallback_decisions += 1
+        return ScriptedStep(decision.action, step), decision.fallback
 
     @contextmanager
     def _deaths_explained(self, record: dict[str, Any]) -> Iterator[None]:
@@ -360,7 +397,7 @@ class Campaign:
             unhealed = bool(problems) or any(entry.get("heal_problems") for entry in record["steps"])
             if not unhealed and self.checker is not None:
                 self.checker.faults_healed()
-            self.learner.end_schedule()
+            self.learner.end_schedule(self.worker)
             self.progress.current_fault = "reset"
             self._enter("resetting")
             record["reset"] = report_json(self.nemesis.reset())
@@ -411,8 +448,13 @@ class Campaign:
             self.progress.feedback_ms.append((time.monotonic() - asked) * 1e3)
         return window
 
+    def _feedback_ms(self, window: Window) -> float | None:
+        """The feedback latency `_feedback` just measured for `window` (None: it was late)."""
+        return self.progress.feedback_ms[-1] if window.complete and self.progress.feedback_ms else None
+
     def _step(
-        self, step: int, action: str, rng: random.Random, window_ns: int, active: list[Any], record: dict[str, Any]
+        self, step: int, action: str, rng: random.Random, window_ns: int, active: list[Any], record: dict[str, Any],
+        actions: list[str],
     ) -> dict[str, Any]:
         self.progress.current_fault = action
         self.on_update(self.progress)
@@ -456,20 +498,20 @@ class Campaign:
         observable = window.complete and not gap  # a window with a gap teaches nothing
         if self.waypoints is not None and observable:
             waypoint = self.waypoints.level(window.types, self._families)
-        covered = len(self.learner.coverage)
-        observed = self.learner.observe_window(
-            window.summary if observable else None, window.pairs, waypoint, self._families
-        )
-        if observed is not None:
-            match, reward = observed
-            new_pairs = len(self.learner.coverage) - covered
-            entry.update(state=match.state_id, new=match.is_new, reward=reward, summary_size=len(window.summary),
-                         pairs=len(window.pairs), new_pairs=new_pairs, waypoint=waypoint)
-            p.current_state = match.state_id
+        observed = self.learner.observe(self.worker, Transition(
+            action=action, actions=tuple(actions),
+            window=WindowSeen(window.summary, window.pairs, waypoint, tuple(self._families)) if observable else None,
+            feedback_ms=self._feedback_ms(window), decision_ms=p.decision_ms[-1] if p.decision_ms else None,
+            late=not window.complete))
+        if observed.state_id is not None:
+            entry.update(state=observed.state_id, new=observed.is_new, reward=observed.reward,
+                         summary_size=len(window.summary), pairs=len(window.pairs), new_pairs=observed.new_pairs,
+                         waypoint=waypoint)
+            p.current_state = observed.state_id
             p.deepest_waypoint = max(p.deepest_waypoint, waypoint)
-            if match.is_new:
+            if observed.is_new:
                 p.last_new_state_s = p.elapsed_s()
-            if new_pairs:
+            if observed.new_pairs:
                 p.last_new_pair_s = p.elapsed_s()
         else:  # late or unobserved: no state, no reward (see Learner.observe_window)
             if not window.complete:
@@ -477,21 +519,8 @@ class Campaign:
             entry.update(state=None, new=None, reward=None)
         if report is not None and self.nemesis.one_window(report):
             entry.update(self._end_of_window(action, report, active))
-        p.states = len(self.learner.store)
-        p.pairs_covered = len(self.learner.coverage)
-        self.dir.append_plot(
-            {
-                **afl_plot_values(p),
-                "schedules_done": p.schedules_done,
-                "steps_done": p.steps_done,
-                "late_steps": p.late_steps,
-                "action": action,
-                "state": entry["state"] if entry["state"] is not None else "",
-                "new_state": int(bool(entry["new"])),
-                "feedback_ms": round(p.feedback_ms[-1], 1) if window.complete and p.feedback_ms else "",
-                "waypoint": waypoint,
-            }
-        )
+        p.states, p.pairs_covered = observed.states, observed.pairs_covered
+        self.dir.append_plot(plot_row(p, entry, self._feedback_ms(window)))
         self.dir.write_stats(self.stats())
         self.on_update(p)
         return entry
@@ -508,12 +537,9 @@ class Campaign:
             # The next schedule must start from a working cluster, not inherit a wedged one.
             self._enter("restarting every node")
             record["restart"] = report_json(self.nemesis.restart_all())
-        known = self.dir.known_bugs()
         for finding in findings:
-            bundle = self.dir.record_bug(finding.signature, finding.report, record, finding.files, self.dir.config(),
-                                         finding.sighting)
-            if bundle.name not in known:
-                known.add(bundle.name)
+            bug = BugReport(finding.signature, finding.report, record, finding.files, self.dir.config(), finding.sighting)
+            if self.learner.report_bug(self.worker, bug):
                 p.bugs += 1
                 p.last_bug_s = p.elapsed_s()
         if self.config.fresh_data:
@@ -523,7 +549,7 @@ class Campaign:
             record["fresh_start"] = report_json(self.nemesis.restart_all(fresh=True))
         # Order matters for resume: the schedule file marks the schedule done, so the
         # learner it trained is saved first.
-        self.dir.save_learner(self.learner.to_checkpoint())
+        self.learner.schedule_done(self.worker, record)
         self.dir.write_schedule(index, record)
         p.schedules_done += 1
         p.schedule_running = False
@@ -533,27 +559,50 @@ class Campaign:
     def stats(self) -> dict[str, Any]:
         """fuzzer_stats: AFL++'s keys (afl.py), then Mallory's own (times in campaign
         seconds), then `info`."""
-        p = self.progress
-        return {
-            **afl_stats(p, self.banner, self.command_line),
-            "schedules_done": p.schedules_done,
-            "steps_done": p.steps_done,
-            "late_steps": p.late_steps,
-            "refused_faults": p.refused_faults,
-            "distinct_states": p.states,
-            "last_new_state": "-" if p.last_new_state_s is None else round(p.last_new_state_s, 1),
-            "pairs_covered": p.pairs_covered,
-            "last_new_pair": "-" if p.last_new_pair_s is None else round(p.last_new_pair_s, 1),
-            "waypoints_reached": ",".join(f"{name}:{n}" for name, n in p.waypoints_reached.items()) or "-",
-            "states_per_hour": round(p.states / max(p.elapsed_s(), 1e-9) * 3600, 1),
-            "bugs_found": p.bugs,
-            "last_bug": "-" if p.last_bug_s is None else round(p.last_bug_s, 1),
-            "current_fault": p.current_fault,
-            "feedback_ms_p50": p.feedback_percentile(0.5),
-            "feedback_ms_p99": p.feedback_percentile(0.99),
-            "policy": self.learner.policy.name,
-            **self.info,
-        }
+        return campaign_stats(self.progress, self.banner, self.command_line, self._policy, self.info)
+
+
+def campaign_stats(p: Progress, banner: str, command_line: str, policy: str, info: dict[str, Any]) -> dict[str, Any]:
+    """fuzzer_stats of a campaign whose counters are `p` (a worker's, or the merged ones of
+    several: hub.py)."""
+    return {
+        **afl_stats(p, banner, command_line),
+        "schedules_done": p.schedules_done,
+        "steps_done": p.steps_done,
+        "late_steps": p.late_steps,
+        "refused_faults": p.refused_faults,
+        "distinct_states": p.states,
+        "last_new_state": "-" if p.last_new_state_s is None else round(p.last_new_state_s, 1),
+        "pairs_covered": p.pairs_covered,
+        "last_new_pair": "-" if p.last_new_pair_s is None else round(p.last_new_pair_s, 1),
+        "waypoints_reached": ",".join(f"{name}:{n}" for name, n in p.waypoints_reached.items()) or "-",
+        "states_per_hour": round(p.states / max(p.elapsed_s(), 1e-9) * 3600, 1),
+        "bugs_found": p.bugs,
+        "last_bug": "-" if p.last_bug_s is None else round(p.last_bug_s, 1),
+        "current_fault": p.current_fault,
+        "feedback_ms_p50": p.feedback_percentile(0.5),
+        "feedback_ms_p99": p.feedback_percentile(0.99),
+        "decision_ms_p50": p.decision_percentile(0.5),
+        "decision_ms_p99": p.decision_percentile(0.99),
+        "fallback_decisions": p.fallback_decisions,
+        "policy": policy,
+        **info,
+    }
+
+
+def plot_row(p: Progress, entry: dict[str, Any], feedback_ms: float | None) -> dict[str, Any]:
+    """plot_data's line for a step just taken (`entry`: its record), by column name."""
+    return {
+        **afl_plot_values(p),
+        "schedules_done": p.schedules_done,
+        "steps_done": p.steps_done,
+        "late_steps": p.late_steps,
+        "action": entry["action"],
+        "state": entry["state"] if entry["state"] is not None else "",
+        "new_state": int(bool(entry["new"])),
+        "feedback_ms": round(feedback_ms, 1) if feedback_ms is not None else "",
+        "waypoint": entry.get("waypoint", 0) if entry["state"] is not None else 0,
+    }
 
 
 def _needs_restart(record: dict[str, Any]) -> bool:

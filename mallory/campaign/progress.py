@@ -38,6 +38,10 @@ class Progress:
     #: what the loop is doing: taking a schedule's steps, healing, resetting, checking
     phase: str = "fuzzing"
     feedback_ms: list[float] = field(default_factory=list)
+    #: how long each decision of the learner side took (a remote learner's round trip)
+    decision_ms: list[float] = field(default_factory=list)
+    #: decisions a worker made without the learner (it did not answer within the budget)
+    fallback_decisions: int = 0
 
     def elapsed_s(self) -> float:
         return self.elapsed_before_s + time.time() - self.started
@@ -47,7 +51,15 @@ class Progress:
         return time.time() - self.elapsed_s() + campaign_s
 
     def feedback_percentile(self, p: float) -> float | None:
-        if not self.feedback_ms:
-            return None
-        ordered = sorted(self.feedback_ms[-10_000:])
-        return round(ordered[min(len(ordered) - 1, int(p * len(ordered)))], 1)
+        return percentile(self.feedback_ms, p)
+
+    def decision_percentile(self, p: float) -> float | None:
+        return percentile(self.decision_ms, p, digits=2)
+
+
+def percentile(values: list[float], p: float, digits: int = 1) -> float | None:
+    """The `p` quantile (nearest rank) of the last 10 000 `values`, rounded; None if empty."""
+    if not values:
+        return None
+    ordered = sorted(values[-10_000:])
+    return round(ordered[min(len(ordered) - 1, int(p * len(ordered)))], digits)

@@ -38,12 +38,13 @@ from mallory.campaign.config import (
 from mallory.campaign.directory import CampaignDir
 from mallory.campaign.live import LiveParts, filter_set_faults, live_parts
 from mallory.campaign.loop import Campaign, ComponentDied, RealSleeper, steady_summaries
+from mallory.campaign.service import learner_for
 from mallory.campaign.status import StatusScreen
 from mallory.campaign.waypoints import Waypoints, load_waypoints, waypoint_names
 from mallory.errors import ExitCode, MalloryError
 from mallory.harness.workload import WORKLOADS
 from mallory.learner.calibration import calibrate_threshold
-from mallory.learner.learner import CONTEXTS, Learner
+from mallory.learner.learner import CONTEXTS
 from mallory.learner.policies import POLICIES, PRIORS, SAMPLER_FAULTS
 from mallory.learner.rewards import REWARDS
 from mallory.learner.states import StateStore
@@ -202,16 +203,6 @@ def config_from_args(args: argparse.Namespace) -> CampaignConfig:
         raise MalloryError(f"{OPTION_OF_FIELD.get(exc.field, '--' + exc.field)} {exc.problem}") from None
 
 
-def _learner(directory: CampaignDir, config: CampaignConfig) -> Learner:
-    saved = directory.load_learner()
-    if saved is not None:
-        return Learner.from_checkpoint(saved)
-    params = {key: value for key, value in (("temperature", config.temperature), ("prior", config.prior))
-              if value is not None}
-    return Learner.create(policy=config.policy, reward=config.reward, seed=config.seed,
-                          threshold=config.threshold, policy_params=params, context=config.context)
-
-
 def _calibrate(config: CampaignConfig, directory: CampaignDir, live: LiveParts) -> CampaignConfig:
     """The paper's calibration: fault-free windows under load set the similarity threshold.
     The calibrated configuration is written to the campaign directory before it is used."""
@@ -299,7 +290,7 @@ def run(args: argparse.Namespace) -> int:
                     screen.phase("calibration: fault-free windows under load")
                     config = _calibrate(config, directory, live)
                 campaign = Campaign(
-                    directory, _learner(directory, config), live.windows, live.nemesis, config.loop_config(),
+                    directory, learner_for(directory, config), live.windows, live.nemesis, config.loop_config(),
                     checker=live.checks, on_update=screen.update, on_action=live.record_action,
                     info={"cluster_run": run_name}, waypoints=_waypoints(config, live), watchdog=live.stack,
                 )

@@ -185,6 +185,11 @@ class Learner:
         self._acted = True
         return action
 
+    @property
+    def acting(self) -> Action | None:
+        """The action taken since the last window observed (None: none yet)."""
+        return self._action if self._acted else None
+
     def fork(self) -> Learner:
         """A learner for another trajectory through the same knowledge: it shares this one's
         states, coverage, reward, policy and fault configurations (what one learns, the

@@ -169,9 +169,9 @@ def test_campaign_directory_is_complete_and_well_formed(tmp_path):
     assert plot[0] == "# " + ", ".join(PLOT_COLUMNS) and len(plot) == 1 + 24
     stats = campaign.dir.read_stats()
     assert stats["schedules_done"] == "2" and stats["steps_done"] == "24"
-    assert int(stats["distinct_states"]) == len(campaign.learner.store) >= 2
+    assert int(stats["distinct_states"]) == len(campaign.learner.learner.store) >= 2
     assert orjson.loads((root / "campaign.json").read_bytes())["seed"] == 3
-    assert Learner.from_checkpoint((root / "learner").read_bytes()).store.visit_counts == campaign.learner.store.visit_counts
+    assert Learner.from_checkpoint((root / "learner").read_bytes()).store.visit_counts == campaign.learner.learner.store.visit_counts
 
 
 def test_late_feedback_is_recorded_late_and_teaches_nothing(tmp_path):
@@ -185,7 +185,7 @@ def test_late_feedback_is_recorded_late_and_teaches_nothing(tmp_path):
     # every state the learner knows came from a complete window: the partial ones added none
     record = campaign.dir.read_schedules()[0]
     known = {record["initial_state"]} | {s["state"] for s in steps if not s["late"]}
-    assert len(campaign.learner.store) == len(known)
+    assert len(campaign.learner.learner.store) == len(known)
 
 
 def test_a_truncated_window_is_recorded_so_and_teaches_nothing(tmp_path):
@@ -237,10 +237,10 @@ def test_a_bug_found_many_times_is_one_bundle(tmp_path):
 def test_resume_continues_where_the_campaign_stopped(tmp_path):
     first, _ = make_campaign(tmp_path, "qlearning", checker=FakeChecker())
     first.run(schedules=3)
-    states = len(first.learner.store)
+    states = len(first.learner.learner.store)
     # A later incarnation, as after a kill: everything comes from the directory.
     again, _ = make_campaign(tmp_path, "qlearning", checker=FakeChecker(), create=False)
-    assert again.progress.schedules_done == 3 and len(again.learner.store) == states
+    assert again.progress.schedules_done == 3 and len(again.learner.learner.store) == states
     again.run(schedules=2)
     assert [s["index"] for s in again.dir.read_schedules()] == [0, 1, 2, 3, 4]
     assert again.progress.steps_done == 60
@@ -425,7 +425,7 @@ def test_the_loop_counts_coverage_and_waypoints_in_steps_stats_and_plot(tmp_path
     # added a pair; the steady pair was new once
     novel_windows = [s for s in steps if s["waypoint"] == 1]
     assert all(s["new_pairs"] == 1 for s in novel_windows) and len(novel_windows) >= len(novel)
-    assert campaign.progress.pairs_covered == 1 + len(novel_windows) == len(campaign.learner.coverage)
+    assert campaign.progress.pairs_covered == 1 + len(novel_windows) == len(campaign.learner.learner.coverage)
     reached = [r.get("waypoint") for r in directory.read_schedules()]
     assert campaign.progress.waypoints_reached == {"novelty": reached.count("novelty")} and "novelty" in reached
     stats = directory.read_stats()

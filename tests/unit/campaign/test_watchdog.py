@@ -58,7 +58,7 @@ def test_a_step_with_a_restarted_observer_is_unobserved_and_teaches_nothing(tmp_
     assert record["unobserved"] == [{"at": 3, "restarted": ["observer n2"]}]
     assert campaign.dir.read_stats()["late_steps"] == "0"  # a gap is not lateness
     known = {record["initial_state"]} | {s["state"] for s in record["steps"] if s["state"] is not None}
-    assert len(campaign.learner.store) == len(known)  # the gap's window added no state
+    assert len(campaign.learner.learner.store) == len(known)  # the gap's window added no state
 
 
 @pytest.mark.parametrize("call, at", [(1, "start"), (7, 5), (CALLS_PER_SCHEDULE, "reset")])
@@ -89,7 +89,7 @@ def test_a_dead_mediator_drops_the_schedule_in_flight_whole(tmp_path, fatal_from
     assert len((campaign.dir.root / "bugs" / "log_two-leaders" / "sightings.jsonl").read_text().splitlines()) == 1
     # a resumed campaign redoes the dropped schedule from the last checkpoint
     again, _ = make_campaign(tmp_path, "qlearning", checker=AlwaysFinds(), create=False)
-    assert again.progress.schedules_done == 1 and again.learner.to_checkpoint() == saved
+    assert again.progress.schedules_done == 1 and again.learner.learner.to_checkpoint() == saved
     again.run(schedules=1)
     assert [r["index"] for r in again.dir.read_schedules()] == [0, 1]
 
