@@ -210,6 +210,11 @@ class CampaignDir:
 
     # -- bugs ------------------------------------------------------------------------------
 
+    @staticmethod
+    def bundle_name(signature: str) -> str:
+        """The name of a bug's bundle directory: its signature, made safe for a path."""
+        return "".join(c if c.isalnum() or c in "-_." else "_" for c in signature)[:120]
+
     def known_bugs(self) -> set[str]:
         return {p.name for p in (self.root / "bugs").iterdir() if p.is_dir() and not p.name.startswith(".")}
 
@@ -230,7 +235,7 @@ class CampaignDir:
         holds its schedule, its time and what the checks saw then (`sighting`: occurrences,
         nodes, a history's anomaly types).
         """
-        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in signature)[:120]
+        safe = self.bundle_name(signature)
         bundle = self.root / "bugs" / safe
         line = {"schedule": schedule.get("index"), "time": time.time(), **(sighting or {})}
         if bundle.exists():

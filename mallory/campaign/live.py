@@ -1,4 +1,5 @@
-"""The live parts of a campaign, set up and torn down in one place (fuzz and replay share it).
+"""The live parts of a campaign, set up and torn down in one place (fuzz, its workers and
+replay share it), and what runs on them before fuzzing (calibration, waypoints).
 
 Order: the observed cluster (mediator, observers), then the SUT with the clock/disk fault
 controls in its environment, then the nemesis and the per-schedule checks. Teardown runs
@@ -9,27 +10,45 @@ nemesis offers each as a fault (nemesis/faults/filters.py); without, neither exi
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from mallory.campaign.checks import ScheduleChecks
-from mallory.campaign.config import NO_WORKLOAD, CampaignConfig
+from mallory.campaign.config import (
+    MIN_CALIBRATION_WINDOWS,
+    NO_WORKLOAD,
+    Calibration,
+    CampaignConfig,
+)
 from mallory.campaign.directory import CampaignDir
-from mallory.campaign.loop import Campaign, ScriptedStep, report_json
+from mallory.campaign.loop import (
+    Campaign,
+    RealSleeper,
+    ScriptedStep,
+    report_json,
+    steady_summaries,
+)
 from mallory.campaign.netns_stack import ObservedCluster
 from mallory.campaign.observed import message_layer_args
+from mallory.campaign.waypoints import Waypoints, load_waypoints
+from mallory.errors import MalloryError
 from mallory.files import atomic_write
 from mallory.harness.adapter import ProcessAdapter, SutAdapter, TakesEnvOverlay
 from mallory.harness.runner import RunConfig
 from mallory.harness.session import start_all, teardown_all
 from mallory.instrument.catalogue import Catalogue, catalogue_path
+from mallory.learner.calibration import calibrate_threshold
 from mallory.learner.learner import Learner
+from mallory.learner.states import StateStore
 from mallory.mediator.client import TimelineWindows
 from mallory.suts.registry import make_adapter
 from nemesis.faults.filters import FilterSetFaults
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -135,3 +154,41 @@ def replay_script(config: CampaignConfig, directory: CampaignDir, run_name: str,
         campaign = Campaign(directory, Learner.create(policy="random"), live.windows, live.nemesis, config.loop_config(),
                             checker=live.checks, on_action=live.record_action, watchdog=live.stack)
         return campaign.run_schedule(0, script=script, seed=seed)
+
+
+def calibrate(config: CampaignConfig, directory: CampaignDir, live: LiveParts) -> CampaignConfig:
+    """The paper's calibration: fault-free windows under load set the similarity threshold.
+    The calibrated configuration is written to the campaign directory before it is used."""
+    log.info("calibrating on %d fault-free windows under load...", config.calibrate)
+    run_dir = directory.root / "runs" / "calibration"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    live.checks.start_workload(run_dir, config.seed, key_slot=0)
+    try:
+        summaries = steady_summaries(live.windows, RealSleeper(), config.calibrate, config.window_s)
+    finally:
+        live.checks.stop_workload()
+    if len(summaries) < MIN_CALIBRATION_WINDOWS:
+        raise MalloryError(f"calibration: only {len(summaries)} complete windows; the timeline is not keeping up")
+    # The largest threshold that makes 90% coincide is 1.0 when the steady windows are all
+    # alike: as discriminating as exact equality, which would split every faulty window
+    # from its neighbours. It lowers the configured threshold; it never raises it.
+    largest = calibrate_threshold(summaries)
+    threshold = min(largest, config.threshold)
+    store = StateStore(threshold=threshold)
+    for summary in summaries:
+        store.lookup(summary)
+    log.info("calibration: %d fault-free windows fall into %d state(s) at threshold %.3f (90%% coincide up to %.3f; "
+             "configured %s)", len(summaries), len(store), threshold, largest, config.threshold)
+    calibrated = replace(config, threshold=threshold, calibration=Calibration(
+        windows=len(summaries), threshold=threshold, largest=largest, steady_states=len(store)))
+    directory.write_config(calibrated)
+    return calibrated
+
+
+def live_waypoints(config: CampaignConfig, live: LiveParts) -> Waypoints | None:
+    """The campaign's waypoints, their event names resolved against the SUT's catalogue and
+    log events, their fault families against the nemesis's."""
+    if config.waypoints is None:
+        return None
+    families = {label.partition(":")[0] for label in live.nemesis.actions()}
+    return load_waypoints(Path(config.waypoints), live.event_catalogue(), live.log_event_names(), families)

@@ -50,6 +50,7 @@ from mallory.campaign.progress import Progress
 from mallory.campaign.service import (
     LOCAL,
     BugReport,
+    Counters,
     LearnerService,
     LocalLearner,
     Transition,
@@ -244,9 +245,10 @@ class Campaign:
         self.checker = checker
         self.sleeper = sleeper or RealSleeper()
         self.on_update = on_update or (lambda progress: None)
-        self.progress = Progress()
         #: fixed facts shown in fuzzer_stats (e.g. the cluster run, for `mallory cleanup RUN`)
         self.info = dict(info or {})
+        if worker != LOCAL:  # one of several workers: its stats say which
+            self.info["worker"] = worker
         created = directory.config()
         #: afl-whatsup's and afl-plot's title for the campaign, and the command that made it
         self.banner = f"{Path(created.sut).name} x{created.nodes}"
@@ -258,28 +260,9 @@ class Campaign:
         #: restarts dead components of the live stack (None: nothing to watch)
         self.watchdog = watchdog
         self._families: list[str] = []  # the fault families in force, for waypoints and the learner
-        self._policy = "-"  # the policy's name, as the learner side says
-        self._restore_progress()
-
-    def _restore_progress(self) -> None:
-        """Counters of a resumed campaign continue from what its directory holds."""
-        p = self.progress
-        for record in self.dir.read_schedules():
-            p.schedules_done += 1
-            p.steps_done += len(record.get("steps", []))
-            p.late_steps += sum(1 for s in record.get("steps", []) if s.get("late"))
-            p.deepest_waypoint = max([p.deepest_waypoint, *(s.get("waypoint") or 0 for s in record.get("steps", []))])
-            reached = record.get("waypoint")
-            if reached:
-                p.waypoints_reached[reached] = p.waypoints_reached.get(reached, 0) + 1
         counters = self.learner.counters()
-        p.states, p.pairs_covered, p.bugs = counters.states, counters.pairs_covered, counters.bugs
-        self._policy = counters.policy
-        stats = self.dir.read_stats()
-        try:
-            p.elapsed_before_s = float(stats.get("run_time", 0))
-        except ValueError:
-            p.elapsed_before_s = 0.0
+        self.progress = restore_progress(directory, counters)
+        self._policy = counters.policy  # the policy's name, as the learner side says
 
     def actions(self) -> list[str]:
         offered = [a for a in self.nemesis.actions() if a not in (HEAL, NOOP)]
@@ -338,17 +321,15 @@ class Campaign:
                     if stop():
                         break
                     actions = self.actions()
-                    decided: str | None = None
+                    fallback: str | None = None
                     if script is None:
-                        planned, decided = self._decide(step, actions)
+                        planned, fallback = self._decide(step, actions)
                     else:
                         planned = script[step]
                     window_s = cfg.window_s if planned.window_s is None else planned.window_s
                     entry = self._step(step, planned.action, step_rng(seed, planned.draw), int(window_s * 1e9), active,
-                                       record, actions)
+                                       record, actions, fallback)
                     entry.update(draw=planned.draw, window_s=window_s)
-                    if decided is not None:
-                        entry["decided_by"] = decided
                     record["steps"].append(entry)
         except ComponentDied:
             raise  # the schedule in flight is dropped: no record, no checkpoint (--resume redoes it)
@@ -454,7 +435,7 @@ class Campaign:
 
     def _step(
         self, step: int, action: str, rng: random.Random, window_ns: int, active: list[Any], record: dict[str, Any],
-        actions: list[str],
+        actions: list[str], fallback: str | None = None,
     ) -> dict[str, Any]:
         self.progress.current_fault = action
         self.on_update(self.progress)
@@ -491,6 +472,7 @@ class Campaign:
             "late": not window.complete,
             **({"truncated": True} if window.truncated else {}),
             **({"unobserved": gap} if gap else {}),
+            **({"fallback": fallback} if fallback else {}),
         }
         p = self.progress
         p.steps_done += 1
@@ -502,7 +484,7 @@ class Campaign:
             action=action, actions=tuple(actions),
             window=WindowSeen(window.summary, window.pairs, waypoint, tuple(self._families)) if observable else None,
             feedback_ms=self._feedback_ms(window), decision_ms=p.decision_ms[-1] if p.decision_ms else None,
-            late=not window.complete))
+            fallback=fallback, late=not window.complete))
         if observed.state_id is not None:
             entry.update(state=observed.state_id, new=observed.is_new, reward=observed.reward,
                          summary_size=len(window.summary), pairs=len(window.pairs), new_pairs=observed.new_pairs,
@@ -560,6 +542,26 @@ class Campaign:
         """fuzzer_stats: AFL++'s keys (afl.py), then Mallory's own (times in campaign
         seconds), then `info`."""
         return campaign_stats(self.progress, self.banner, self.command_line, self._policy, self.info)
+
+
+def restore_progress(directory: CampaignDir, counters: Counters) -> Progress:
+    """The counters of a campaign resumed from `directory` (a new one's are zeros): its
+    schedule records, its fuzzer_stats' run time, and the learner side's totals."""
+    p = Progress()
+    for record in directory.read_schedules():
+        p.schedules_done += 1
+        p.steps_done += len(record.get("steps", []))
+        p.late_steps += sum(1 for s in record.get("steps", []) if s.get("late"))
+        p.deepest_waypoint = max([p.deepest_waypoint, *(s.get("waypoint") or 0 for s in record.get("steps", []))])
+        reached = record.get("waypoint")
+        if reached:
+            p.waypoints_reached[reached] = p.waypoints_reached.get(reached, 0) + 1
+    p.states, p.pairs_covered, p.bugs = counters.states, counters.pairs_covered, counters.bugs
+    try:
+        p.elapsed_before_s = float(directory.read_stats().get("run_time", 0))
+    except ValueError:
+        p.elapsed_before_s = 0.0
+    return p
 
 
 def campaign_stats(p: Progress, banner: str, command_line: str, policy: str, info: dict[str, Any]) -> dict[str, Any]:

@@ -30,7 +30,9 @@ interleave freely. Nothing here is Ray: the path without `--workers` never impor
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import io
+import tarfile
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -64,13 +66,15 @@ class Transition:
     when it taught nothing (late, or a component restarted during it); `pairs` of a late
     window are not counted either. The rest is for the campaign's merged statistics:
     `feedback_ms` (how long the timeline took to give the window; None when late),
-    `decision_ms` (how long the decision before it took), `late`."""
+    `decision_ms` (how long the decision before it took), `fallback` (how the worker chose
+    the action without the learner: Decision.fallback), `late`."""
 
     action: str | None = None
     actions: tuple[str, ...] = ()
     window: WindowSeen | None = None
     feedback_ms: float | None = None
     decision_ms: float | None = None
+    fallback: str | None = None
     late: bool = False
 
 
@@ -123,6 +127,28 @@ class BugReport:
     files: list[Path] = field(default_factory=list)
     config: CampaignConfig | None = None
     sighting: dict[str, Any] = field(default_factory=dict)
+
+
+def pack_files(files: Iterable[Path]) -> bytes:
+    """The files and directories of a bug's bundle (a run directory) as one tar.gz, each
+    under its own name, for a learner on another machine."""
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w:gz") as tar:
+        for path in files:
+            path = Path(path)
+            if path.exists():
+                tar.add(path, arcname=path.name)
+    return out.getvalue()
+
+
+def unpack_files(archive: bytes, into: Path) -> list[Path]:
+    """What `pack_files` packed, unpacked into the directory `into`; the top-level paths.
+    Only plain files and directories come out, and only inside `into` (tarfile's "data"
+    filter): an archive is another machine's word."""
+    into.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(fileobj=io.BytesIO(archive), mode="r:gz") as tar:
+        tar.extractall(into, filter="data")
+    return sorted(into.iterdir())
 
 
 class LearnerService(Protocol):

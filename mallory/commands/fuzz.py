@@ -2,6 +2,7 @@
 
     mallory fuzz --sut SPEC --nodes 3 --duration 1h --policy qlearning --out DIR --seed 1
     mallory fuzz --resume DIR [--duration 2h]
+    mallory fuzz ... --workers N [--ray ADDRESS]   # N clusters, one learner, on Ray (docs/ray.md)
 
 Brings up a network-namespace cluster with the mediator as gateway and an observer per
 node, starts the SUT through its adapter (clock and disk fault controls preloaded), runs the
@@ -11,52 +12,53 @@ ends the campaign after the current step, resets the cluster and removes it; aft
 dead observer is restarted; a dead mediator ends the campaign the same way, saying so
 (exit status 69; see mallory/campaign/observed.py). Exits 1 when the campaign holds a bug
 (as Jepsen's test command does for an invalid history), 0 when it holds none.
+
+With --workers, N workers (each a cluster of its own, on whichever machine of the Ray
+cluster it lands on) share one learner (mallory/campaign/ray_engine.py); Ray is imported
+then only. --resume continues a campaign with any number of workers, or without.
 """
 
 from __future__ import annotations
 
 import argparse
-import logging
 import re
 import secrets
 import signal
 import sys
 import threading
-from dataclasses import replace
 from pathlib import Path
 
 from mallory import __version__
 from mallory.campaign.config import (
     BACKENDS,
-    MIN_CALIBRATION_WINDOWS,
     NO_WORKLOAD,
     PRESETS,
-    Calibration,
     CampaignConfig,
     ConfigError,
 )
 from mallory.campaign.directory import CampaignDir
-from mallory.campaign.live import LiveParts, filter_set_faults, live_parts
-from mallory.campaign.loop import Campaign, ComponentDied, RealSleeper, steady_summaries
+from mallory.campaign.live import (
+    calibrate,
+    filter_set_faults,
+    live_parts,
+    live_waypoints,
+)
+from mallory.campaign.loop import Campaign, ComponentDied
+from mallory.campaign.progress import Progress
 from mallory.campaign.service import learner_for
 from mallory.campaign.status import StatusScreen
-from mallory.campaign.waypoints import Waypoints, load_waypoints, waypoint_names
+from mallory.campaign.waypoints import waypoint_names
 from mallory.errors import ExitCode, MalloryError
 from mallory.harness.workload import WORKLOADS
-from mallory.learner.calibration import calibrate_threshold
 from mallory.learner.learner import CONTEXTS
 from mallory.learner.policies import POLICIES, PRIORS, SAMPLER_FAULTS
 from mallory.learner.rewards import REWARDS
-from mallory.learner.states import StateStore
 from mallory.suts.registry import BUILTIN_SUTS, check_workload, resolve_sut
 from mallory.timeline.abstraction import ABSTRACTIONS
 from nemesis.nemesis import Nemesis, check_fault_names
 
 NAME = "fuzz"
 HELP = "run a fuzz campaign against a real cluster (learns which fault to inject next)"
-
-log = logging.getLogger(__name__)
-
 
 def parse_duration(text: str) -> float:
     """'90s', '30m', '1.5h', '24h', '2d' or plain seconds."""
@@ -132,6 +134,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         "actions at 0); options given explicitly still win")
     parser.add_argument("--port", type=int, default=defaults.port, help="client port of a built-in SUT")
     parser.add_argument("--plain", action="store_true", help="log lines instead of the status screen")
+    parser.add_argument("--workers", type=int, default=None, metavar="N",
+                        help="run N workers, each with a cluster of its own, sharing one learner, on Ray "
+                        "(pip install 'mallory[ray]'; root on every machine a worker lands on; see docs/ray.md)")
+    parser.add_argument("--ray", default=None, metavar="ADDRESS",
+                        help="with --workers: the Ray cluster to run on ('auto': the one this machine is in; "
+                        "default: a local one started for the run)")
     parser.add_argument("--backend", choices=BACKENDS, default=defaults.backend,
                         help="netns: a cluster of namespaces made here (default); docker: the containers of the "
                         "compose project this runs in (see `mallory compose`)")
@@ -203,42 +211,64 @@ def config_from_args(args: argparse.Namespace) -> CampaignConfig:
         raise MalloryError(f"{OPTION_OF_FIELD.get(exc.field, '--' + exc.field)} {exc.problem}") from None
 
 
-def _calibrate(config: CampaignConfig, directory: CampaignDir, live: LiveParts) -> CampaignConfig:
-    """The paper's calibration: fault-free windows under load set the similarity threshold.
-    The calibrated configuration is written to the campaign directory before it is used."""
-    log.info("calibrating on %d fault-free windows under load...", config.calibrate)
-    run_dir = directory.root / "runs" / "calibration"
-    run_dir.mkdir(parents=True, exist_ok=True)
-    live.checks.start_workload(run_dir, config.seed, key_slot=0)
+def _check_workers(args: argparse.Namespace, config: CampaignConfig) -> None:
+    """--workers and --ray make sense together, on a cluster backend of the workers' own."""
+    if args.ray is not None and args.workers is None:
+        raise MalloryError("--ray needs --workers N")
+    if args.workers is None:
+        return
+    if args.workers < 1:
+        raise MalloryError(f"--workers must be at least 1, got {args.workers}")
+    if config.backend != "netns":
+        raise MalloryError("--workers runs each worker's cluster in network namespaces (--backend netns); "
+                           "a docker campaign runs in its compose project")
+
+
+def _run_here(args: argparse.Namespace, directory: CampaignDir, config: CampaignConfig, duration: float | None,
+              stopping: threading.Event) -> Progress:
+    """The campaign in this process, on a cluster of this machine."""
+    run_name = "fz" + secrets.token_hex(3)
+    with StatusScreen(f"{config.sut} x{config.nodes} ({config.policy})", plain=args.plain or None) as screen:
+        screen.phase("bring-up: cluster, mediator, observers, SUT")
+        with live_parts(config, directory, run_name) as live:
+            check_sampler_fault(config, live.nemesis)
+            if config.calibrate and directory.load_learner() is None and config.calibration is None:
+                screen.phase("calibration: fault-free windows under load")
+                config = calibrate(config, directory, live)
+            campaign = Campaign(
+                directory, learner_for(directory, config), live.windows, live.nemesis, config.loop_config(),
+                checker=live.checks, on_update=screen.update, on_action=live.record_action,
+                info={"cluster_run": run_name}, waypoints=live_waypoints(config, live), watchdog=live.stack,
+            )
+            progress = campaign.run(schedules=args.schedules, duration_s=duration, stop=stopping.is_set)
+            screen.phase("tear-down: SUT, observers, mediator, cluster")
+    return progress
+
+
+def _run_on_ray(args: argparse.Namespace, directory: CampaignDir, config: CampaignConfig, duration: float | None,
+                stopping: threading.Event) -> Progress:
+    """The campaign on Ray (campaign/ray_engine.py, imported only here: no Ray without --workers)."""
     try:
-        summaries = steady_summaries(live.windows, RealSleeper(), config.calibrate, config.window_s)
-    finally:
-        live.checks.stop_workload()
-    if len(summaries) < MIN_CALIBRATION_WINDOWS:
-        raise MalloryError(f"calibration: only {len(summaries)} complete windows; the timeline is not keeping up")
-    # The largest threshold that makes 90% coincide is 1.0 when the steady windows are all
-    # alike: as discriminating as exact equality, which would split every faulty window
-    # from its neighbours. It lowers the configured threshold; it never raises it.
-    largest = calibrate_threshold(summaries)
-    threshold = min(largest, config.threshold)
-    store = StateStore(threshold=threshold)
-    for summary in summaries:
-        store.lookup(summary)
-    log.info("calibration: %d fault-free windows fall into %d state(s) at threshold %.3f (90%% coincide up to %.3f; "
-             "configured %s)", len(summaries), len(store), threshold, largest, config.threshold)
-    calibrated = replace(config, threshold=threshold, calibration=Calibration(
-        windows=len(summaries), threshold=threshold, largest=largest, steady_states=len(store)))
-    directory.write_config(calibrated)
-    return calibrated
-
-
-def _waypoints(config: CampaignConfig, live: LiveParts) -> Waypoints | None:
-    """The campaign's waypoints, their event names resolved against the SUT's catalogue and
-    log events, their fault families against the nemesis's."""
-    if config.waypoints is None:
-        return None
-    families = {label.partition(":")[0] for label in live.nemesis.actions()}
-    return load_waypoints(Path(config.waypoints), live.event_catalogue(), live.log_event_names(), families)
+        from mallory.campaign.ray_engine import run_on_ray
+    except ImportError as exc:
+        raise MalloryError(f"--workers needs Ray ({exc}): pip install 'mallory[ray]'") from None
+    elapsed = float(directory.read_stats().get("run_time") or 0)
+    seconds = None if duration is None else max(0.0, duration - elapsed)
+    title = f"{config.sut} x{config.nodes} ({config.policy}, {args.workers} workers)"
+    with StatusScreen(title, plain=args.plain or None) as screen:
+        screen.phase(f"{args.workers} workers on Ray: each brings up its cluster")
+        result = run_on_ray(directory, config, workers=args.workers, address=args.ray, seconds=seconds,
+                            schedules=args.schedules, stop=stopping.is_set, on_update=screen.update)
+    for worker in result.workers:
+        print(f"  worker {worker.worker}: {worker.schedules} schedules, {worker.steps} steps, decision p50 "
+              f"{worker.decision_ms_p50} ms p99 {worker.decision_ms_p99} ms, {worker.fallback_decisions} "
+              "decided without the learner")
+    for worker, why in result.deaths:
+        print(f"  worker {worker} died: {why}")
+    p = result.progress
+    print(f"  decision latency over all workers: p50 {p.decision_percentile(0.5)} ms, "
+          f"p99 {p.decision_percentile(0.99)} ms")
+    return p
 
 
 def check_sampler_fault(config: CampaignConfig, nemesis: Nemesis) -> None:
@@ -269,6 +299,7 @@ def run(args: argparse.Namespace) -> int:
         check_fault_names(config.faults, filter_faults)
     if config.waypoints:
         waypoint_names(Path(config.waypoints))
+    _check_workers(args, config)
     if not args.resume:
         directory.create(config)
 
@@ -280,22 +311,11 @@ def run(args: argparse.Namespace) -> int:
         stopping.set()
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    run_name = "fz" + secrets.token_hex(3)
     try:
-        with StatusScreen(f"{config.sut} x{config.nodes} ({config.policy})", plain=args.plain or None) as screen:
-            screen.phase("bring-up: cluster, mediator, observers, SUT")
-            with live_parts(config, directory, run_name) as live:
-                check_sampler_fault(config, live.nemesis)
-                if config.calibrate and directory.load_learner() is None and config.calibration is None:
-                    screen.phase("calibration: fault-free windows under load")
-                    config = _calibrate(config, directory, live)
-                campaign = Campaign(
-                    directory, learner_for(directory, config), live.windows, live.nemesis, config.loop_config(),
-                    checker=live.checks, on_update=screen.update, on_action=live.record_action,
-                    info={"cluster_run": run_name}, waypoints=_waypoints(config, live), watchdog=live.stack,
-                )
-                progress = campaign.run(schedules=args.schedules, duration_s=duration, stop=stopping.is_set)
-                screen.phase("tear-down: SUT, observers, mediator, cluster")
+        if args.workers is not None:
+            progress = _run_on_ray(args, directory, config, duration, stopping)
+        else:
+            progress = _run_here(args, directory, config, duration, stopping)
     except ComponentDied as exc:
         raise ComponentDied(f"{exc}. The campaign stopped and removed its cluster; the schedule in flight was "
                             f"dropped: `mallory fuzz --resume {directory.root}` continues from the last whole "

@@ -1,0 +1,298 @@
+"""`mallory fuzz --workers N`: N campaign workers and one learner as Ray actors.
+
+The only module that imports Ray (`mallory fuzz` imports it only when given --workers; Ray
+is the optional dependency `mallory[ray]`). It runs on a Ray cluster: a local one started
+for the run by default, or the cluster at `--ray ADDRESS` ("auto": the one this machine
+belongs to). The command runs where the campaign directory DIR is, as the driver.
+
+    driver (mallory fuzz)            the learner actor (hub.py)          worker actors (workers.py)
+    ─────────────────────            ─────────────────────────           ──────────────────────────
+    DIR on this machine              on the driver's machine, so it      anywhere (SPREAD over the
+    starts the actors, waits         writes DIR itself; named            machines); each brings up
+    for the workers, replaces        `mallory-learner-<id>`,             its own cluster there (netns:
+    dead ones, cleans after          restarted by Ray after a death      root on that machine) and
+    them, shows the merged           (LEARNER_RESTARTS), restoring       runs the loop against the
+    counters                         from DIR/learner                    learner (remote.py)
+
+Faults of the engine itself:
+
+- A worker that dies (its process or its machine) ends only itself: its schedule in flight
+  is lost, its learning is not (every finished schedule is in the learner's checkpoint).
+  The driver forgets its trajectory (`LearnerHub.worker_gone`), removes what its cluster
+  left on its machine with a task pinned there (`workers.clean_dead_run`: only a stale run,
+  the registry's journal), and starts a replacement under the same name (its directory
+  continues) while time remains, at most MAX_REPLACEMENTS times per worker. A worker whose
+  machine is gone has nothing to clean (the machine took its namespaces with it).
+- The learner actor that dies is restarted by Ray on the driver's machine, from DIR's
+  checkpoint (hub.py says what it loses). Meanwhile the workers decide from their copies
+  of the policy (remote.py); nothing waits for it.
+- Not detached: the actors belong to the driver, so a driver killed with -9 takes them
+  with it (Ray ends an owner's actors); `mallory cleanup` on each machine then removes
+  the clusters, and `--resume DIR` continues.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import ray
+from ray.exceptions import GetTimeoutError, RayActorError, RayError
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from mallory import paths
+from mallory.campaign.config import CampaignConfig
+from mallory.campaign.directory import CampaignDir
+from mallory.campaign.hub import LearnerHub
+from mallory.campaign.progress import Progress
+from mallory.campaign.remote import BUDGET_SHARE, LearnerUnreachable, RemoteLearner
+from mallory.campaign.workers import (
+    WorkerSummary,
+    calibrate_worker,
+    clean_dead_run,
+    run_worker,
+    worker_directory,
+    worker_name,
+    worker_seed,
+)
+from mallory.errors import MalloryError
+
+log = logging.getLogger(__name__)
+
+#: the Ray namespace of Mallory's named actors
+NAMESPACE = "mallory"
+#: how often Ray restarts a dead learner actor before the campaign gives up on it
+LEARNER_RESTARTS = 10
+#: how often a dead worker is replaced (per worker name) before its slot stays empty
+MAX_REPLACEMENTS = 3
+#: how long the driver waits for a call that is not a step's decision
+CALL_TIMEOUT_S = 60.0
+
+
+class RayLink:
+    """A `HubLink` to the learner actor. A call that times out still runs on the actor
+    later; Ray runs one caller's calls to an actor in the order they were made."""
+
+    def __init__(self, hub: Any) -> None:
+        self.hub = hub
+
+    def call(self, method: str, *args: Any, timeout_s: float) -> Any:
+        ref = getattr(self.hub, method).remote(*args)
+        try:
+            return ray.get(ref, timeout=timeout_s)
+        except GetTimeoutError:
+            raise LearnerUnreachable(f"no answer to {method} within {timeout_s * 1e3:.0f} ms") from None
+        except RayActorError as exc:  # dead, restarting, or its machine unreachable
+            raise LearnerUnreachable(f"{method}: the learner actor is down ({type(exc).__name__})") from None
+
+
+def _logging() -> None:
+    """A worker's log lines (Ray hands them to the driver's stderr), at info."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+
+
+class WorkerActor:
+    """One campaign worker, in a Ray actor process on some machine of the cluster."""
+
+    def __init__(self, root: str, worker: str, config: CampaignConfig, run_name: str) -> None:
+        _logging()
+        self.root = Path(root)
+        self.worker = worker
+        self.config = config
+        self.run_name = run_name
+        self.stopping = threading.Event()
+
+    def node(self) -> str:
+        """The Ray node (machine) this worker runs on."""
+        return ray.get_runtime_context().get_node_id()
+
+    def calibrate(self) -> CampaignConfig:
+        return calibrate_worker(self.root, self.worker, self.config, self.run_name)
+
+    def run(self, hub: Any, seconds: float | None) -> WorkerSummary:
+        local = worker_directory(self.root, self.worker, self.config)
+        service = RemoteLearner(RayLink(hub), local, budget_s=self.config.window_s * BUDGET_SHARE,
+                                seed=worker_seed(self.config.seed, self.worker))
+        return run_worker(self.root, self.worker, self.config, self.run_name, service, seconds=seconds,
+                          stop=self.stopping.is_set)
+
+    def stop(self) -> None:
+        """End after the current step (called while `run` runs: the actor takes two calls
+        at once)."""
+        self.stopping.set()
+
+
+@dataclass
+class DistributedResult:
+    """What the campaign did: the merged counters, each worker incarnation's summary, the
+    workers that died (name and why)."""
+
+    progress: Progress
+    workers: list[WorkerSummary] = field(default_factory=list)
+    deaths: list[tuple[str, str]] = field(default_factory=list)
+
+
+def campaign_id(root: Path) -> str:
+    """A short name for the campaign in DIR, the same for every incarnation (actor names)."""
+    return hashlib.blake2b(str(Path(root).resolve()).encode(), digest_size=4).hexdigest()
+
+
+def _env() -> dict[str, str]:
+    """What the actors' processes need of the driver's environment: this checkout on their
+    path (the same path on every machine) and Mallory's own settings (MALLORY_*)."""
+    env = {key: value for key, value in os.environ.items() if key.startswith("MALLORY_")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(paths.HOME), os.environ.get("PYTHONPATH")]))
+    return env
+
+
+class _Driver:
+    def __init__(self, directory: CampaignDir, config: CampaignConfig, workers: int, seconds: float | None,
+                 schedules: int | None, stop: Callable[[], bool], on_update: Callable[[Progress], None]) -> None:
+        self.dir = directory
+        self.config = config
+        self.count = workers
+        self.deadline = None if seconds is None else time.monotonic() + seconds
+        self.schedules = schedules
+        self.stop = stop
+        self.on_update = on_update
+        self.id = campaign_id(directory.root)
+        self.node = ray.get_runtime_context().get_node_id()
+        self.actors: dict[str, Any] = {}
+        self.runs: dict[str, str] = {}  # worker -> its cluster run's name
+        self.nodes: dict[str, str] = {}  # worker -> its Ray node
+        self.replaced: dict[str, int] = {}
+        self.pending: dict[Any, str] = {}  # run() reference -> worker
+        self.hub: Any = None
+        self.result = DistributedResult(Progress())
+
+    def seconds_left(self) -> float | None:
+        return None if self.deadline is None else max(0.0, self.deadline - time.monotonic())
+
+    def start_worker(self, worker: str, config: CampaignConfig) -> Any:
+        run_name = f"fz{secrets.token_hex(3)}-{worker}"
+        actor = ray.remote(WorkerActor).options(
+            name=f"mallory-{self.id}-{worker}-{self.replaced.get(worker, 0)}", namespace=NAMESPACE,
+            num_cpus=0, max_concurrency=2, max_restarts=0, scheduling_strategy="SPREAD",
+        ).remote(str(self.dir.root), worker, config, run_name)
+        self.actors[worker], self.runs[worker] = actor, run_name
+        self.nodes[worker] = ray.get(actor.node.remote(), timeout=CALL_TIMEOUT_S)
+        return actor
+
+    def start_hub(self) -> None:
+        done = self.dir.schedules_done()
+        self.hub = ray.remote(LearnerHub).options(
+            name=f"mallory-learner-{self.id}", namespace=NAMESPACE, num_cpus=0,
+            max_restarts=LEARNER_RESTARTS, max_task_retries=0,
+            # on the driver's machine: it writes the campaign directory there
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=self.node, soft=False),
+        ).remote(str(self.dir.root), None if self.schedules is None else done + self.schedules)
+
+    def run(self) -> DistributedResult:
+        names = [worker_name(k) for k in range(self.count)]
+        for worker in names:
+            self.start_worker(worker, self.config)
+        if self.config.calibrate and self.dir.load_learner() is None and self.config.calibration is None:
+            log.info("calibrating on worker %s's cluster", names[0])
+            self.config = ray.get(self.actors[names[0]].calibrate.remote())
+            self.dir.write_config(self.config)
+        self.start_hub()
+        for worker in names:
+            self.pending[self.actors[worker].run.remote(self.hub, self.seconds_left())] = worker
+        stopping = False
+        shown = 0.0
+        while self.pending:
+            if not stopping and self.stop():
+                stopping = True
+                for actor in self.actors.values():
+                    actor.stop.remote()
+            ready, _ = ray.wait(list(self.pending), timeout=1.0)
+            for ref in ready:
+                self._finished(ref, stopping)
+            if time.monotonic() - shown >= 2.0:
+                shown = time.monotonic()
+                self._show()
+        self._close_hub()
+        if not self.result.workers and self.result.deaths:
+            raise MalloryError(f"every worker died; the last: {self.result.deaths[-1][1]}")
+        return self.result
+
+    def _finished(self, ref: Any, stopping: bool) -> None:
+        worker = self.pending.pop(ref)
+        try:
+            self.result.workers.append(ray.get(ref))
+            return
+        except RayError as exc:  # the actor died, or run() raised (e.g. its mediator died)
+            why = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+        log.warning("worker %s died (%s): its schedule in flight is lost, its learning is not", worker, why)
+        self.result.deaths.append((worker, why))
+        ray.kill(self.actors[worker])  # a worker whose run() raised is still alive: its run must go stale
+        self._clean_after(worker)
+        self._tell_hub("worker_gone", worker)
+        left = self.seconds_left()
+        if stopping or (left is not None and left <= 0) or self.replaced.get(worker, 0) >= MAX_REPLACEMENTS:
+            return
+        self.replaced[worker] = self.replaced.get(worker, 0) + 1
+        try:
+            actor = self.start_worker(worker, self.config)
+        except RayError as exc:
+            log.warning("worker %s could not be replaced (%s)", worker, exc)
+            return
+        log.info("worker %s replaced (%d of %d)", worker, self.replaced[worker], MAX_REPLACEMENTS)
+        self.pending[actor.run.remote(self.hub, self.seconds_left())] = worker
+
+    def _clean_after(self, worker: str) -> None:
+        """Remove the dead worker's cluster on its machine (a task pinned there)."""
+        clean = ray.remote(clean_dead_run).options(
+            num_cpus=0, max_retries=0,
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=self.nodes[worker], soft=False))
+        try:
+            removed = ray.get(clean.remote(self.runs[worker]), timeout=CALL_TIMEOUT_S)
+            log.info("worker %s's run %s cleaned: %d things removed", worker, self.runs[worker], len(removed))
+        except (RayError, GetTimeoutError) as exc:
+            log.warning("worker %s's run %s could not be cleaned on its machine (%s): there, `mallory cleanup %s`",
+                        worker, self.runs[worker], type(exc).__name__, self.runs[worker])
+
+    def _tell_hub(self, method: str, *args: Any) -> Any:
+        try:
+            return RayLink(self.hub).call(method, *args, timeout_s=CALL_TIMEOUT_S)
+        except LearnerUnreachable as exc:
+            log.warning("%s", exc)
+            return None
+
+    def _show(self) -> None:
+        progress = self._tell_hub("progress_now")
+        if progress is not None:
+            self.result.progress = progress
+            self.on_update(progress)
+
+    def _close_hub(self) -> None:
+        self._tell_hub("close")
+        self._show()
+
+
+def run_on_ray(directory: CampaignDir, config: CampaignConfig, *, workers: int, address: str | None,
+               seconds: float | None, schedules: int | None, stop: Callable[[], bool],
+               on_update: Callable[[Progress], None]) -> DistributedResult:
+    """Run the campaign in `directory` (created, or resumed) with `workers` workers on the
+    Ray cluster at `address` (None: a local one, started for the run and stopped after),
+    for `seconds` more (None: no deadline) or until `schedules` more are done in all, or
+    `stop()`."""
+    ray.init(address=address or "local", namespace=NAMESPACE, include_dashboard=False, log_to_driver=True,
+             runtime_env={"env_vars": _env()}, configure_logging=False)
+    driver = _Driver(directory, config, workers, seconds, schedules, stop, on_update)
+    try:
+        return driver.run()
+    finally:
+        for worker, actor in driver.actors.items():  # an interrupted campaign: its workers go too
+            if any(name == worker for name in driver.pending.values()):
+                ray.kill(actor)
+                driver._clean_after(worker)
+        ray.shutdown()

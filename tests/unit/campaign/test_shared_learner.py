@@ -1,0 +1,380 @@
+"""Several workers, one learner, without Ray: the workers' loops (the fakes of test_loop.py)
+talk to a `LearnerHub` through `RemoteLearner` and a named fake link that calls the hub in
+this process, one call at a time as the Ray actor does; the link can be told to answer late
+or not at all. Ray itself, and real clusters, are tests/live/ray's."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from mallory import paths
+from mallory.campaign.config import CampaignConfig, LoopConfig
+from mallory.campaign.directory import CampaignDir
+from mallory.campaign.hub import LearnerHub
+from mallory.campaign.loop import BugEvidence, Campaign
+from mallory.campaign.remote import LearnerUnreachable, RemoteLearner
+from mallory.campaign.service import (
+    LocalLearner,
+    Transition,
+    WindowSeen,
+    learner_for,
+    pack_files,
+    unpack_files,
+)
+from mallory.campaign.workers import clean_dead_run, worker_directory, worker_seed
+from mallory.cluster.registry import register_run
+from mallory.learner.learner import Learner
+from tests.unit.campaign.test_loop import FakeClock, FakeNemesis, FakeTimeline
+
+CONFIG = CampaignConfig(sut="fake", policy="qlearning", seed=3, steps=6)
+BUDGET_S = 0.25
+
+
+class FakeHubLink:
+    """Calls a hub in this process, one call at a time (as a Ray actor takes them).
+    `unreachable`: methods that fail as a dead hub's do, without reaching it; `late`:
+    methods whose answer comes after any deadline (the call still runs on the hub, as a
+    call Ray delivered does). Every call is logged as (method, args)."""
+
+    lock = threading.Lock()
+
+    def __init__(self, hub: LearnerHub, unreachable: set[str] = frozenset(), late: set[str] = frozenset()) -> None:
+        self.hub = hub
+        self.unreachable = set(unreachable)
+        self.late = set(late)
+        self.calls: list[tuple[str, tuple]] = []
+
+    def call(self, method: str, *args: Any, timeout_s: float) -> Any:
+        self.calls.append((method, args))
+        if method in self.unreachable:
+            raise LearnerUnreachable(f"{method}: the fake hub is down")
+        with self.lock:
+            answer = getattr(self.hub, method)(*args)
+        if method in self.late:
+            raise LearnerUnreachable(f"no answer to {method} within {timeout_s * 1e3:.0f} ms")
+        return answer
+
+
+class RunDirFinds:
+    """A checker that finds one bug in every schedule, its evidence the schedule's run dir."""
+
+    def __init__(self, directory: CampaignDir) -> None:
+        self.dir = directory
+
+    def begin_schedule(self, index: int) -> None:
+        pass
+
+    def faults_healed(self) -> None:
+        pass
+
+    def check_schedule(self, index: int, record: dict) -> list[BugEvidence]:
+        run = self.dir.fresh_run_dir(index)
+        (run / "history.edn").write_text(f"{self.dir.root.name} schedule {index}\n")
+        return [BugEvidence("log:two-leaders", {"explanation": "two leaders"}, [run], {"occurrences": 1})]
+
+
+def worker_campaign(root: Path, worker: str, link: FakeHubLink, checker: bool = False) -> tuple[Campaign, RemoteLearner]:
+    """A worker's loop as workers.run_worker makes it, on the fakes instead of a cluster."""
+    local = worker_directory(root, worker, CONFIG)
+    service = RemoteLearner(link, local, budget_s=BUDGET_S, seed=worker_seed(CONFIG.seed, worker))
+    clock, nemesis = FakeClock(), FakeNemesis()
+    own = local.config()
+    campaign = Campaign(local, service, FakeTimeline(clock, nemesis), nemesis,
+                        LoopConfig(steps=own.steps, window_s=2.5, reset_s=5.0, seed=own.seed),
+                        checker=RunDirFinds(local) if checker else None, sleeper=clock, worker=worker)
+    return campaign, service
+
+
+def new_campaign(tmp_path: Path) -> Path:
+    root = tmp_path / "campaign"
+    CampaignDir(root).create(CONFIG)
+    return root
+
+
+def run_workers(root: Path, hub: LearnerHub, workers: list[str], schedules: int, **link: Any) -> dict[str, Campaign]:
+    """Each worker in a thread of its own, `schedules` schedules each, or as many as the
+    hub grants."""
+    campaigns = {w: worker_campaign(root, w, FakeHubLink(hub, **link), checker=True) for w in workers}
+    errors: list[BaseException] = []
+
+    def work(worker: str) -> None:
+        campaign, service = campaigns[worker]
+        try:
+            for _ in range(schedules):
+                if not service.begin_schedule(worker):
+                    break
+                campaign.run(schedules=1)
+        except BaseException as exc:  # noqa: BLE001 - reported by the test below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(w,)) for w in workers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors
+    return {w: c for w, (c, _) in campaigns.items()}
+
+
+def test_both_workers_states_land_in_one_store_and_the_stats_merge(tmp_path):
+    root = new_campaign(tmp_path)
+    hub = LearnerHub(root)
+    campaigns = run_workers(root, hub, ["w0", "w1"], schedules=2)
+    merged = CampaignDir(root)
+    records = merged.read_schedules()
+    assert [r["index"] for r in records] == [0, 1, 2, 3]
+    assert sorted(r["worker"] for r in records) == ["w0", "w0", "w1", "w1"]
+    steps = [s for r in records for s in r["steps"]]
+    assert len(steps) == 4 * CONFIG.steps
+    # both fake clusters show the same behaviours (steady, novel-1, novel-2...): in one
+    # store each is new once in the whole campaign, whichever worker saw it first
+    store = hub.learner.store
+    assert {s["state"] for s in steps} | {r["initial_state"] for r in records} == set(range(len(store)))
+    assert sum(bool(s["new"]) for s in steps) == len(store) - 1  # the first look's steady state
+    stats = merged.read_stats()
+    assert stats["steps_done"] == str(len(steps)) and stats["schedules_done"] == "4"
+    assert stats["distinct_states"] == str(len(store)) and stats["workers"] == "2"
+    assert float(stats["decision_ms_p99"]) >= float(stats["decision_ms_p50"]) >= 0
+    assert float(stats["learner_rss_mb"]) > 0
+    assert len((root / "plot_data").read_text().splitlines()) == 1 + len(steps)
+    for worker, campaign in campaigns.items():  # each worker's own directory: its own steps
+        own = campaign.dir.read_stats()
+        assert own["steps_done"] == str(2 * CONFIG.steps) and own["worker"] == worker
+        assert [r["index"] for r in campaign.dir.read_schedules()] == [0, 1]
+        assert campaign.dir.config().seed == worker_seed(CONFIG.seed, worker) != CONFIG.seed
+    assert (root / "learner").exists()
+    assert len(Learner.from_checkpoint((root / "learner").read_bytes()).store) == len(store)
+
+
+def test_a_bug_found_by_two_workers_is_one_bundle_with_a_sighting_per_worker_schedule(tmp_path):
+    root = new_campaign(tmp_path)
+    hub = LearnerHub(root)
+    run_workers(root, hub, ["w0", "w1"], schedules=2)
+    merged = CampaignDir(root)
+    assert merged.known_bugs() == {"log_two-leaders"}
+    bundle = root / "bugs" / "log_two-leaders"
+    sightings = [orjson.loads(line) for line in (bundle / "sightings.jsonl").read_text().splitlines()]
+    assert sorted(s["worker"] for s in sightings) == ["w0", "w0", "w1", "w1"]
+    assert sorted(s["worker_schedule"] for s in sightings) == [0, 0, 1, 1]
+    first = orjson.loads((bundle / "schedule.json").read_bytes())
+    # the run directory came from the worker that reported first, shipped as an archive
+    assert (bundle / f"{first['index']:06d}" / "history.edn").read_text() == f"{first['worker']} schedule {first['index']}\n"
+    assert merged.read_stats()["bugs_found"] == "1"
+    assert not list((root / "bugs").glob(".incoming-*"))
+
+
+def test_only_the_first_report_of_a_bug_ships_its_files(tmp_path):
+    root = new_campaign(tmp_path)
+    hub = LearnerHub(root)
+    link = FakeHubLink(hub)
+    campaign, _ = worker_campaign(root, "w0", link, checker=True)
+    campaign.run(schedules=3)
+    archives = [args[2] for method, args in link.calls if method == "report_bug"]
+    assert len(archives) == 3 and archives[0] is not None and archives[1:] == [None, None]
+
+
+def test_a_bug_the_learner_cannot_take_stays_in_the_workers_directory(tmp_path):
+    root = new_campaign(tmp_path)
+    hub = LearnerHub(root)
+    campaign, _ = worker_campaign(root, "w0", FakeHubLink(hub, unreachable={"report_bug"}), checker=True)
+    campaign.run(schedules=1)
+    assert not CampaignDir(root).known_bugs()
+    sightings = (campaign.dir.root / "bugs" / "log_two-leaders" / "sightings.jsonl").read_text()
+    assert '"unreported":true' in sightings and '"worker":"w0"' in sightings
+
+
+def test_a_decision_that_times_out_is_taken_from_the_policy_copy_and_learnt_as_taken(tmp_path):
+    """The hub answers `decide` too late (it still chooses, on its side): the worker takes
+    its copy's choice, and the hub learns the transitions the worker went through."""
+    root = new_campaign(tmp_path)
+    hub = LearnerHub(root)
+    campaign, service = worker_campaign(root, "w0", FakeHubLink(hub, late={"decide"}))
+    campaign.run(schedules=2)
+    steps = [s for r in campaign.dir.read_schedules() for s in r["steps"]]
+    assert {s["fallback"] for s in steps} == {"snapshot"}
+    assert service.policy is not None and service.policy is not hub.learner.policy
+    stats = CampaignDir(root).read_stats()
+    assert stats["fallback_decisions"] == str(len(steps))
+    assert campaign.dir.read_stats()["fallback_decisions"] == str(len(steps))
+    # what the hub learnt: an action-value for the actions taken, and only for those
+    learnt = {action for row in hub.learner.policy.q.values() for action in row}
+    assert learnt and learnt <= {s["action"] for s in steps}
+
+
+def test_without_a_policy_copy_or_a_position_a_worker_decides_at_random(tmp_path):
+    root = new_campaign(tmp_path)
+    hub = LearnerHub(root)
+    campaign, _ = worker_campaign(root, "w0", FakeHubLink(hub, unreachable={"decide", "snapshot", "observe"}))
+    campaign.run(schedules=1)
+    (record,) = campaign.dir.read_schedules()
+    assert {s["fallback"] for s in record["steps"]} == {"random"}
+    assert all(s["state"] is None for s in record["steps"]), "an observation the hub never got teaches nothing"
+    assert len(hub.learner.store) == 0
+
+
+def test_the_decision_budget_is_a_tenth_of_the_window_and_each_decision_is_timed(tmp_path):
+    root = new_campaign(tmp_path)
+    link = FakeHubLink(LearnerHub(root))
+    campaign, _ = worker_campaign(root, "w0", link)
+    campaign.run(schedules=1)
+    assert campaign.progress.decision_ms and len(campaign.progress.decision_ms) == CONFIG.steps
+    from mallory.campaign.remote import BUDGET_SHARE
+
+    assert BUDGET_SHARE * CONFIG.window_s == BUDGET_S
+
+
+def test_a_restarted_learner_continues_from_its_checkpoint_and_the_worker_goes_on(tmp_path):
+    root = new_campaign(tmp_path)
+    hub = LearnerHub(root)
+    link = FakeHubLink(hub)
+    campaign, _ = worker_campaign(root, "w0", link)
+    campaign.run(schedules=1)
+    states = len(hub.learner.store)
+    link.hub = LearnerHub(root)  # the actor died and Ray made it again from DIR
+    assert len(link.hub.learner.store) == states and link.hub.progress.schedules_done == 1
+    assert link.hub.decide("w0", ["noop"]) is None, "a restarted hub does not know where w0 is"
+    campaign.run(schedules=1)
+    assert [r["index"] for r in CampaignDir(root).read_schedules()] == [0, 1]
+    assert len(link.hub.learner.store) >= states
+
+
+def test_resume_with_another_number_of_workers_and_then_with_none(tmp_path):
+    root = new_campaign(tmp_path)
+    run_workers(root, LearnerHub(root), ["w0", "w1"], schedules=1)
+    states = len(LearnerHub(root).learner.store)
+    hub = LearnerHub(root)  # --resume --workers 3
+    assert hub.progress.schedules_done == 2 and hub.progress.steps_done == 2 * CONFIG.steps
+    run_workers(root, hub, ["w0", "w1", "w2"], schedules=1)
+    merged = CampaignDir(root)
+    assert [r["index"] for r in merged.read_schedules()] == [0, 1, 2, 3, 4]
+    assert [r["index"] for r in CampaignDir(root / "workers" / "w0").read_schedules()] == [0, 1]
+    assert [r["index"] for r in CampaignDir(root / "workers" / "w2").read_schedules()] == [0]
+    assert len(hub.learner.store) >= states
+    # --resume without --workers: the same directory, one process
+    campaign = Campaign(merged, learner_for(merged, merged.config()), FakeTimeline(FakeClock(), FakeNemesis()),
+                        FakeNemesis(), LoopConfig(steps=CONFIG.steps, seed=3), sleeper=FakeClock())
+    assert campaign.progress.schedules_done == 5 and campaign.progress.states == len(hub.learner.store)
+    campaign.run(schedules=1)
+    assert merged.schedules_done() == 6
+
+
+def test_schedule_tickets_hold_a_campaign_to_its_schedules_in_all(tmp_path):
+    root = new_campaign(tmp_path)
+    hub = LearnerHub(root, schedules=3)
+    run_workers(root, hub, ["w0", "w1"], schedules=5)
+    assert CampaignDir(root).schedules_done() == 3
+    assert not hub.begin_schedule("w2")
+
+
+def test_a_dead_workers_ticket_and_trajectory_go_its_learning_stays(tmp_path):
+    root = new_campaign(tmp_path)
+    hub = LearnerHub(root, schedules=1)
+    assert hub.begin_schedule("w0") and not hub.begin_schedule("w1")
+    assert hub.begin_schedule("w0"), "a worker asking again keeps its ticket"
+    hub.observe("w0", Transition(window=WindowSeen(frozenset({"a", "b"}))))
+    hub.worker_gone("w0")
+    assert "w0" not in hub.trajectories and len(hub.learner.store) == 1
+    assert hub.begin_schedule("w1")
+
+
+def test_local_learner_is_the_single_process_campaign(tmp_path):
+    """The in-process service feeds one Learner exactly as the loop used to: decide is
+    next_action, a transition with the action decided observes the window."""
+    directory = CampaignDir(tmp_path / "c")
+    directory.create(CONFIG)
+    learner = Learner.create(policy="qlearning", seed=1)
+    twin = Learner.create(policy="qlearning", seed=1)
+    service = LocalLearner(learner, directory)
+    window = WindowSeen(frozenset({"x", "y"}), frozenset({"p>q"}))
+    first = service.observe("local", Transition(window=window))
+    twin.observe_window(window.summary, window.pairs)
+    for _ in range(5):
+        decided = service.decide("local", ["a", "b", "c"]).action
+        assert decided == twin.next_action(["a", "b", "c"])
+        service.observe("local", Transition(decided, ("a", "b", "c"), window))
+        twin.observe_window(window.summary, window.pairs)
+    service.end_schedule("local")
+    twin.end_schedule()
+    service.schedule_done("local", {"index": 0})
+    assert directory.load_learner() == twin.to_checkpoint()
+    assert (first.state_id, first.is_new, first.new_pairs, first.states, first.pairs_covered) == (0, True, 1, 1, 1)
+
+
+def test_a_bundles_files_travel_as_an_archive_and_cannot_escape(tmp_path):
+    run = tmp_path / "000003"
+    (run / "logs").mkdir(parents=True)
+    (run / "history.edn").write_text("h")
+    (run / "logs" / "n1.log").write_text("l")
+    out = unpack_files(pack_files([run, tmp_path / "absent"]), tmp_path / "in")
+    assert out == [tmp_path / "in" / "000003"]
+    assert (out[0] / "logs" / "n1.log").read_text() == "l"
+    import io
+    import tarfile
+
+    evil = io.BytesIO()
+    with tarfile.open(fileobj=evil, mode="w:gz") as tar:
+        info = tarfile.TarInfo("../outside")
+        info.size = 1
+        tar.addfile(info, io.BytesIO(b"x"))
+    with pytest.raises(tarfile.TarError):
+        unpack_files(evil.getvalue(), tmp_path / "in2")
+    assert not (tmp_path / "outside").exists()
+
+
+def test_a_dead_workers_run_is_cleaned_only_when_stale(tmp_path, monkeypatch):
+    monkeypatch.setenv("MALLORY_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("MALLORY_DATA_ROOT", str(tmp_path / "data"))
+    record = register_run("fzlive-w0")  # owned by this (live) process
+    assert clean_dead_run("fzlive-w0", wait_s=0.0) == []
+    assert record.state_dir.exists(), "a live run is never touched"
+    assert clean_dead_run("fzabsent-w0", wait_s=0.0) == []
+
+
+def test_mallory_fuzz_without_workers_never_imports_ray():
+    """Statically: only ray_engine.py imports ray, and only fuzz.py's --workers path imports
+    it. Dynamically: the fuzz command's module and all it imports leave ray out."""
+    importers = []
+    for path in (paths.HOME / "mallory").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            if any(n == "ray" or n.startswith("ray.") for n in names):
+                importers.append(path.relative_to(paths.HOME).as_posix())
+    assert sorted(set(importers)) == ["mallory/campaign/ray_engine.py"]
+    code = "import sys, mallory.cli, mallory.commands.fuzz; assert 'ray' not in sys.modules, 'ray imported'"
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=paths.HOME, timeout=60)
+
+
+def test_workers_options_are_checked_before_anything_starts(tmp_path):
+    def fuzz(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "mallory.cli", "fuzz", "--sut", "suts/example/example.toml",
+                               "--workload", "register", "--out", str(tmp_path / "c"), *args], cwd=paths.HOME, capture_output=True, text=True,
+                              timeout=60)
+
+    for args, message in ((("--ray", "auto"), "--ray needs --workers N"),
+                          (("--workers", "0"), "--workers must be at least 1"),
+                          (("--workers", "2", "--backend", "docker"), "--backend netns")):
+        done = fuzz(*args)
+        assert done.returncode == 254 and message in done.stderr, (args, done.stderr)
+        assert not (tmp_path / "c").exists()
+
+
+@pytest.mark.parametrize("method", ["counters", "end_schedule", "schedule_done", "begin_schedule"])
+def test_a_learner_that_cannot_be_reached_never_stops_a_worker(tmp_path, method):
+    root = new_campaign(tmp_path)
+    hub = LearnerHub(root)
+    campaign, service = worker_campaign(root, "w0", FakeHubLink(hub, unreachable={method}))
+    assert service.begin_schedule("w0")
+    started = time.monotonic()
+    campaign.run(schedules=1)
+    assert time.monotonic() - started < 30
+    assert [r["index"] for r in campaign.dir.read_schedules()] == [0]
