@@ -7,7 +7,7 @@
 #
 # Apt packages: each area's list .ci/apt/<area>.txt names the targets that need it on its
 # "# targets:" line. Python: a venv in .venv with mallory installed editable, plus its dev
-# extras (pytest, hypothesis, scipy) for test and all. apt's and pip's own lines show the
+# extras (pytest, hypothesis, scipy) and Ray for test and all. apt's and pip's own lines show the
 # progress (what is fetched, what is set up), without dpkg's per-file detail.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -46,9 +46,9 @@ if [ ! -x .venv/bin/python ]; then
     say "creating the venv .venv"
     "$PY" -m venv .venv
 fi
-# mallory with its dev extras serves the demo too
+# mallory with its dev extras (and Ray, for `fuzz --workers` and its tests) serves the demo too
 installed() { [ -f "$1" ] && ! [ pyproject.toml -nt "$1" ]; }
-extras="[dev]" stamp=.venv/.mallory-installed-dev
+extras="[dev,ray]" stamp=.venv/.mallory-installed-dev
 if [ "$target" = demo ]; then
     extras="" stamp=.venv/.mallory-installed
 fi

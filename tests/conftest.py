@@ -12,10 +12,12 @@ runs as root with every package of .ci/apt installed, so there nothing is skippe
     redis   a Redis server (Debian's, or the instrumented build of suts/redis)
     clang   builds C with clang/LLVM (the pass, mallory-cc, the C SUTs)
     afl     runs Debian's AFL++ tools (afl-whatsup, afl-plot, which needs gnuplot)
+    ray     starts a local Ray cluster (the optional dependency mallory[ray])
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 from pathlib import Path
@@ -42,6 +44,7 @@ NEEDS: dict[str, tuple[str, ...]] = {
     "live/pysyncobj/": ("clang",),
     "live/pysyncobj/test_cluster_netns.py": ("root",),
     "live/raft_kv/": ("clang",),
+    "live/ray/": ("root", "clang", "ray"),
     "live/raft_kv/test_cluster_netns.py": ("root",),
     "live/raft_kv/test_disk_netns.py": ("root",),
     "live/raft_kv/test_membership_netns.py": ("root",),
@@ -73,6 +76,8 @@ def _missing(marker: str) -> str | None:
         return "needs redis-server (apt-get install redis-server)"
     if marker == "clang" and (shutil.which("clang") is None or shutil.which("llvm-config") is None):
         return "needs clang and llvm-dev"
+    if marker == "ray" and importlib.util.find_spec("ray") is None:
+        return "needs Ray (pip install 'mallory[ray]'; make test installs it)"
     if marker == "afl" and not all(shutil.which(tool) for tool in ("afl-whatsup", "afl-plot", "gnuplot")):
         return "needs afl-whatsup, afl-plot and gnuplot (apt-get install afl++ gnuplot-nox)"
     return None

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import secrets
 import threading
 import time
@@ -48,7 +47,6 @@ import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from mallory import paths
 from mallory.campaign.config import CampaignConfig
 from mallory.campaign.directory import CampaignDir
 from mallory.campaign.hub import LearnerHub
@@ -130,6 +128,12 @@ class WorkerActor:
         self.stopping.set()
 
 
+#: the actor classes and the cleanup task (Ray wraps them once; options per use)
+WORKER_ACTOR = ray.remote(WorkerActor)
+HUB_ACTOR = ray.remote(LearnerHub)
+CLEAN_TASK = ray.remote(clean_dead_run)
+
+
 @dataclass
 class DistributedResult:
     """What the campaign did: the merged counters, each worker incarnation's summary, the
@@ -143,14 +147,6 @@ class DistributedResult:
 def campaign_id(root: Path) -> str:
     """A short name for the campaign in DIR, the same for every incarnation (actor names)."""
     return hashlib.blake2b(str(Path(root).resolve()).encode(), digest_size=4).hexdigest()
-
-
-def _env() -> dict[str, str]:
-    """What the actors' processes need of the driver's environment: this checkout on their
-    path (the same path on every machine) and Mallory's own settings (MALLORY_*)."""
-    env = {key: value for key, value in os.environ.items() if key.startswith("MALLORY_")}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(paths.HOME), os.environ.get("PYTHONPATH")]))
-    return env
 
 
 class _Driver:
@@ -178,7 +174,7 @@ class _Driver:
 
     def start_worker(self, worker: str, config: CampaignConfig) -> Any:
         run_name = f"fz{secrets.token_hex(3)}-{worker}"
-        actor = ray.remote(WorkerActor).options(
+        actor = WORKER_ACTOR.options(
             name=f"mallory-{self.id}-{worker}-{self.replaced.get(worker, 0)}", namespace=NAMESPACE,
             num_cpus=0, max_concurrency=2, max_restarts=0, scheduling_strategy="SPREAD",
         ).remote(str(self.dir.root), worker, config, run_name)
@@ -188,7 +184,7 @@ class _Driver:
 
     def start_hub(self) -> None:
         done = self.dir.schedules_done()
-        self.hub = ray.remote(LearnerHub).options(
+        self.hub = HUB_ACTOR.options(
             name=f"mallory-learner-{self.id}", namespace=NAMESPACE, num_cpus=0,
             max_restarts=LEARNER_RESTARTS, max_task_retries=0,
             # on the driver's machine: it writes the campaign directory there
@@ -233,7 +229,10 @@ class _Driver:
             why = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
         log.warning("worker %s died (%s): its schedule in flight is lost, its learning is not", worker, why)
         self.result.deaths.append((worker, why))
-        ray.kill(self.actors[worker])  # a worker whose run() raised is still alive: its run must go stale
+        try:  # a worker whose run() raised is still alive: its run must go stale before it is cleaned
+            ray.kill(self.actors[worker])
+        except RayError:
+            pass  # already gone
         self._clean_after(worker)
         self._tell_hub("worker_gone", worker)
         left = self.seconds_left()
@@ -250,7 +249,7 @@ class _Driver:
 
     def _clean_after(self, worker: str) -> None:
         """Remove the dead worker's cluster on its machine (a task pinned there)."""
-        clean = ray.remote(clean_dead_run).options(
+        clean = CLEAN_TASK.options(
             num_cpus=0, max_retries=0,
             scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=self.nodes[worker], soft=False))
         try:
@@ -285,8 +284,11 @@ def run_on_ray(directory: CampaignDir, config: CampaignConfig, *, workers: int, 
     Ray cluster at `address` (None: a local one, started for the run and stopped after),
     for `seconds` more (None: no deadline) or until `schedules` more are done in all, or
     `stop()`."""
+    # No runtime_env: it needs ray[default]. The actors' processes run the Python of each
+    # machine's raylet, which has Mallory installed (docs/ray.md); a local Ray started here
+    # inherits this process's environment (its venv, MALLORY_* settings).
     ray.init(address=address or "local", namespace=NAMESPACE, include_dashboard=False, log_to_driver=True,
-             runtime_env={"env_vars": _env()}, configure_logging=False)
+             configure_logging=False)
     driver = _Driver(directory, config, workers, seconds, schedules, stop, on_update)
     try:
         return driver.run()

@@ -45,3 +45,12 @@ def test_no_list_keeps_packages_nothing_builds_with():
 def test_the_setup_script_parses():
     for script in ("scripts/setup.sh", "scripts/demo.sh", "suts/redis/build.sh"):
         subprocess.run(["bash", "-n", str(paths.HOME / script)], check=True)
+
+
+def test_make_test_installs_ray_for_the_workers_tests_and_the_demo_does_not():
+    """`mallory fuzz --workers` needs the optional dependency mallory[ray]: CI (make test)
+    installs it, as tests/live/ray needs it; the demo runs without."""
+    pyproject = (paths.HOME / "pyproject.toml").read_text()
+    assert 'ray = ["ray>=' in pyproject
+    setup = (paths.HOME / "scripts" / "setup.sh").read_text()
+    assert 'extras="[dev,ray]"' in setup and 'extras="" stamp=.venv/.mallory-installed' in setup
