@@ -80,7 +80,6 @@ class LearnerHub:
         self.progress = restore_progress(self.dir, self.counters())
         self.banner = f"{Path(config.sut).name} x{config.nodes}"
         self.command_line = shlex.join(config.command)
-        self._known_bugs = self.dir.known_bugs()
 
     # -- the LearnerService protocol ---------------------------------------------------
 

@@ -328,7 +328,7 @@ class Campaign:
                         planned = script[step]
                     window_s = cfg.window_s if planned.window_s is None else planned.window_s
                     entry = self._step(step, planned.action, step_rng(seed, planned.draw), int(window_s * 1e9), active,
-                                       record, actions, fallback)
+                                       record, actions, fallback, chosen=script is None)
                     entry.update(draw=planned.draw, window_s=window_s)
                     record["steps"].append(entry)
         except ComponentDied:
@@ -435,7 +435,7 @@ class Campaign:
 
     def _step(
         self, step: int, action: str, rng: random.Random, window_ns: int, active: list[Any], record: dict[str, Any],
-        actions: list[str], fallback: str | None = None,
+        actions: list[str], fallback: str | None = None, chosen: bool = True,
     ) -> dict[str, Any]:
         self.progress.current_fault = action
         self.on_update(self.progress)
@@ -481,7 +481,7 @@ class Campaign:
         if self.waypoints is not None and observable:
             waypoint = self.waypoints.level(window.types, self._families)
         observed = self.learner.observe(self.worker, Transition(
-            action=action, actions=tuple(actions),
+            action=action, actions=tuple(actions), chosen=chosen,
             window=WindowSeen(window.summary, window.pairs, waypoint, tuple(self._families)) if observable else None,
             feedback_ms=self._feedback_ms(window), decision_ms=p.decision_ms[-1] if p.decision_ms else None,
             fallback=fallback, late=not window.complete))

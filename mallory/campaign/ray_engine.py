@@ -115,11 +115,13 @@ class WorkerActor:
     def calibrate(self) -> CampaignConfig:
         return calibrate_worker(self.root, self.worker, self.config, self.run_name)
 
-    def run(self, hub: Any, seconds: float | None) -> WorkerSummary:
-        local = worker_directory(self.root, self.worker, self.config)
-        service = RemoteLearner(RayLink(hub), local, budget_s=self.config.window_s * BUDGET_SHARE,
-                                seed=worker_seed(self.config.seed, self.worker))
-        return run_worker(self.root, self.worker, self.config, self.run_name, service, seconds=seconds,
+    def run(self, hub: Any, config: CampaignConfig, seconds: float | None) -> WorkerSummary:
+        """Run the worker until `seconds` have passed, the learner grants no more schedules
+        or `stop` is called. `config`: the campaign's as it is now (calibrated)."""
+        local = worker_directory(self.root, self.worker, config)
+        service = RemoteLearner(RayLink(hub), local, budget_s=config.window_s * BUDGET_SHARE,
+                                seed=worker_seed(config.seed, self.worker))
+        return run_worker(self.root, self.worker, config, self.run_name, service, seconds=seconds,
                           stop=self.stopping.is_set)
 
     def stop(self) -> None:
@@ -201,7 +203,7 @@ class _Driver:
             self.dir.write_config(self.config)
         self.start_hub()
         for worker in names:
-            self.pending[self.actors[worker].run.remote(self.hub, self.seconds_left())] = worker
+            self.pending[self.actors[worker].run.remote(self.hub, self.config, self.seconds_left())] = worker
         stopping = False
         shown = 0.0
         while self.pending:
@@ -245,7 +247,7 @@ class _Driver:
             log.warning("worker %s could not be replaced (%s)", worker, exc)
             return
         log.info("worker %s replaced (%d of %d)", worker, self.replaced[worker], MAX_REPLACEMENTS)
-        self.pending[actor.run.remote(self.hub, self.seconds_left())] = worker
+        self.pending[actor.run.remote(self.hub, self.config, self.seconds_left())] = worker
 
     def _clean_after(self, worker: str) -> None:
         """Remove the dead worker's cluster on its machine (a task pinned there)."""
@@ -287,8 +289,12 @@ def run_on_ray(directory: CampaignDir, config: CampaignConfig, *, workers: int, 
     # No runtime_env: it needs ray[default]. The actors' processes run the Python of each
     # machine's raylet, which has Mallory installed (docs/ray.md); a local Ray started here
     # inherits this process's environment (its venv, MALLORY_* settings).
-    ray.init(address=address or "local", namespace=NAMESPACE, include_dashboard=False, log_to_driver=True,
-             configure_logging=False)
+    try:
+        ray.init(address=address or "local", namespace=NAMESPACE, include_dashboard=False, log_to_driver=True,
+                 configure_logging=False)
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        where = f"the Ray cluster at {address}" if address else "a local Ray"
+        raise MalloryError(f"--ray: cannot start or join {where}: {exc}") from None
     driver = _Driver(directory, config, workers, seconds, schedules, stop, on_update)
     try:
         return driver.run()

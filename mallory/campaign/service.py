@@ -62,7 +62,9 @@ class Transition:
     """One window of a worker's schedule and what led into it.
 
     `action`: the action taken before the window (None: the window before a schedule's
-    first step), one of `actions`, the actions offered then. `window`: what it showed, None
+    first step), one of `actions`, the actions offered then; `chosen`: whether it was chosen
+    for this campaign (by the learner, or by a worker without it) rather than replayed from
+    a script (replay, shrink), which is not learnt. `window`: what it showed, None
     when it taught nothing (late, or a component restarted during it); `pairs` of a late
     window are not counted either. The rest is for the campaign's merged statistics:
     `feedback_ms` (how long the timeline took to give the window; None when late),
@@ -71,6 +73,7 @@ class Transition:
 
     action: str | None = None
     actions: tuple[str, ...] = ()
+    chosen: bool = True
     window: WindowSeen | None = None
     feedback_ms: float | None = None
     decision_ms: float | None = None
@@ -172,9 +175,10 @@ class LearnerService(Protocol):
 
 def learn(learner: Learner, transition: Transition) -> Observation:
     """Feed one transition to one trajectory (a learner or a fork of one): the action taken
-    first (unless it is the one the learner chose), then the window."""
-    if transition.action is not None and learner.state is not None and learner.acting != transition.action:
-        learner.take(transition.action, transition.actions)
+    first (unless it is the one the learner chose, or a scripted one), then the window."""
+    taken = transition.action
+    if taken is not None and transition.chosen and learner.state is not None and learner.acting != taken:
+        learner.take(taken, transition.actions)
     window = transition.window
     covered = len(learner.coverage)
     seen = learner.observe_window(

@@ -300,7 +300,7 @@ def test_local_learner_is_the_single_process_campaign(tmp_path):
     for _ in range(5):
         decided = service.decide("local", ["a", "b", "c"]).action
         assert decided == twin.next_action(["a", "b", "c"])
-        service.observe("local", Transition(decided, ("a", "b", "c"), window))
+        service.observe("local", Transition(decided, ("a", "b", "c"), window=window))
         twin.observe_window(window.summary, window.pairs)
     service.end_schedule("local")
     twin.end_schedule()
@@ -378,3 +378,16 @@ def test_a_learner_that_cannot_be_reached_never_stops_a_worker(tmp_path, method)
     campaign.run(schedules=1)
     assert time.monotonic() - started < 30
     assert [r["index"] for r in campaign.dir.read_schedules()] == [0]
+
+
+def test_a_scripted_action_is_not_learnt_even_if_it_was_not_offered(tmp_path):
+    """Replay and shrink re-enact recorded (or weakened) faults: the learner only watches."""
+    directory = CampaignDir(tmp_path / "c")
+    directory.create(CONFIG)
+    learner = Learner.create(policy="qlearning", seed=1)
+    service = LocalLearner(learner, directory)
+    window = WindowSeen(frozenset({"x"}))
+    service.observe("local", Transition(window=window))
+    service.observe("local", Transition("kill:one", ("kill:all", "noop"), chosen=False, window=window))
+    service.end_schedule("local")
+    assert learner.policy.q == {}
