@@ -148,7 +148,7 @@ def test_a_worker_killed_mid_campaign_does_not_end_it(spec, tmp_path):
     assert proc.returncode in (0, 1), stdout + stderr
     assert "worker w1 died" in stdout, stdout
     merged = CampaignDir(out)
-    later = [r for r in merged.read_schedules() if r["ended_ns"] / 1e9 > killed_at]
+    later = [path for path in (out / "schedules").glob("*.json") if path.stat().st_mtime > killed_at]
     assert later, "schedules went on being recorded after the kill"
     # the dead worker's cluster was removed on its machine (its run is not registered any more)
     from mallory.cluster.registry import list_runs
