@@ -148,6 +148,7 @@ def test_a_worker_killed_mid_campaign_does_not_end_it(spec, tmp_path):
     assert proc.returncode in (0, 1), stdout + stderr
     assert "worker w1 died" in stdout, stdout
     merged = CampaignDir(out)
+    assert merged.read_stats()["schedules_done"] == str(merged.schedules_done())
     later = [path for path in (out / "schedules").glob("*.json") if path.stat().st_mtime > killed_at]
     assert later, "schedules went on being recorded after the kill"
     # the dead worker's cluster was removed on its machine (its run is not registered any more)
