@@ -1,8 +1,10 @@
 """The learner side of a campaign with several workers: one learner, its bugs, the merged
 counters, in the campaign directory.
 
-`LearnerHub` serves the `LearnerService` protocol (service.py) to any number of workers at
-once, each a loop with a cluster of its own (workers.py), and adds what only a shared
+`LearnerHub` answers the calls of the `LearnerService` protocol (service.py) for any number
+of workers at once, each a loop with a cluster of its own (workers.py) whose `RemoteLearner`
+(remote.py) makes the calls (`decide` answers an action, or None: the worker decides;
+`report_bug` takes the bug's files as an archive), and adds what only a shared
 learner needs: schedule tickets (`begin_schedule`, so `--schedules N` means N in all), a copy
 of the policy for deciding without it (`snapshot`), and forgetting a dead worker
 (`worker_gone`). It is a plain object: ray_engine.py makes it a Ray actor (one call at a
@@ -96,7 +98,13 @@ class LearnerHub:
         return trajectory.next_action(actions)
 
     def observe(self, worker: str, transition: Transition) -> Observation:
-        observed = learn(self._trajectory(worker), transition)
+        trajectory = self._trajectory(worker)
+        if transition.action is None and trajectory.state is not None:
+            # a schedule's first look while the last one is still open: the worker's
+            # end_schedule never arrived (it timed out), so that schedule ends here, not
+            # with a transition (and a waypoint level) carried into this one
+            trajectory.end_schedule()
+        observed = learn(trajectory, transition)
         p = self.progress
         p.states, p.pairs_covered = observed.states, observed.pairs_covered
         if transition.feedback_ms is not None:

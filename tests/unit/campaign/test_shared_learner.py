@@ -391,3 +391,18 @@ def test_a_scripted_action_is_not_learnt_even_if_it_was_not_offered(tmp_path):
     service.observe("local", Transition("kill:one", ("kill:all", "noop"), chosen=False, window=window))
     service.end_schedule("local")
     assert learner.policy.q == {}
+
+
+def test_a_schedules_first_look_ends_the_last_schedule_whose_end_never_came(tmp_path):
+    """A worker's end_schedule that timed out: the hub ends that schedule when the next
+    one starts, so no transition and no waypoint level is carried across schedules."""
+    hub = LearnerHub(new_campaign(tmp_path))
+    hub.observe("w0", Transition(window=WindowSeen(frozenset({"a"}))))
+    action = hub.decide("w0", ["noop", "kill:one"])
+    hub.observe("w0", Transition(action, ("noop", "kill:one"), window=WindowSeen(frozenset({"b"}), waypoint=2)))
+    assert hub.trajectories["w0"].level == 2
+    hub.observe("w0", Transition(window=WindowSeen(frozenset({"c"}))))  # the next schedule, no end_schedule before
+    trajectory = hub.trajectories["w0"]
+    assert trajectory.level == 0 and trajectory.acting is None
+    learnt = hub.learner.policy.q
+    assert learnt, "the last schedule's last transition was learnt, as terminal"
