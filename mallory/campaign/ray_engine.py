@@ -36,15 +36,17 @@ from __future__ import annotations
 import hashlib
 import logging
 import secrets
+import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import ray
-from ray.exceptions import GetTimeoutError, RayActorError, RayError
+from ray.exceptions import GetTimeoutError, RayActorError, RayError, RayTaskError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from mallory.campaign.config import CampaignConfig
@@ -75,6 +77,17 @@ MAX_REPLACEMENTS = 3
 CALL_TIMEOUT_S = 60.0
 
 
+def ray_error_text(exc: BaseException) -> str:
+    """One line saying what a Ray call's failure was: for a method that raised, the
+    exception it raised (a RayTaskError's own text is the remote traceback), else the
+    last line of Ray's message."""
+    if isinstance(exc, RayTaskError) and exc.cause is not None:
+        cause = exc.cause
+        return f"{type(cause).__name__}: {cause}".strip().splitlines()[0]
+    text = str(exc).strip()
+    return text.splitlines()[-1] if text else type(exc).__name__
+
+
 class RayLink:
     """A `HubLink` to the learner actor. A call that times out still runs on the actor
     later; Ray runs one caller's calls to an actor in the order they were made."""
@@ -90,6 +103,9 @@ class RayLink:
             raise LearnerUnreachable(f"no answer to {method} within {timeout_s * 1e3:.0f} ms") from None
         except RayActorError as exc:  # dead, restarting, or its machine unreachable
             raise LearnerUnreachable(f"{method}: the learner actor is down ({type(exc).__name__})") from None
+        except RayTaskError as exc:  # the hub raised (e.g. it cannot write DIR): it could not take the call,
+            # which must cost the call's lesson, not the worker (remote.py)
+            raise LearnerUnreachable(f"{method}: the learner failed ({ray_error_text(exc)})") from None
 
 
 def _logging() -> None:
@@ -185,25 +201,39 @@ class _Driver:
         return actor
 
     def start_hub(self) -> None:
+        """Start the learner actor and wait until it holds the campaign: a hub that cannot
+        (a corrupt checkpoint, DIR not writable, another driver's hub of this DIR on the
+        cluster) ends the campaign here, instead of workers that learn nothing."""
         done = self.dir.schedules_done()
-        self.hub = HUB_ACTOR.options(
-            name=f"mallory-learner-{self.id}", namespace=NAMESPACE, num_cpus=0,
-            max_restarts=LEARNER_RESTARTS, max_task_retries=0,
-            # on the driver's machine: it writes the campaign directory there
-            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=self.node, soft=False),
-        ).remote(str(self.dir.root), None if self.schedules is None else done + self.schedules)
+        try:
+            self.hub = HUB_ACTOR.options(
+                name=f"mallory-learner-{self.id}", namespace=NAMESPACE, num_cpus=0,
+                max_restarts=LEARNER_RESTARTS, max_task_retries=0,
+                # on the driver's machine: it writes the campaign directory there
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=self.node, soft=False),
+            ).remote(str(self.dir.root), None if self.schedules is None else done + self.schedules)
+            ray.get(self.hub.counters.remote(), timeout=CALL_TIMEOUT_S)
+        except (RayError, ValueError) as exc:  # ActorAlreadyExistsError is a ValueError
+            raise MalloryError(f"the learner actor could not start: {ray_error_text(exc)}") from None
 
     def run(self) -> DistributedResult:
         names = [worker_name(k) for k in range(self.count)]
         for worker in names:
-            self.start_worker(worker, self.config)
+            try:
+                self.start_worker(worker, self.config)
+            except RayError as exc:
+                raise MalloryError(f"worker {worker} could not start: {ray_error_text(exc)}") from None
         if self.config.calibrate and self.dir.load_learner() is None and self.config.calibration is None:
             log.info("calibrating on worker %s's cluster", names[0])
-            self.config = ray.get(self.actors[names[0]].calibrate.remote())
+            try:
+                self.config = ray.get(self.actors[names[0]].calibrate.remote())
+            except RayError as exc:
+                raise MalloryError(f"calibration on worker {names[0]}'s cluster failed: {ray_error_text(exc)}") from None
             self.dir.write_config(self.config)
         self.start_hub()
-        for worker in names:
-            self.pending[self.actors[worker].run.remote(self.hub, self.config, self.seconds_left())] = worker
+        if not self.stop():  # a Ctrl-C during the calibration: no worker brings its cluster up
+            for worker in names:
+                self.pending[self.actors[worker].run.remote(self.hub, self.config, self.seconds_left())] = worker
         stopping = False
         shown = 0.0
         while self.pending:
@@ -228,14 +258,11 @@ class _Driver:
             self.result.workers.append(ray.get(ref))
             return
         except RayError as exc:  # the actor died, or run() raised (e.g. its mediator died)
-            why = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+            why = ray_error_text(exc)
         log.warning("worker %s died (%s): its schedule in flight is lost, its learning is not", worker, why)
         self.result.deaths.append((worker, why))
-        try:  # a worker whose run() raised is still alive: its run must go stale before it is cleaned
-            ray.kill(self.actors[worker])
-        except RayError:
-            pass  # already gone
-        self._clean_after(worker)
+        self._kill(worker)  # a worker whose run() raised is still alive: its run must go stale before it is cleaned
+        self._clean_after([worker])
         self._tell_hub("worker_gone", worker)
         left = self.seconds_left()
         if stopping or (left is not None and left <= 0) or self.replaced.get(worker, 0) >= MAX_REPLACEMENTS:
@@ -244,22 +271,48 @@ class _Driver:
         try:
             actor = self.start_worker(worker, self.config)
         except RayError as exc:
-            log.warning("worker %s could not be replaced (%s)", worker, exc)
+            log.warning("worker %s could not be replaced (%s)", worker, ray_error_text(exc))
             return
         log.info("worker %s replaced (%d of %d)", worker, self.replaced[worker], MAX_REPLACEMENTS)
         self.pending[actor.run.remote(self.hub, self.config, self.seconds_left())] = worker
 
-    def _clean_after(self, worker: str) -> None:
-        """Remove the dead worker's cluster on its machine (a task pinned there)."""
-        clean = CLEAN_TASK.options(
-            num_cpus=0, max_retries=0,
-            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=self.nodes[worker], soft=False))
+    def _kill(self, worker: str) -> None:
         try:
-            removed = ray.get(clean.remote(self.runs[worker]), timeout=CALL_TIMEOUT_S)
-            log.info("worker %s's run %s cleaned: %d things removed", worker, self.runs[worker], len(removed))
-        except (RayError, GetTimeoutError) as exc:
-            log.warning("worker %s's run %s could not be cleaned on its machine (%s): there, `mallory cleanup %s`",
-                        worker, self.runs[worker], type(exc).__name__, self.runs[worker])
+            ray.kill(self.actors[worker])
+        except (RayError, ValueError):
+            pass  # already gone
+
+    def _clean_after(self, workers: list[str]) -> None:
+        """Remove the dead workers' clusters, each on its machine (a task pinned there; the
+        tasks run side by side)."""
+        cleaning = {}
+        for worker in workers:
+            node = self.nodes.get(worker)
+            if node is None:  # it never started: no cluster
+                continue
+            clean = CLEAN_TASK.options(num_cpus=0, max_retries=0,
+                                       scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node, soft=False))
+            cleaning[worker] = clean.remote(self.runs[worker])
+        deadline = time.monotonic() + CALL_TIMEOUT_S
+        for worker, ref in cleaning.items():
+            run = self.runs[worker]
+            try:
+                removed = ray.get(ref, timeout=max(0.0, deadline - time.monotonic()))
+                log.info("worker %s's run %s cleaned: %d things removed", worker, run, len(removed))
+            except RayError as exc:  # GetTimeoutError is one
+                log.warning("worker %s's run %s could not be cleaned on its machine (%s): there, `mallory cleanup %s`",
+                            worker, run, ray_error_text(exc), run)
+
+    def abort(self) -> None:
+        """The driver is leaving before its workers ended (a second Ctrl-C, an error): end
+        every worker now and remove its cluster on its machine (a worker killed by
+        ray.shutdown would leave its cluster behind), then the merged stats' last version."""
+        workers = list(self.actors)
+        for worker in workers:
+            self._kill(worker)
+        self._clean_after(workers)
+        if self.hub is not None:
+            self._close_hub()
 
     def _tell_hub(self, method: str, *args: Any) -> Any:
         try:
@@ -279,28 +332,50 @@ class _Driver:
         self._show()
 
 
+@contextmanager
+def signal_handlers_kept() -> Iterator[None]:
+    """Keep this process's SIGINT and SIGTERM handlers through what runs inside: ray.init
+    replaces SIGTERM's with one that exits at once (sys.exit), where `mallory fuzz` stops
+    after the current step as on Ctrl-C."""
+    kept = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        if threading.current_thread() is threading.main_thread():
+            for s, handler in kept.items():
+                if handler is not None:  # None: a handler not installed from Python
+                    signal.signal(s, handler)
+
+
 def run_on_ray(directory: CampaignDir, config: CampaignConfig, *, workers: int, address: str | None,
                seconds: float | None, schedules: int | None, stop: Callable[[], bool],
                on_update: Callable[[Progress], None]) -> DistributedResult:
     """Run the campaign in `directory` (created, or resumed) with `workers` workers on the
     Ray cluster at `address` (None: a local one, started for the run and stopped after),
     for `seconds` more (None: no deadline) or until `schedules` more are done in all, or
-    `stop()`."""
+    `stop()`. Whatever happens, nothing of it is left running: the workers and their
+    clusters, and a local Ray with its processes."""
     # No runtime_env: it needs ray[default]. The actors' processes run the Python of each
     # machine's raylet, which has Mallory installed (docs/ray.md); a local Ray started here
-    # inherits this process's environment (its venv, MALLORY_* settings).
+    # inherits this process's environment (its venv, MALLORY_* settings) and its user (root).
+    # The actors get DIR as an absolute path: their working directory is not this one's.
+    directory = CampaignDir(directory.root.resolve())
     try:
-        ray.init(address=address or "local", namespace=NAMESPACE, include_dashboard=False, log_to_driver=True,
-                 configure_logging=False)
+        with signal_handlers_kept():
+            ray.init(address=address or "local", namespace=NAMESPACE, include_dashboard=False, log_to_driver=True,
+                     configure_logging=False)
     except (ConnectionError, RuntimeError, ValueError) as exc:
         where = f"the Ray cluster at {address}" if address else "a local Ray"
         raise MalloryError(f"--ray: cannot start or join {where}: {exc}") from None
-    driver = _Driver(directory, config, workers, seconds, schedules, stop, on_update)
     try:
-        return driver.run()
+        driver = _Driver(directory, config, workers, seconds, schedules, stop, on_update)
+        try:
+            return driver.run()
+        except BaseException:
+            try:
+                driver.abort()
+            except Exception as exc:  # noqa: BLE001 - the first failure is the one to report
+                log.warning("the workers could not all be ended (%s): `mallory cleanup` on their machines", exc)
+            raise
     finally:
-        for worker, actor in driver.actors.items():  # an interrupted campaign: its workers go too
-            if any(name == worker for name in driver.pending.values()):
-                ray.kill(actor)
-                driver._clean_after(worker)
         ray.shutdown()
