@@ -35,12 +35,13 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import secrets
 import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -347,6 +348,23 @@ def signal_handlers_kept() -> Iterator[None]:
                     signal.signal(s, handler)
 
 
+@contextmanager
+def this_mallory_first() -> Iterator[None]:
+    """While a local Ray starts: its processes, and so the actors, import the Mallory this
+    driver runs (its source tree first on their PYTHONPATH), not whichever tree the venv's
+    editable install names (a worktree run with another checkout's venv would mix two)."""
+    tree = str(Path(__file__).resolve().parents[2])
+    saved = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join([tree, saved] if saved else [tree])
+    try:
+        yield
+    finally:
+        if saved is None:
+            del os.environ["PYTHONPATH"]
+        else:
+            os.environ["PYTHONPATH"] = saved
+
+
 def run_on_ray(directory: CampaignDir, config: CampaignConfig, *, workers: int, address: str | None,
                seconds: float | None, schedules: int | None, stop: Callable[[], bool],
                on_update: Callable[[Progress], None]) -> DistributedResult:
@@ -357,11 +375,12 @@ def run_on_ray(directory: CampaignDir, config: CampaignConfig, *, workers: int, 
     clusters, and a local Ray with its processes."""
     # No runtime_env: it needs ray[default]. The actors' processes run the Python of each
     # machine's raylet, which has Mallory installed (docs/ray.md); a local Ray started here
-    # inherits this process's environment (its venv, MALLORY_* settings) and its user (root).
+    # inherits this process's environment (its venv, MALLORY_* settings) and its user (root),
+    # and imports this Mallory (this_mallory_first).
     # The actors get DIR as an absolute path: their working directory is not this one's.
     directory = CampaignDir(directory.root.resolve())
     try:
-        with signal_handlers_kept():
+        with signal_handlers_kept(), this_mallory_first() if address is None else nullcontext():
             ray.init(address=address or "local", namespace=NAMESPACE, include_dashboard=False, log_to_driver=True,
                      configure_logging=False)
     except (ConnectionError, RuntimeError, ValueError) as exc:

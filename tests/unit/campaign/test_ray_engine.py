@@ -6,6 +6,7 @@ are fakes that bring nothing up, the learner actor a real LearnerHub. What Ray i
 from __future__ import annotations
 
 import hashlib
+import os
 import signal
 import sys
 from pathlib import Path
@@ -110,9 +111,11 @@ class FakeRay:
         self.events: list[str] = []
         self.interrupt_wait = interrupt_wait
         self.sigterm_in_wait: Any = None
+        self.init_pythonpath: str | None = None
 
     def init(self, **kwargs: Any) -> None:
         self.events.append("init")
+        self.init_pythonpath = os.environ.get("PYTHONPATH")
         signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(signum))  # as ray.init does
 
     def shutdown(self) -> None:
@@ -293,3 +296,11 @@ def test_a_hub_call_that_fails_in_any_way_is_the_learner_unreachable(fake_ray, e
         ray_engine.RayLink(Hub()).call("decide", "w0", ["noop"], timeout_s=0.15)
     assert says in str(raised.value)
 
+
+
+def test_a_local_ray_imports_the_mallory_the_driver_runs(fake_ray, tmp_path, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", "/elsewhere")
+    run(campaign(tmp_path))
+    tree = str(Path(ray_engine.__file__).resolve().parents[2])
+    assert fake_ray.init_pythonpath == os.pathsep.join([tree, "/elsewhere"])
+    assert os.environ["PYTHONPATH"] == "/elsewhere", "the driver's own environment is left as it was"
