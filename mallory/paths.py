@@ -13,8 +13,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+#: the directory holding the Python packages running now (mallory, nemesis): what another
+#: process puts on its path to import this same code
+PACKAGES = Path(__file__).resolve().parent.parent
 #: the source tree: $MALLORY_HOME, or the directory holding this package
-HOME = Path(os.environ.get("MALLORY_HOME") or Path(__file__).resolve().parent.parent)
+HOME = Path(os.environ.get("MALLORY_HOME") or PACKAGES)
 #: sources, specs and annotations of the shipped systems under test (suts/<name>/)
 SUTS = HOME / "suts"
 #: the LLVM pass plugin, the C ring runtime and their Makefile

@@ -50,6 +50,7 @@ import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayError, RayTaskError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from mallory import paths
 from mallory.campaign.config import CampaignConfig
 from mallory.campaign.directory import CampaignDir
 from mallory.campaign.hub import LearnerHub
@@ -353,7 +354,7 @@ def this_mallory_first() -> Iterator[None]:
     """While a local Ray starts: its processes, and so the actors, import the Mallory this
     driver runs (its source tree first on their PYTHONPATH), not whichever tree the venv's
     editable install names (a worktree run with another checkout's venv would mix two)."""
-    tree = str(Path(__file__).resolve().parents[2])
+    tree = str(paths.PACKAGES)
     saved = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = os.pathsep.join([tree, saved] if saved else [tree])
     try:

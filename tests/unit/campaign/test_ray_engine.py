@@ -301,6 +301,6 @@ def test_a_hub_call_that_fails_in_any_way_is_the_learner_unreachable(fake_ray, e
 def test_a_local_ray_imports_the_mallory_the_driver_runs(fake_ray, tmp_path, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", "/elsewhere")
     run(campaign(tmp_path))
-    tree = str(Path(ray_engine.__file__).resolve().parents[2])
+    tree = str(Path(ray_engine.__file__).resolve().parent.parent.parent)
     assert fake_ray.init_pythonpath == os.pathsep.join([tree, "/elsewhere"])
     assert os.environ["PYTHONPATH"] == "/elsewhere", "the driver's own environment is left as it was"
