@@ -105,8 +105,8 @@ class RayLink:
             raise LearnerUnreachable(f"no answer to {method} within {timeout_s * 1e3:.0f} ms") from None
         except RayActorError as exc:  # dead, restarting, or its machine unreachable
             raise LearnerUnreachable(f"{method}: the learner actor is down ({type(exc).__name__})") from None
-        except RayTaskError as exc:  # the hub raised (e.g. it cannot write DIR): it could not take the call,
-            # which must cost the call's lesson, not the worker (remote.py)
+        except RayError as exc:  # the hub raised (RayTaskError: e.g. it cannot write DIR), or Ray lost the
+            # answer: the hub could not take the call, which costs the call's lesson, not the worker (remote.py)
             raise LearnerUnreachable(f"{method}: the learner failed ({ray_error_text(exc)})") from None
 
 
