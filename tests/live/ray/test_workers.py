@@ -6,8 +6,8 @@ marks them), from the repository's root:
 
 Two campaigns, to keep CI's time: one with the pause-bug SUT (no build; every pause is a
 bug) shows one store, merged records and one bundle per bug (about a minute); one with the
-example SUT loses a worker and then the learner actor mid-campaign and finishes (about two
-and a half minutes). On a 2-core machine a local Ray takes 10-20 s to start and the two
+example SUT loses a worker and then the learner actor mid-campaign, goes on, and ends on a
+Ctrl-C with nothing left behind (about two minutes). On a 2-core machine a local Ray takes 10-20 s to start and the two
 clusters come up side by side."""
 
 from __future__ import annotations
@@ -119,12 +119,22 @@ def _recorded_since(out: Path, moment: float) -> list[Path]:
     return [path for path in (out / "schedules").glob("[0-9]*.json") if path.stat().st_mtime > moment]
 
 
+def ray_processes() -> set[int]:
+    """Every process of a Ray node on this machine: its raylet, GCS, agents and workers."""
+    ps = subprocess.run(["ps", "-eo", "pid=,args="], capture_output=True, text=True).stdout.splitlines()
+    marks = ("raylet", "gcs_server", "ray::", "ray/_private/", "ray/dashboard/")
+    return {int(line.split(None, 1)[0]) for line in ps if any(mark in line for mark in marks)}
+
+
 def test_a_worker_then_the_learner_actor_killed_mid_campaign_do_not_end_it(spec, tmp_path):
+    """...and a Ctrl-C then ends it as a single-process campaign ends: after the step, with
+    every cluster and the local Ray gone."""
     out = tmp_path / "campaign"
     merged = CampaignDir(out)
+    ray_before = ray_processes()
     proc = subprocess.Popen(fuzz("--sut", str(spec), "--nodes", "2", "--steps", "3", "--window", "1.5", "--reset", "1",
                                  "--workload", "register", "--rate", "10", "--faults", "partition,kill,pause",
-                                 "--seed", "11", "--duration", "100s", "--out", str(out)),
+                                 "--seed", "11", "--duration", "300s", "--out", str(out)),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=paths.HOME)
     try:
         # a worker's process dies mid-schedule
@@ -143,7 +153,10 @@ def test_a_worker_then_the_learner_actor_killed_mid_campaign_do_not_end_it(spec,
         states = len(Learner.from_checkpoint(merged.load_learner()).store)
         os.kill(learner_pid, signal.SIGKILL)
         learner_killed_at = time.time()
-        stdout, stderr = proc.communicate(timeout=300)
+        # the restarted learner records schedules again; then Ctrl-C
+        _wait(proc, lambda: _recorded_since(out, learner_killed_at), "a schedule recorded after the learner's death")
+        os.kill(proc.pid, signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -156,9 +169,13 @@ def test_a_worker_then_the_learner_actor_killed_mid_campaign_do_not_end_it(spec,
     # the learner: restarted by Ray from its checkpoint, and the campaign went on recording
     stats = merged.read_stats()
     assert stats["learner_pid"] != str(learner_pid), "the learner actor was restarted"
-    assert _recorded_since(out, learner_killed_at), "schedules were recorded after the learner's death"
     assert len(Learner.from_checkpoint(merged.load_learner()).store) >= states
     assert int(stats["distinct_states"]) >= states
     assert [r["index"] for r in merged.read_schedules()] == list(range(merged.schedules_done()))
     assert stats["schedules_done"] == str(merged.schedules_done())
+    # the Ctrl-C: every worker's cluster torn down, the local Ray stopped
     assert_workers_gone(out)
+    deadline = time.monotonic() + 15  # Ray's workers leave once their raylet is gone
+    while ray_processes() - ray_before and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not ray_processes() - ray_before, "the local Ray's processes outlived the campaign"
