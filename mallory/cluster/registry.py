@@ -19,6 +19,13 @@ Every run owns a state directory `<state root>/<run>/` (state root: $MALLORY_STA
                                                          fork; cleanup also kills every
                                                          process found inside the run's
                                                          namespaces, so the gap is covered)
+                   {"cmdline": "/run/mallory/ray-1a2b3c/ray"}
+                                                         every process whose command line
+                                                         names this path, and every process
+                                                         descended from one: processes that
+                                                         another program starts and names
+                                                         by a directory of the run (a local
+                                                         Ray's: campaign/local_ray.py)
     layout.json  the cluster layout (mallory.cluster.netns.ClusterLayout), for readers such as the
                  mediator.
     secrets      files only their owner can read (`RunRecord.write_secret`: the mediator's
@@ -29,9 +36,10 @@ when its owner is gone (killed, or crashed before its cleanup). `mallory cleanup
 stale runs only (`run_status`): a live run belongs to a campaign running beside the user,
 and a detached one to someone working by hand (`mallory cluster down RUN` removes it).
 
-`cleanup_run` undoes a journal in a safe order (processes, namespaces, root links, shm,
-directories) and tolerates anything already gone, so it works after `kill -9` of the
-controller at any point, and running it twice is harmless.
+`cleanup_run` undoes a journal in a safe order (processes, those found by command line
+included; namespaces, root links, shm, directories) and tolerates anything already gone,
+so it works after `kill -9` of the controller at any point, and running it twice is
+harmless.
 """
 
 from __future__ import annotations
@@ -312,6 +320,40 @@ def _kill_process(pid: int, start: int | None) -> None:
             pass
 
 
+def processes_naming(text: str) -> list[ProcessId]:
+    """The processes whose command line contains `text`, and all their descendants (a child
+    whose command line says nothing of it, such as a worker that rewrote its title, is
+    still found through its parent), never this process. Read from /proc; a process that
+    ends meanwhile is skipped."""
+    needle = text.encode()
+    parents: dict[int, int] = {}
+    named: list[int] = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        pid = int(entry.name)
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+            stat = (entry / "stat").read_bytes()
+        except OSError:
+            continue
+        parents[pid] = int(stat[stat.rindex(b")") + 2 :].split()[1])  # field 4, after comm
+        if needle in cmdline.replace(b"\0", b" "):
+            named.append(pid)
+    children: dict[int, list[int]] = {}
+    for pid, parent in parents.items():
+        children.setdefault(parent, []).append(pid)
+    found: set[int] = set()
+    todo = list(named)
+    while todo:
+        pid = todo.pop()
+        if pid not in found:
+            found.add(pid)
+            todo += children.get(pid, [])
+    found.discard(os.getpid())
+    return [ProcessId(pid, proc_start_ticks(pid)) for pid in sorted(found)]
+
+
 def _wait_gone(pids: list[int], timeout: float = 5.0) -> None:
     deadline = time.monotonic() + timeout
     for pid in pids:
@@ -345,6 +387,12 @@ def cleanup_run(record: RunRecord) -> list[str]:
             for pid in netns_pids(ns):
                 _kill_process(pid, None)
                 killed.append(pid)
+    for entry in entries:
+        if "cmdline" in entry:
+            for process in processes_naming(entry["cmdline"]):
+                if process.alive():
+                    _kill_process(process.pid, process.start)
+                    killed.append(process.pid)
     _wait_gone(killed)
     removed += [f"process {pid}" for pid in killed]
 
