@@ -326,7 +326,7 @@ def processes_naming(text: str) -> list[ProcessId]:
     still found through its parent), never this process. Read from /proc; a process that
     ends meanwhile is skipped."""
     needle = text.encode()
-    parents: dict[int, int] = {}
+    parent_of: dict[int, int] = {}
     named: list[int] = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -337,11 +337,11 @@ def processes_naming(text: str) -> list[ProcessId]:
             stat = (entry / "stat").read_bytes()
         except OSError:
             continue
-        parents[pid] = int(stat[stat.rindex(b")") + 2 :].split()[1])  # field 4, after comm
+        parent_of[pid] = int(stat[stat.rindex(b")") + 2 :].split()[1])  # field 4, after comm
         if needle in cmdline.replace(b"\0", b" "):
             named.append(pid)
     children: dict[int, list[int]] = {}
-    for pid, parent in parents.items():
+    for pid, parent in parent_of.items():
         children.setdefault(parent, []).append(pid)
     found: set[int] = set()
     todo = list(named)
