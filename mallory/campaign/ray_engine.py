@@ -5,6 +5,12 @@ is the optional dependency `mallory[ray]`). It runs on a Ray cluster: a local on
 for the run by default, or the cluster at `--ray ADDRESS` ("auto": the one this machine
 belongs to). The command runs where the campaign directory DIR is, as the driver.
 
+A local Ray listens on loopback only, reports no usage, authenticates with a token of the
+run's own and keeps its files in a registered run's directory (local_ray.py, which says
+where in Ray's source each of these is decided); at the end its logs are copied to
+DIR/ray-logs and the rest is removed. The addresses, files and authentication of a
+cluster at `--ray ADDRESS` are its owner's.
+
     driver (mallory fuzz)            the learner actor (hub.py)          worker actors (workers.py)
     ─────────────────────            ─────────────────────────           ──────────────────────────
     DIR on this machine              on the driver's machine, so it      anywhere (SPREAD over the
@@ -27,15 +33,16 @@ Faults of the engine itself:
   checkpoint (hub.py says what it loses). Meanwhile the workers decide from their copies
   of the policy (remote.py); nothing waits for it.
 - Not detached: the actors belong to the driver, so a driver killed with -9 takes them
-  with it (Ray ends an owner's actors); `mallory cleanup` on each machine then removes
-  the clusters, and `--resume DIR` continues.
+  with it (Ray ends an owner's actors; a local Ray's processes die with the driver);
+  `mallory cleanup` on each machine then removes the clusters (and, on the driver's, what
+  is left of a local Ray: its run), and `--resume DIR` continues.
 """
 
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import logging
-import os
 import secrets
 import signal
 import threading
@@ -47,13 +54,14 @@ from pathlib import Path
 from typing import Any
 
 import ray
+from ray._private import ray_constants
 from ray.exceptions import GetTimeoutError, RayActorError, RayError, RayTaskError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from mallory import paths
 from mallory.campaign.config import CampaignConfig
 from mallory.campaign.directory import CampaignDir
 from mallory.campaign.hub import LearnerHub
+from mallory.campaign.local_ray import LOGS, LocalRay, environment_set
 from mallory.campaign.progress import Progress
 from mallory.campaign.remote import BUDGET_SHARE, LearnerUnreachable, RemoteLearner
 from mallory.campaign.workers import (
@@ -350,20 +358,27 @@ def signal_handlers_kept() -> Iterator[None]:
 
 
 @contextmanager
-def this_mallory_first() -> Iterator[None]:
-    """While a local Ray starts: its processes, and so the actors, import the Mallory this
-    driver runs (its source tree first on their PYTHONPATH), not whichever tree the venv's
-    editable install names (a worktree run with another checkout's venv would mix two)."""
-    tree = str(paths.PACKAGES)
-    saved = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = os.pathsep.join([tree, saved] if saved else [tree])
+def node_address_on_loopback() -> Iterator[None]:
+    """While a local Ray's node starts in this process: Ray takes this machine's address
+    from its interface to the outside unless ENABLE_RAY_CLUSTER is false, which it read
+    from RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER when it was imported, before the driver could
+    set that variable (local_ray.py says where in Ray)."""
+    saved = ray_constants.ENABLE_RAY_CLUSTER
+    ray_constants.ENABLE_RAY_CLUSTER = False
     try:
         yield
     finally:
-        if saved is None:
-            del os.environ["PYTHONPATH"]
-        else:
-            os.environ["PYTHONPATH"] = saved
+        ray_constants.ENABLE_RAY_CLUSTER = saved
+
+
+def check_on_loopback() -> None:
+    """MalloryError unless the local Ray's node took a loopback address, which every one of
+    its listeners follows (a Ray whose address selection changed would listen outside)."""
+    address = ray.util.get_node_ip_address()
+    if not ipaddress.ip_address(address.strip("[]")).is_loopback:
+        raise MalloryError(f"the local Ray took the address {address}, not loopback: its listeners would be "
+                           "reachable from other machines (this Ray's node-address selection is not the one "
+                           "mallory/campaign/local_ray.py describes)")
 
 
 def run_on_ray(directory: CampaignDir, config: CampaignConfig, *, workers: int, address: str | None,
@@ -373,29 +388,44 @@ def run_on_ray(directory: CampaignDir, config: CampaignConfig, *, workers: int, 
     Ray cluster at `address` (None: a local one, started for the run and stopped after),
     for `seconds` more (None: no deadline) or until `schedules` more are done in all, or
     `stop()`. Whatever happens, nothing of it is left running: the workers and their
-    clusters, and a local Ray with its processes."""
+    clusters, and a local Ray with its processes and files (its logs are copied to
+    DIR/ray-logs first)."""
     # No runtime_env: it needs ray[default]. The actors' processes run the Python of each
     # machine's raylet, which has Mallory installed (docs/ray.md); a local Ray started here
-    # inherits this process's environment (its venv, MALLORY_* settings) and its user (root),
-    # and imports this Mallory (this_mallory_first).
+    # inherits this process's environment (its venv, MALLORY_* settings, and those of
+    # LocalRay.environment) and its user (root).
     # The actors get DIR as an absolute path: their working directory is not this one's.
     directory = CampaignDir(directory.root.resolve())
+    local = LocalRay.open() if address is None else None
     try:
-        with signal_handlers_kept(), this_mallory_first() if address is None else nullcontext():
-            ray.init(address=address or "local", namespace=NAMESPACE, include_dashboard=False, log_to_driver=True,
-                     configure_logging=False)
-    except (ConnectionError, RuntimeError, ValueError) as exc:
+        with environment_set(local.environment()) if local else nullcontext():
+            try:
+                _join_ray(address, local)
+                driver = _Driver(directory, config, workers, seconds, schedules, stop, on_update)
+                try:
+                    return driver.run()
+                except BaseException:
+                    try:
+                        driver.abort()
+                    except Exception as exc:  # noqa: BLE001 - the first failure is the one to report
+                        log.warning("the workers could not all be ended (%s): `mallory cleanup` on their machines", exc)
+                    raise
+            finally:
+                ray.shutdown()
+    finally:
+        if local is not None:
+            local.close(logs_to=directory.root / LOGS)
+
+
+def _join_ray(address: str | None, local: LocalRay | None) -> None:
+    """Start the local Ray `local` describes (address None), or join the cluster at
+    `address`: its addresses, files and authentication are its owner's (docs/ray.md)."""
+    try:
+        with signal_handlers_kept(), node_address_on_loopback() if local else nullcontext():
+            ray.init(address=address or "local", namespace=NAMESPACE, log_to_driver=True, configure_logging=False,
+                     **(local.init_options() if local else {"include_dashboard": False}))
+    except (ConnectionError, RuntimeError, ValueError, OSError) as exc:
         where = f"the Ray cluster at {address}" if address else "a local Ray"
         raise MalloryError(f"--ray: cannot start or join {where}: {exc}") from None
-    try:
-        driver = _Driver(directory, config, workers, seconds, schedules, stop, on_update)
-        try:
-            return driver.run()
-        except BaseException:
-            try:
-                driver.abort()
-            except Exception as exc:  # noqa: BLE001 - the first failure is the one to report
-                log.warning("the workers could not all be ended (%s): `mallory cleanup` on their machines", exc)
-            raise
-    finally:
-        ray.shutdown()
+    if local is not None:
+        check_on_loopback()

@@ -1,15 +1,21 @@
 """The driver of `mallory fuzz --workers` (ray_engine.py) without Ray: a named fake of the few
 Ray calls it makes runs actors and tasks in this process, each call at once; the workers
-are fakes that bring nothing up, the learner actor a real LearnerHub. What Ray itself does
-(processes, restarts, scheduling) is tests/live/ray's."""
+are fakes that bring nothing up, the learner actor a real LearnerHub. The local Ray's
+place (local_ray.py) is real: a run registered under short temporary state and data roots.
+What Ray itself does (processes, listeners, restarts, scheduling) is tests/live/ray's."""
 
 from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import signal
+import stat
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -24,6 +30,7 @@ from mallory.campaign.directory import CampaignDir  # noqa: E402
 from mallory.campaign.hub import LearnerHub  # noqa: E402
 from mallory.campaign.remote import LearnerUnreachable  # noqa: E402
 from mallory.campaign.workers import WorkerSummary  # noqa: E402
+from mallory.cluster.registry import list_runs, proc_state, run_status  # noqa: E402
 from mallory.errors import MalloryError  # noqa: E402
 
 CONFIG = CampaignConfig(sut="fake", seed=3, steps=2, calibrate=0)
@@ -101,9 +108,12 @@ class FakeRemote:
 
 
 class FakeRay:
-    """The `ray` module as ray_engine.py calls it, in this process; it records what it did."""
+    """The `ray` module as ray_engine.py calls it, in this process; it records what it did.
+    A local Ray's init leaves what a real one would in its temp dir (a session's logs and
+    sockets) and a process naming it that outlives shutdown (a worker the raylet left)."""
 
-    def __init__(self, *, interrupt_wait: bool = False) -> None:
+    def __init__(self, constants: SimpleNamespace, *, interrupt_wait: bool = False) -> None:
+        self.constants = constants  # ray._private.ray_constants, as ray_engine sees it
         self.actors: list[FakeHandle] = []
         self.tasks: list[tuple[str, tuple]] = []
         self.calls: list[tuple[str | None, str]] = []
@@ -111,12 +121,29 @@ class FakeRay:
         self.events: list[str] = []
         self.interrupt_wait = interrupt_wait
         self.sigterm_in_wait: Any = None
-        self.init_pythonpath: str | None = None
+        self.init_kwargs: dict[str, Any] = {}
+        self.init_environment: dict[str, str] = {}
+        self.init_enable_ray_cluster: bool | None = None
+        self.init_error: Exception | None = None
+        self.node_address = "127.0.0.1"
+        self.leftover: subprocess.Popen | None = None
+        self.util = SimpleNamespace(get_node_ip_address=lambda: self.node_address)
 
     def init(self, **kwargs: Any) -> None:
         self.events.append("init")
-        self.init_pythonpath = os.environ.get("PYTHONPATH")
+        self.init_kwargs = kwargs
+        self.init_environment = dict(os.environ)
+        self.init_enable_ray_cluster = self.constants.ENABLE_RAY_CLUSTER
         signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(signum))  # as ray.init does
+        if self.init_error is not None:
+            raise self.init_error
+        if "_temp_dir" in kwargs:
+            session = Path(kwargs["_temp_dir"]) / "session_2026-01-01_00-00-00_000000_1"
+            (session / "logs").mkdir(parents=True)
+            (session / "sockets").mkdir()
+            (session / "logs" / "raylet.out").write_text("raylet started\n")
+            self.leftover = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)",
+                                              f"--temp-dir={kwargs['_temp_dir']}"])
 
     def shutdown(self) -> None:
         self.events.append("shutdown")
@@ -172,14 +199,30 @@ class FakeWorker:
 
 
 @pytest.fixture
-def fake_ray(monkeypatch) -> FakeRay:
-    fake = FakeRay()
+def roots(monkeypatch) -> Any:
+    """Short state and data roots of their own (Ray's socket paths must fit in 107 bytes;
+    tmp_path's are too long)."""
+    base = Path(tempfile.mkdtemp(prefix="mr", dir="/tmp"))
+    monkeypatch.setenv("MALLORY_STATE_DIR", str(base / "s"))
+    monkeypatch.setenv("MALLORY_DATA_ROOT", str(base / "d"))
+    yield SimpleNamespace(state=base / "s", data=base / "d")
+    shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture
+def fake_ray(monkeypatch, roots) -> Any:
+    constants = SimpleNamespace(ENABLE_RAY_CLUSTER=True)
+    fake = FakeRay(constants)
     monkeypatch.setattr(ray_engine, "ray", fake)
+    monkeypatch.setattr(ray_engine, "ray_constants", constants)
     monkeypatch.setattr(ray_engine, "WORKER_ACTOR", FakeRemote(fake, FakeWorker, "actor"))
     monkeypatch.setattr(ray_engine, "HUB_ACTOR", FakeRemote(fake, LearnerHub, "actor"))
     monkeypatch.setattr(ray_engine, "CLEAN_TASK", FakeRemote(fake, lambda run: [f"cleaned {run}"], "task"))
     monkeypatch.setattr(FakeWorker, "OUTCOMES", {})
-    return fake
+    yield fake
+    if fake.leftover is not None:
+        fake.leftover.kill()
+        fake.leftover.wait()
 
 
 def campaign(tmp_path: Path) -> CampaignDir:
@@ -302,5 +345,104 @@ def test_a_local_ray_imports_the_mallory_the_driver_runs(fake_ray, tmp_path, mon
     monkeypatch.setenv("PYTHONPATH", "/elsewhere")
     run(campaign(tmp_path))
     tree = str(Path(ray_engine.__file__).resolve().parent.parent.parent)
-    assert fake_ray.init_pythonpath == os.pathsep.join([tree, "/elsewhere"])
+    assert fake_ray.init_environment["PYTHONPATH"] == os.pathsep.join([tree, "/elsewhere"])
     assert os.environ["PYTHONPATH"] == "/elsewhere", "the driver's own environment is left as it was"
+
+
+def ray_runs(roots: Any) -> list[Any]:
+    return [record for record in list_runs(roots.state) if record.name.startswith("ray-")]
+
+
+def data_left(roots: Any) -> list[Path]:
+    return list(roots.data.iterdir()) if roots.data.exists() else []
+
+
+def test_a_local_ray_listens_on_loopback_reports_nothing_and_has_the_runs_token_and_directory(
+        fake_ray, roots, tmp_path):
+    before = dict(os.environ)
+    run(campaign(tmp_path))
+    kwargs, env = fake_ray.init_kwargs, fake_ray.init_environment
+    assert kwargs["address"] == "local"
+    assert kwargs["_node_ip_address"] == "127.0.0.1" and kwargs["dashboard_host"] == "127.0.0.1"
+    assert kwargs["include_dashboard"] is False
+    # Ray reads the flag when imported: the driver's copy is cleared while the node starts,
+    # and the variable is there for Ray's own processes
+    assert fake_ray.init_enable_ray_cluster is False and env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] == "0"
+    assert ray_engine.ray_constants.ENABLE_RAY_CLUSTER is True, "restored once the node started"
+    assert env["RAY_USAGE_STATS_ENABLED"] == "0"
+    # the run's directory: Ray's temp dir and default temp dir in the data root, the token
+    # in the state root, each under the registered run's name
+    temp_dir = Path(kwargs["_temp_dir"])
+    (name,) = {temp_dir.parent.name}
+    assert temp_dir == roots.data / name / "ray" and env["RAY_TMPDIR"] == str(roots.data / name)
+    assert name.startswith("ray-") and env["RAY_AUTH_TOKEN_PATH"] == str(roots.state / name / "ray-token")
+    assert os.environ == before, "the driver's environment is as it was, also what ray.init changes"
+
+
+def test_the_local_rays_place_is_journaled_before_ray_starts_and_its_token_is_private(fake_ray, roots, tmp_path):
+    seen: dict[str, Any] = {}
+
+    def init(**kwargs: Any) -> None:
+        (record,) = ray_runs(roots)
+        seen["entries"] = record.entries()
+        seen["status"] = run_status(record)
+        token = Path(os.environ["RAY_AUTH_TOKEN_PATH"])
+        seen["token"], seen["mode"] = token.read_text(), stat.S_IMODE(token.stat().st_mode)
+        FakeRay.init(fake_ray, **kwargs)
+
+    fake_ray.init = init
+    run(campaign(tmp_path))
+    temp_dir = fake_ray.init_kwargs["_temp_dir"]
+    assert seen["entries"] == [{"cmdline": temp_dir}, {"dir": str(Path(temp_dir).parent)}]
+    assert seen["status"] == "live", "owned by the driver: `mallory cleanup` removes it once the driver is gone"
+    assert len(seen["token"]) == 64 and int(seen["token"], 16) >= 0 and seen["mode"] == 0o600
+
+
+def test_after_the_run_the_local_rays_logs_are_in_the_campaign_and_nothing_else_is_left(fake_ray, roots, tmp_path):
+    directory = campaign(tmp_path)
+    run(directory)
+    assert (directory.root / "ray-logs" / "raylet.out").read_text() == "raylet started\n"
+    assert not (directory.root / "ray-logs" / "sockets").exists()
+    assert proc_state(fake_ray.leftover.pid) is None, "a Ray process left after shutdown is killed (and reaped)"
+    assert not ray_runs(roots) and not data_left(roots), "the run, its directory and its token are gone"
+
+
+def test_a_second_run_keeps_only_the_last_local_rays_logs(fake_ray, roots, tmp_path):
+    directory = campaign(tmp_path)
+    (directory.root / "ray-logs").mkdir()
+    (directory.root / "ray-logs" / "gcs_server.out").write_text("an earlier run's\n")
+    run(directory)
+    assert sorted(p.name for p in (directory.root / "ray-logs").iterdir()) == ["raylet.out"]
+
+
+def test_a_local_ray_that_took_an_outside_address_ends_the_run_before_any_worker(fake_ray, roots, tmp_path):
+    fake_ray.node_address = "192.0.2.2"
+    with pytest.raises(MalloryError, match="took the address 192.0.2.2, not loopback"):
+        run(campaign(tmp_path))
+    assert not fake_ray.actors and fake_ray.events == ["init", "shutdown"]
+    assert not ray_runs(roots) and proc_state(fake_ray.leftover.pid) is None
+
+
+def test_a_local_ray_that_cannot_start_is_a_one_line_error_and_leaves_nothing(fake_ray, roots, tmp_path):
+    fake_ray.init_error = OSError("validate_socket_filename failed: AF_UNIX path length cannot exceed 107 bytes")
+    with pytest.raises(MalloryError, match="--ray: cannot start or join a local Ray: validate_socket"):
+        run(campaign(tmp_path))
+    assert fake_ray.events == ["init", "shutdown"], "what it started is stopped"
+    assert not ray_runs(roots) and not data_left(roots)
+
+
+def test_a_data_root_too_long_for_rays_sockets_is_a_one_line_error(fake_ray, roots, tmp_path, monkeypatch):
+    monkeypatch.setenv("MALLORY_DATA_ROOT", str(tmp_path / ("d" * 60)))
+    with pytest.raises(MalloryError, match=r"bytes long under .* \(at most 107\): set MALLORY_DATA_ROOT"):
+        run(campaign(tmp_path))
+    assert not fake_ray.events and not ray_runs(roots)
+
+
+def test_a_ray_cluster_given_by_address_is_joined_as_it_is(fake_ray, roots, tmp_path):
+    before = dict(os.environ)
+    ray_engine.run_on_ray(campaign(tmp_path), CONFIG, workers=1, address="auto", seconds=None, schedules=None,
+                          stop=lambda: False, on_update=lambda progress: None)
+    assert fake_ray.init_kwargs["address"] == "auto"
+    assert not {"_temp_dir", "_node_ip_address", "dashboard_host"} & set(fake_ray.init_kwargs)
+    assert fake_ray.init_enable_ray_cluster is True and fake_ray.init_environment == before
+    assert not ray_runs(roots) and not (tmp_path / "c" / "ray-logs").exists()
