@@ -43,10 +43,13 @@ Read from Ray 2.60's source (python/ray/...; its C++ parts are not in the wheel)
 - Processes: on Linux each process the driver starts (GCS, raylet, dashboard, log and
   autoscaler monitors) is killed by the kernel when the driver dies
   (`PR_SET_PDEATHSIG`: `_private/utils.py:858-872`, `_private/node.py:114-116`; no
-  reaper then, `node.py:409`); the raylet's children (agents, workers) end when their
-  raylet does. `mallory cleanup` after a `kill -9` of the driver kills whatever of them is
-  left: the run's journal names every process whose command line names the run's Ray
-  directory, and their descendants (a worker rewrites its title to `ray::...`).
+  reaper then, `node.py:409`); the raylet's children (agents, workers) are meant to end
+  when their raylet does (Ray's C++ side, not read here). `mallory cleanup` after a
+  `kill -9` of the driver kills whatever of them is left: the run's journal names every
+  process that names the run's Ray directory on its command line or holds a file in it
+  open (each writes its log there; a worker rewrites its title to `ray::...`), and their
+  descendants. The worker actors own their clusters' runs, which are stale once they are
+  killed and go in the same sweep.
 """
 
 from __future__ import annotations
@@ -109,7 +112,7 @@ class LocalRay:
                 raise MalloryError(
                     f"a local Ray's sockets would be {len(longest.encode())} bytes long under {record.run_dir} "
                     f"(at most {SOCKET_PATH_MAX}): set MALLORY_DATA_ROOT to a shorter directory")
-            record.record(cmdline=str(place.temp_dir))
+            record.record(uses=str(place.temp_dir))
             record.record(dir=str(record.run_dir))
             record.write_secret(place.token_path.name, secrets.token_hex(32))
         except BaseException:

@@ -19,12 +19,12 @@ Every run owns a state directory `<state root>/<run>/` (state root: $MALLORY_STA
                                                          fork; cleanup also kills every
                                                          process found inside the run's
                                                          namespaces, so the gap is covered)
-                   {"cmdline": "/run/mallory/ray-1a2b3c/ray"}
-                                                         every process whose command line
-                                                         names this path, and every process
+                   {"uses": "/var/lib/mallory/ray-1a2b3c/ray"}
+                                                         every process that names this path
+                                                         on its command line or holds a file
+                                                         under it open, and every process
                                                          descended from one: processes that
-                                                         another program starts and names
-                                                         by a directory of the run (a local
+                                                         another program starts (a local
                                                          Ray's: campaign/local_ray.py)
     layout.json  the cluster layout (mallory.cluster.netns.ClusterLayout), for readers such as the
                  mediator.
@@ -36,8 +36,8 @@ when its owner is gone (killed, or crashed before its cleanup). `mallory cleanup
 stale runs only (`run_status`): a live run belongs to a campaign running beside the user,
 and a detached one to someone working by hand (`mallory cluster down RUN` removes it).
 
-`cleanup_run` undoes a journal in a safe order (processes, those found by command line
-included; namespaces, root links, shm, directories) and tolerates anything already gone,
+`cleanup_run` undoes a journal in a safe order (processes, those found by the paths they
+use included; namespaces, root links, shm, directories) and tolerates anything already gone,
 so it works after `kill -9` of the controller at any point, and running it twice is
 harmless.
 """
@@ -320,14 +320,29 @@ def _kill_process(pid: int, start: int | None) -> None:
             pass
 
 
-def processes_naming(text: str) -> list[ProcessId]:
-    """The processes whose command line contains `text`, and all their descendants (a child
-    whose command line says nothing of it, such as a worker that rewrote its title, is
-    still found through its parent), never this process. Read from /proc; a process that
-    ends meanwhile is skipped."""
-    needle = text.encode()
+def _holds_a_file_under(fd_dir: Path, path: str) -> bool:
+    """Whether a process (its /proc/<pid>/fd) has a file open at or under `path`."""
+    try:
+        for fd in fd_dir.iterdir():
+            try:
+                target = os.readlink(fd)
+            except OSError:
+                continue
+            if target == path or target.startswith(path + "/"):
+                return True
+    except OSError:
+        pass
+    return False
+
+
+def processes_using(path: str) -> list[ProcessId]:
+    """The processes that name `path` on their command line or hold a file under it open
+    (a log, a socket), and all their descendants (a child that does neither is still found
+    through its parent), never this process. Read from /proc; a process that ends meanwhile
+    is skipped."""
+    needle = path.encode()
     parent_of: dict[int, int] = {}
-    named: list[int] = []
+    using: list[int] = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -338,13 +353,13 @@ def processes_naming(text: str) -> list[ProcessId]:
         except OSError:
             continue
         parent_of[pid] = int(stat[stat.rindex(b")") + 2 :].split()[1])  # field 4, after comm
-        if needle in cmdline.replace(b"\0", b" "):
-            named.append(pid)
+        if needle in cmdline or _holds_a_file_under(entry / "fd", path):
+            using.append(pid)
     children: dict[int, list[int]] = {}
     for pid, parent in parent_of.items():
         children.setdefault(parent, []).append(pid)
     found: set[int] = set()
-    todo = list(named)
+    todo = list(using)
     while todo:
         pid = todo.pop()
         if pid not in found:
@@ -388,8 +403,8 @@ def cleanup_run(record: RunRecord) -> list[str]:
                 _kill_process(pid, None)
                 killed.append(pid)
     for entry in entries:
-        if "cmdline" in entry:
-            for process in processes_naming(entry["cmdline"]):
+        if "uses" in entry:
+            for process in processes_using(entry["uses"]):
                 if process.alive():
                     _kill_process(process.pid, process.start)
                     killed.append(process.pid)
@@ -432,15 +447,21 @@ def claimed(kind: str, root: Path | None = None) -> set[str]:
 def cleanup_all(root: Path | None = None, force: bool = False) -> tuple[dict[str, list[str]], list[tuple[RunRecord, RunStatus]]]:
     """Clean up every stale registered run, or with `force` every run (what `mallory
     cleanup` does without arguments): what was removed, per run; and the runs kept (live
-    or detached) with their status."""
+    or detached) with their status. A run whose owner the sweep killed (a worker of a local
+    Ray's, owning its cluster) is stale after it, and removed by the same call."""
     root = root or state_root()
     if not root.is_dir():
         return {}, []
-    with _registry_lock(root):  # a run being registered is seen whole, never half-made
-        statuses = [(run, run_status(run)) for run in list_runs(root)]
-    kept = [] if force else [(run, status) for run, status in statuses if status != "stale"]
-    kept_names = {run.name for run, _ in kept}
-    return {run.name: cleanup_run(run) for run, _ in statuses if run.name not in kept_names}, kept
+    removed: dict[str, list[str]] = {}
+    while True:  # again while a sweep removes something: a run whose owner it killed is stale now
+        with _registry_lock(root):  # a run being registered is seen whole, never half-made
+            statuses = [(run, run_status(run)) for run in list_runs(root) if run.name not in removed]
+        kept = [] if force else [(run, status) for run, status in statuses if status != "stale"]
+        kept_names = {run.name for run, _ in kept}
+        sweep = [run for run, _ in statuses if run.name not in kept_names]
+        if not sweep:
+            return removed, kept
+        removed.update({run.name: cleanup_run(run) for run in sweep})
 
 
 #: Names the netns backend gives what it creates (mallory/cluster/netns.py): namespaces

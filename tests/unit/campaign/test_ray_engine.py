@@ -393,7 +393,7 @@ def test_the_local_rays_place_is_journaled_before_ray_starts_and_its_token_is_pr
     fake_ray.init = init
     run(campaign(tmp_path))
     temp_dir = fake_ray.init_kwargs["_temp_dir"]
-    assert seen["entries"] == [{"cmdline": temp_dir}, {"dir": str(Path(temp_dir).parent)}]
+    assert seen["entries"] == [{"uses": temp_dir}, {"dir": str(Path(temp_dir).parent)}]
     assert seen["status"] == "live", "owned by the driver: `mallory cleanup` removes it once the driver is gone"
     assert len(seen["token"]) == 64 and int(seen["token"], 16) >= 0 and seen["mode"] == 0o600
 

@@ -147,3 +147,36 @@ def test_secrets_are_written_for_the_owner_only_and_go_with_the_run(registry):
     assert path.stat().st_mode & 0o777 == 0o600
     cleanup_all(force=True)
     assert not path.exists()
+
+
+#: an owner whose process also holds a file open under a directory (a worker actor of a
+#: local Ray, which owns its cluster's run and writes its log into Ray's session directory)
+OWNER_USING = """
+import sys
+from mallory.cluster.registry import register_run
+register_run(sys.argv[1])
+log = open(sys.argv[2], "a")
+print("registered", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_a_run_whose_owner_the_sweep_kills_is_removed_by_the_same_sweep(registry, tmp_path):
+    ray = register_run("ray-1")  # a local Ray's run whose driver was killed: stale
+    meta = json.loads((ray.state_dir / "run.json").read_text())
+    (ray.state_dir / "run.json").write_text(json.dumps(meta | {"owner": {"pid": 1, "start": -1}}))
+    ray_dir = tmp_path / "ray"
+    ray_dir.mkdir()
+    ray.record(uses=str(ray_dir))
+    worker = subprocess.Popen([sys.executable, "-c", OWNER_USING, "fz-w0", str(ray_dir / "worker.out")],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert worker.stdout.readline().strip() == "registered"
+        assert run_status(load_run("fz-w0")) == "live" and run_status(load_run("ray-1")) == "stale"
+        removed, kept = cleanup_all()
+        assert set(removed) == {"ray-1", "fz-w0"} and not kept
+        assert f"process {worker.pid}" in removed["ray-1"], "the worker holding a file under Ray's directory"
+        assert not list_runs()
+    finally:
+        worker.kill()
+        worker.wait()

@@ -17,7 +17,7 @@ from mallory.cluster.registry import (
     list_runs,
     load_run,
     proc_state,
-    processes_naming,
+    processes_using,
     register_run,
 )
 from mallory.errors import MalloryError
@@ -172,35 +172,45 @@ def test_attaching_to_a_run_that_never_wrote_its_layout_names_the_cleanup(tmp_pa
         cleanup_run(record)
 
 
-#: a parent that names a directory on its command line and a child that does not (as a Ray
-#: worker that rewrote its title), both waiting until killed
+#: a parent that names a directory on its command line, a child that does not (as a Ray
+#: worker that rewrote its title), and a process that only holds a file under it open (as
+#: a Ray worker orphaned by its raylet, writing its log), all waiting until killed
 PARENT_AND_CHILD = """
 import subprocess, sys
 child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
 print(child.pid, flush=True)
 child.wait()
 """
+HOLDER = """
+import sys, time
+log = open(sys.argv[1], "a")
+print("open", flush=True)
+time.sleep(60)
+"""
 
 
-def test_cleanup_kills_the_processes_a_cmdline_entry_names_and_their_descendants(tmp_path):
+def test_cleanup_kills_the_processes_a_uses_entry_names_and_their_descendants(tmp_path):
     record = register_run("c1", tmp_path / "state", tmp_path / "data")
     ray_dir = record.state_dir / "ray"
-    record.record(cmdline=str(ray_dir))
+    record.record(uses=str(ray_dir))
     record.record(dir=str(ray_dir))
-    ray_dir.mkdir()
+    (ray_dir / "logs").mkdir(parents=True)
     parent = subprocess.Popen([sys.executable, "-c", PARENT_AND_CHILD, f"--temp-dir={ray_dir}"],
                               stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(ray_dir / "logs" / "worker.out")],
+                              stdout=subprocess.PIPE, text=True, cwd=tmp_path)
     bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", str(tmp_path)])
     try:
         child = int(parent.stdout.readline())
-        found = {p.pid for p in processes_naming(str(ray_dir))}
-        assert found == {parent.pid, child}, "the parent by its command line, the child by descent"
+        assert holder.stdout.readline().strip() == "open"
+        found = {p.pid for p in processes_using(str(ray_dir))}
+        assert found == {parent.pid, child, holder.pid}, "by command line, by descent, by an open file"
         removed = cleanup_run(record)
-        assert {f"process {parent.pid}", f"process {child}", f"dir {ray_dir}"} <= set(removed)
-        assert proc_state(parent.pid) is None and proc_state(child) in (None, "Z"), "killed (ours reaped)"
+        assert {f"process {pid}" for pid in found} | {f"dir {ray_dir}"} <= set(removed)
+        assert all(proc_state(pid) in (None, "Z") for pid in found), "killed (ours reaped)"
         assert bystander.poll() is None, "a command line naming a parent directory only is not the run's"
         assert not record.state_dir.exists()
     finally:
-        for proc in (parent, bystander):
+        for proc in (parent, holder, bystander):
             proc.kill()
             proc.wait()
