@@ -338,13 +338,13 @@ def _holds_a_file_under(fd_dir: Path, path: str) -> bool:
 def processes_using(path: str) -> list[ProcessId]:
     """The processes that name `path` on their command line or hold a file under it open
     (a log, a socket), and all their descendants (a child that does neither is still found
-    through its parent), never this process. Read from /proc; a process that ends meanwhile
-    is skipped."""
+    through its parent); never this process nor, through it, its children (a driver keeps
+    its own Ray log open). Read from /proc; a process that ends meanwhile is skipped."""
     needle = path.encode()
     parent_of: dict[int, int] = {}
     using: list[int] = []
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
         pid = int(entry.name)
         try:
@@ -365,7 +365,6 @@ def processes_using(path: str) -> list[ProcessId]:
         if pid not in found:
             found.add(pid)
             todo += children.get(pid, [])
-    found.discard(os.getpid())
     return [ProcessId(pid, proc_start_ticks(pid)) for pid in sorted(found)]
 
 
