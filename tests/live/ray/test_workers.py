@@ -4,21 +4,27 @@ marks them), from the repository's root:
 
     sudo .venv/bin/python -m pytest -q tests/live/ray
 
-Two campaigns, to keep CI's time: one with the pause-bug SUT (no build; every pause is a
+Three campaigns, to keep CI's time: one with the pause-bug SUT (no build; every pause is a
 bug) shows one store, merged records and one bundle per bug (about a minute); one with the
 example SUT loses a worker and then the learner actor mid-campaign, goes on, and ends on a
-Ctrl-C with nothing left behind (about two minutes). On a 2-core machine a local Ray takes 10-20 s to start and the two
-clusters come up side by side."""
+Ctrl-C with nothing left behind (about two minutes); one with the pause-bug SUT whose
+driver is killed with -9, after which `mallory cleanup` removes everything (about a
+minute). While they run, no process of the local Ray listens on anything but loopback. On
+a 2-core machine a local Ray takes 10-20 s to start and the two clusters come up side by
+side."""
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
@@ -26,7 +32,7 @@ import pytest
 
 from mallory import paths
 from mallory.campaign.directory import CampaignDir
-from mallory.cluster.registry import list_runs
+from mallory.cluster.registry import data_root, list_runs
 from mallory.learner.learner import Learner
 from tests.live.campaign.test_fuzz import assert_gone
 from tests.live.campaign.test_replay import write_spec as write_pause_bug_spec
@@ -126,12 +132,74 @@ def ray_processes() -> set[int]:
     return {int(line.split(None, 1)[0]) for line in ps if any(mark in line for mark in marks)}
 
 
+def listeners(pids: set[int]) -> list[tuple[str, set[int]]]:
+    """The local address of every listening TCP socket and bound UDP socket of this network
+    namespace held by one of `pids` (`ss`: as root it names every socket's processes)."""
+    found = []
+    for line in subprocess.run(["ss", "-H", "-ltunp"], capture_output=True, text=True, check=True).stdout.splitlines():
+        fields = line.split()
+        holders = {int(pid) for pid in re.findall(r"pid=(\d+)", line)}
+        if holders & pids:
+            found.append((fields[4], holders & pids))
+    return found
+
+
+def on_loopback(local: str) -> bool:
+    """Whether an `ss` local address ("127.0.0.1:41234", "[::1]:5", "*:6379",
+    "0.0.0.0:80", "127.0.0.53%lo:53") is on loopback alone."""
+    host = local.rsplit(":", 1)[0].strip("[]").split("%")[0]
+    if host in ("*", ""):
+        return False
+    address = ipaddress.ip_address(host)
+    mapped = getattr(address, "ipv4_mapped", None)
+    return (mapped or address).is_loopback
+
+
+def assert_ray_on_loopback(ray_before: set[int]) -> None:
+    """The local Ray listens (so `ss` sees its sockets), and only on loopback."""
+    ray_listeners = listeners(ray_processes() - ray_before)
+    assert ray_listeners, "no listener of the local Ray found: the check would see nothing"
+    outside = [(local, pids) for local, pids in ray_listeners if not on_loopback(local)]
+    assert not outside, f"the local Ray listens beyond loopback: {outside}"
+
+
+@dataclass
+class Leftovers:
+    """What a local Ray could leave on this machine, as it is now."""
+
+    ray_runs: set[str]  # registered runs of local Rays (ray-<hex>)
+    ray_dirs: set[str]  # their data directories
+    sessions: set[str]  # Ray's default temp dir's sessions (/tmp/ray)
+    home_token: bool  # ~/.ray/auth_token
+
+    @classmethod
+    def now(cls) -> "Leftovers":
+        root = data_root()
+        return cls({r.name for r in list_runs() if r.name.startswith("ray-")},
+                   {p.name for p in root.glob("ray-*")} if root.is_dir() else set(),
+                   {p.name for p in Path("/tmp/ray").glob("session_*")},
+                   (Path.home() / ".ray" / "auth_token").exists())
+
+    def assert_no_more_than(self, before: "Leftovers") -> None:
+        assert self.ray_runs <= before.ray_runs, f"a local Ray's run is left: {self.ray_runs - before.ray_runs}"
+        assert self.ray_dirs <= before.ray_dirs, f"a local Ray's directory is left: {self.ray_dirs - before.ray_dirs}"
+        assert self.sessions <= before.sessions, "a local Ray wrote a session in /tmp/ray"
+        assert self.home_token <= before.home_token, "a local Ray wrote ~/.ray/auth_token"
+
+
+def wait_ray_gone(ray_before: set[int], seconds: float = 15) -> None:
+    deadline = time.monotonic() + seconds  # Ray's workers leave once their raylet is gone
+    while ray_processes() - ray_before and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not ray_processes() - ray_before, "the local Ray's processes outlived the campaign"
+
+
 def test_a_worker_then_the_learner_actor_killed_mid_campaign_do_not_end_it(spec, tmp_path):
     """...and a Ctrl-C then ends it as a single-process campaign ends: after the step, with
     every cluster and the local Ray gone."""
     out = tmp_path / "campaign"
     merged = CampaignDir(out)
-    ray_before = ray_processes()
+    ray_before, left_before = ray_processes(), Leftovers.now()
     proc = subprocess.Popen(fuzz("--sut", str(spec), "--nodes", "2", "--steps", "3", "--window", "1.5", "--reset", "1",
                                  "--workload", "register", "--rate", "10", "--faults", "partition,kill,pause",
                                  "--seed", "11", "--duration", "300s", "--out", str(out)),
@@ -140,6 +208,7 @@ def test_a_worker_then_the_learner_actor_killed_mid_campaign_do_not_end_it(spec,
         # a worker's process dies mid-schedule
         w1 = out / "workers" / "w1"
         _wait(proc, lambda: _steps(w1) >= 2, "w1's second step")
+        assert_ray_on_loopback(ray_before)
         stats = CampaignDir(w1).read_stats()
         dead_run, pid = stats["cluster_run"], int(stats["fuzzer_pid"])  # the worker actor's process
         dead_layout = tmp_path / "dead-w1"
@@ -173,9 +242,41 @@ def test_a_worker_then_the_learner_actor_killed_mid_campaign_do_not_end_it(spec,
     assert int(stats["distinct_states"]) >= states
     assert [r["index"] for r in merged.read_schedules()] == list(range(merged.schedules_done()))
     assert stats["schedules_done"] == str(merged.schedules_done())
-    # the Ctrl-C: every worker's cluster torn down, the local Ray stopped
+    # the Ctrl-C: every worker's cluster torn down, the local Ray stopped and removed, its
+    # logs kept in the campaign directory
     assert_workers_gone(out)
-    deadline = time.monotonic() + 15  # Ray's workers leave once their raylet is gone
-    while ray_processes() - ray_before and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert not ray_processes() - ray_before, "the local Ray's processes outlived the campaign"
+    wait_ray_gone(ray_before)
+    Leftovers.now().assert_no_more_than(left_before)
+    assert (out / "ray-logs" / "raylet.out").stat().st_size > 0, "the local Ray's logs are kept"
+    assert list((out / "ray-logs").glob("worker*.err")), "and with them the worker actors' own log lines"
+
+
+def test_after_a_kill_9_of_the_driver_mallory_cleanup_removes_what_its_local_ray_left(tmp_path):
+    """The driver killed with -9 cannot stop its Ray: the kernel kills the processes it
+    started, and `mallory cleanup` (run at once, before Ray's workers may have noticed)
+    removes the rest: the Ray run, its processes and directory, the workers' clusters."""
+    sut = write_pause_bug_spec(tmp_path / "pause-bug.toml")
+    out = tmp_path / "campaign"
+    ray_before, left_before = ray_processes(), Leftovers.now()
+    proc = subprocess.Popen(fuzz("--sut", str(sut), "--nodes", "2", "--faults", "pause", "--workload", "none",
+                                 "--policy", "random", "--seed", "5", "--steps", "3", "--window", "1",
+                                 "--reset", "1", "--duration", "300s", "--out", str(out)),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=paths.HOME)
+    try:
+        _wait(proc, lambda: all(_steps(out / "workers" / w) >= 1 for w in ("w0", "w1")), "a step of each worker")
+        assert_ray_on_loopback(ray_before)
+        (ray_run,) = {r.name for r in list_runs() if r.name.startswith("ray-")} - left_before.ray_runs
+        assert (data_root() / ray_run / "ray").is_dir(), "the local Ray's files are in its run's directory"
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    cleanup = subprocess.run([sys.executable, "-m", "mallory.cli", "cleanup"], capture_output=True, text=True,
+                             timeout=120, cwd=paths.HOME)
+    assert cleanup.returncode == 0, cleanup.stdout + cleanup.stderr
+    assert ray_run in cleanup.stdout, cleanup.stdout
+    wait_ray_gone(ray_before, seconds=5)
+    Leftovers.now().assert_no_more_than(left_before)
+    assert_workers_gone(out)
