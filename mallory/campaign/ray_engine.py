@@ -424,7 +424,7 @@ def _join_ray(address: str | None, local: LocalRay | None) -> None:
         with signal_handlers_kept(), node_address_on_loopback() if local else nullcontext():
             ray.init(address=address or "local", namespace=NAMESPACE, log_to_driver=True, configure_logging=False,
                      **(local.init_options() if local else {"include_dashboard": False}))
-    except (ConnectionError, RuntimeError, ValueError, OSError) as exc:
+    except (ConnectionError, RuntimeError, ValueError, OSError, RayError) as exc:  # RayError: AuthenticationError
         where = f"the Ray cluster at {address}" if address else "a local Ray"
         raise MalloryError(f"--ray: cannot start or join {where}: {exc}") from None
     if local is not None:

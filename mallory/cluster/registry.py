@@ -29,7 +29,7 @@ Every run owns a state directory `<state root>/<run>/` (state root: $MALLORY_STA
     layout.json  the cluster layout (mallory.cluster.netns.ClusterLayout), for readers such as the
                  mediator.
     secrets      files only their owner can read (`RunRecord.write_secret`: the mediator's
-                 API token), so no secret travels on a command line.
+                 API token, a local Ray's token), so no secret travels on a command line.
 
 A run is *live* while its owner process runs, *detached* when it has no owner, and *stale*
 when its owner is gone (killed, or crashed before its cleanup). `mallory cleanup` removes

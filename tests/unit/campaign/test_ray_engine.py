@@ -22,7 +22,12 @@ import pytest
 
 pytest.importorskip("ray")
 
-from ray.exceptions import ActorDiedError, GetTimeoutError, RayTaskError  # noqa: E402
+from ray.exceptions import (  # noqa: E402
+    ActorDiedError,
+    AuthenticationError,
+    GetTimeoutError,
+    RayTaskError,
+)
 
 from mallory.campaign import ray_engine  # noqa: E402
 from mallory.campaign.config import CampaignConfig  # noqa: E402
@@ -423,9 +428,13 @@ def test_a_local_ray_that_took_an_outside_address_ends_the_run_before_any_worker
     assert not ray_runs(roots) and proc_state(fake_ray.leftover.pid) is None
 
 
-def test_a_local_ray_that_cannot_start_is_a_one_line_error_and_leaves_nothing(fake_ray, roots, tmp_path):
-    fake_ray.init_error = OSError("validate_socket_filename failed: AF_UNIX path length cannot exceed 107 bytes")
-    with pytest.raises(MalloryError, match="--ray: cannot start or join a local Ray: validate_socket"):
+@pytest.mark.parametrize("error", [
+    OSError("validate_socket_filename failed: AF_UNIX path length cannot exceed 107 bytes"),
+    AuthenticationError("Token authentication is enabled but no authentication token was found"),
+])
+def test_a_local_ray_that_cannot_start_is_a_one_line_error_and_leaves_nothing(fake_ray, roots, tmp_path, error):
+    fake_ray.init_error = error
+    with pytest.raises(MalloryError, match=f"--ray: cannot start or join a local Ray: {str(error)[:20]}"):
         run(campaign(tmp_path))
     assert fake_ray.events == ["init", "shutdown"], "what it started is stopped"
     assert not ray_runs(roots) and not data_left(roots)
