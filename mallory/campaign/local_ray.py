@@ -103,8 +103,13 @@ class LocalRay:
     def open(cls) -> LocalRay:
         """Register the run and write down, before Ray creates them, its directory and the
         processes that will name it; write the token. MalloryError if a socket's path in
-        it would be too long for Ray (a long $MALLORY_DATA_ROOT)."""
-        record = register_run(f"ray-{secrets.token_hex(3)}")
+        it would be too long for Ray (a long $MALLORY_DATA_ROOT), or if the run cannot be
+        registered (not root)."""
+        try:
+            record = register_run(f"ray-{secrets.token_hex(3)}")
+        except OSError as exc:  # not root, and the default roots are root's
+            raise MalloryError(f"a local Ray's run cannot be registered ({exc}): run as root, or set "
+                               "MALLORY_STATE_DIR and MALLORY_DATA_ROOT to directories you can write") from None
         place = cls(record)
         try:
             longest = str(place.temp_dir) + SOCKET_TAIL

@@ -455,3 +455,11 @@ def test_a_ray_cluster_given_by_address_is_joined_as_it_is(fake_ray, roots, tmp_
     assert not {"_temp_dir", "_node_ip_address", "dashboard_host"} & set(fake_ray.init_kwargs)
     assert fake_ray.init_enable_ray_cluster is True and fake_ray.init_environment == before
     assert not ray_runs(roots) and not (tmp_path / "c" / "ray-logs").exists()
+
+
+def test_a_state_root_that_cannot_be_written_is_a_one_line_error(fake_ray, roots, tmp_path, monkeypatch):
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv("MALLORY_STATE_DIR", str(tmp_path / "file" / "state"))  # under a file: never writable
+    with pytest.raises(MalloryError, match="a local Ray's run cannot be registered .*: run as root"):
+        run(campaign(tmp_path))
+    assert not fake_ray.events
