@@ -43,10 +43,12 @@ from mallory.harness.session import start_all, teardown_all
 from mallory.instrument.catalogue import Catalogue, catalogue_path
 from mallory.learner.calibration import calibrate_threshold
 from mallory.learner.learner import Learner
+from mallory.learner.policies import SAMPLER_FAULTS
 from mallory.learner.states import StateStore
 from mallory.mediator.client import TimelineWindows
 from mallory.suts.registry import make_adapter
 from nemesis.faults.filters import FilterSetFaults
+from nemesis.nemesis import Nemesis
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +80,22 @@ class LiveParts:
         """The names of the SUT's declared log events (unnamed ones are named by message)."""
         patterns = self.adapter.log_events if isinstance(self.adapter, ProcessAdapter) else ()
         return [p.name for p in patterns if p.name]
+
+
+class CampaignRefused(MalloryError):
+    """What the campaign's configuration asks of its SUT, which the SUT's cluster, once up,
+    shows it cannot do (a sampler policy's fault). Any cluster of the SUT would refuse it
+    alike, so a campaign with workers ends on it instead of replacing the worker
+    (ray_engine.py)."""
+
+
+def check_sampler_fault(config: CampaignConfig, nemesis: Nemesis) -> None:
+    """A sampler policy's fault must be one the SUT can take: refused before fuzzing, with
+    the nemesis's reason (CampaignRefused; the SUT cannot be asked before its cluster is up)."""
+    fault = SAMPLER_FAULTS.get(config.policy)
+    if fault is not None and fault not in nemesis.actions():
+        reason = nemesis.refused.get(fault, "not enabled by --faults")
+        raise CampaignRefused(f"--policy {config.policy} takes {fault}, which {config.sut} cannot: {reason}")
 
 
 def filter_set_faults(path: Path) -> FilterSetFaults:

@@ -61,6 +61,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from mallory.campaign.config import CampaignConfig
 from mallory.campaign.directory import CampaignDir
 from mallory.campaign.hub import LearnerHub
+from mallory.campaign.live import CampaignRefused
 from mallory.campaign.local_ray import LOGS, LocalRay, environment_set
 from mallory.campaign.progress import Progress
 from mallory.campaign.remote import BUDGET_SHARE, LearnerUnreachable, RemoteLearner
@@ -268,6 +269,10 @@ class _Driver:
             self.result.workers.append(ray.get(ref))
             return
         except RayError as exc:  # the actor died, or run() raised (e.g. its mediator died)
+            if isinstance(exc, RayTaskError) and isinstance(exc.cause, CampaignRefused):
+                # the SUT refuses the campaign: a replacement's cluster would too (the driver's
+                # abort ends the other workers and cleans their clusters)
+                raise CampaignRefused(str(exc.cause)) from None
             why = ray_error_text(exc)
         log.warning("worker %s died (%s): its schedule in flight is lost, its learning is not", worker, why)
         self.result.deaths.append((worker, why))

@@ -25,7 +25,12 @@ from pathlib import Path
 
 from mallory.campaign.config import CampaignConfig
 from mallory.campaign.directory import CampaignDir
-from mallory.campaign.live import calibrate, live_parts, live_waypoints
+from mallory.campaign.live import (
+    calibrate,
+    check_sampler_fault,
+    live_parts,
+    live_waypoints,
+)
 from mallory.campaign.loop import Campaign
 from mallory.campaign.remote import RemoteLearner
 from mallory.cluster.registry import cleanup_run, list_runs, run_status
@@ -80,6 +85,7 @@ def run_worker(root: Path, worker: str, config: CampaignConfig, run_name: str, s
         return stop() or (deadline is not None and time.monotonic() >= deadline)
 
     with live_parts(own, directory, run_name) as live:
+        check_sampler_fault(own, live.nemesis)
         campaign = Campaign(directory, service, live.windows, live.nemesis, own.loop_config(), checker=live.checks,
                             on_action=live.record_action, info={"cluster_run": run_name},
                             waypoints=live_waypoints(own, live), watchdog=live.stack, worker=worker)

@@ -39,6 +39,7 @@ from mallory.campaign.config import (
 from mallory.campaign.directory import CampaignDir
 from mallory.campaign.live import (
     calibrate,
+    check_sampler_fault,
     filter_set_faults,
     live_parts,
     live_waypoints,
@@ -55,7 +56,7 @@ from mallory.learner.policies import POLICIES, PRIORS, SAMPLER_FAULTS
 from mallory.learner.rewards import REWARDS
 from mallory.suts.registry import BUILTIN_SUTS, check_workload, resolve_sut
 from mallory.timeline.abstraction import ABSTRACTIONS
-from nemesis.nemesis import Nemesis, check_fault_names
+from nemesis.nemesis import check_fault_names
 
 NAME = "fuzz"
 HELP = "run a fuzz campaign against a real cluster (learns which fault to inject next)"
@@ -269,15 +270,6 @@ def _run_on_ray(args: argparse.Namespace, directory: CampaignDir, config: Campai
     print(f"  decision latency over all workers: p50 {p.decision_percentile(0.5)} ms, "
           f"p99 {p.decision_percentile(0.99)} ms")
     return p
-
-
-def check_sampler_fault(config: CampaignConfig, nemesis: Nemesis) -> None:
-    """A sampler policy's fault must be one the SUT can take: refused before fuzzing, with
-    the nemesis's reason (the SUT cannot be asked before its cluster is up)."""
-    fault = SAMPLER_FAULTS.get(config.policy)
-    if fault is not None and fault not in nemesis.actions():
-        reason = nemesis.refused.get(fault, "not enabled by --faults")
-        raise MalloryError(f"--policy {config.policy} takes {fault}, which {config.sut} cannot: {reason}")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -33,6 +33,7 @@ from mallory.campaign import ray_engine  # noqa: E402
 from mallory.campaign.config import CampaignConfig  # noqa: E402
 from mallory.campaign.directory import CampaignDir  # noqa: E402
 from mallory.campaign.hub import LearnerHub  # noqa: E402
+from mallory.campaign.live import CampaignRefused  # noqa: E402
 from mallory.campaign.remote import LearnerUnreachable  # noqa: E402
 from mallory.campaign.workers import WorkerSummary  # noqa: E402
 from mallory.cluster.registry import list_runs, proc_state, run_status  # noqa: E402
@@ -267,6 +268,16 @@ def test_every_worker_dead_is_an_error(fake_ray, tmp_path):
     with pytest.raises(MalloryError, match="every worker died; the last: MalloryError: no root"):
         run(campaign(tmp_path), workers=1)
     assert [method for _, method in fake_ray.calls].count("run") == 1 + ray_engine.MAX_REPLACEMENTS
+    assert fake_ray.events == ["init", "shutdown"]
+
+
+def test_a_campaign_the_sut_refuses_ends_at_the_first_refusal_without_replacements(fake_ray, tmp_path):
+    # (a sampler policy whose fault the SUT cannot take: live.check_sampler_fault)
+    FakeWorker.OUTCOMES = {"w0": [CampaignRefused("--policy rounds takes rounds:lossy-sync, which fake cannot: no")]}
+    with pytest.raises(CampaignRefused, match=r"^--policy rounds takes rounds:lossy-sync, which fake cannot: no$"):
+        run(campaign(tmp_path))
+    assert len([h for h in fake_ray.actors if "learner" not in h.options["name"]]) == 2, "no replacement"
+    assert sorted(node for node, _ in fake_ray.tasks) == sorted([node_of("w0"), node_of("w1")]), "both cleaned"
     assert fake_ray.events == ["init", "shutdown"]
 
 

@@ -14,8 +14,8 @@ import pytest
 
 from mallory.campaign.config import CampaignConfig, LoopConfig
 from mallory.campaign.directory import CampaignDir
+from mallory.campaign.live import check_sampler_fault
 from mallory.campaign.loop import Campaign
-from mallory.commands.fuzz import check_sampler_fault
 from mallory.errors import MalloryError
 from mallory.learner.learner import Learner
 from mallory.mediator.windows import Window
