@@ -9,7 +9,8 @@ call a hub in-process), each with a deadline. Which deadline is the protocol's o
   learns from. When the hub does not answer within it (busy with another worker's
   checkpoint, restarting after a death, unreachable), the worker decides itself from its
   copy of the policy (`snapshot`, refreshed after every schedule) at the position the hub
-  last told it (`Observation.policy_state`), or at random when it has neither. The step
+  last told it (`Observation.policy_state`; a policy that reads no position, such as a
+  fault sampler's, needs none), or at random when it has neither. The step
   records how (`fallback`), and the next `observe` tells the hub which action was taken,
   so the transition is learnt as it happened (`Learner.take`).
 - everything else waits `call_timeout_s` (seconds, not milliseconds): `observe` comes after
@@ -91,8 +92,10 @@ class RemoteLearner:
             action = None
         if action is not None:
             return Decision(action)
-        if self.policy is not None and self.policy_state is not None:
-            return Decision(self.policy.choose(self.policy_state, list(actions)), "snapshot")
+        if self.policy is not None and (self.policy_state is not None or not self.policy.reads_state):
+            # (a policy that reads no state is given any: a sampler takes its fault wherever)
+            position = 0 if self.policy_state is None else self.policy_state
+            return Decision(self.policy.choose(position, list(actions)), "snapshot")
         return Decision(self.rng.choice(list(actions)), "random")
 
     def observe(self, worker: str, transition: Transition) -> Observation:

@@ -53,6 +53,9 @@ def _number(value: Any, what: str, low: float, high: float, *, low_open: bool = 
 
 class Policy(ABC):
     name: ClassVar[str]
+    #: whether `choose` reads its state: one that does not (uniform choice, a sampler) can
+    #: choose without knowing where the campaign is
+    reads_state: ClassVar[bool] = True
 
     def __init__(self, seed: int = 0) -> None:
         if isinstance(seed, bool) or not isinstance(seed, int):
@@ -85,6 +88,7 @@ class RandomPolicy(Policy):
     """The Jepsen baseline: every action uniformly at random, learning nothing."""
 
     name = "random"
+    reads_state = False
 
     def choose(self, state: int, actions: Iterable[Action]) -> Action:
         listed = canonical_actions(actions)
@@ -104,6 +108,7 @@ class SamplerPolicy(Policy):
     be among the actions (`mallory fuzz --policy NAME` enables it); MalloryError otherwise."""
 
     fault: ClassVar[str]
+    reads_state = False
 
     def choose(self, state: int, actions: Iterable[Action]) -> Action:
         listed = canonical_actions(actions)

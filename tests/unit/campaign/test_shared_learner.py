@@ -20,7 +20,7 @@ from mallory import paths
 from mallory.campaign.config import CampaignConfig, LoopConfig
 from mallory.campaign.directory import CampaignDir
 from mallory.campaign.hub import LearnerHub
-from mallory.campaign.loop import BugEvidence, Campaign
+from mallory.campaign.loop import BugEvidence, Campaign, ScriptedStep
 from mallory.campaign.remote import LearnerUnreachable, RemoteLearner
 from mallory.campaign.service import (
     LocalLearner,
@@ -33,6 +33,7 @@ from mallory.campaign.service import (
 from mallory.campaign.workers import clean_dead_run, worker_directory, worker_seed
 from mallory.cluster.registry import register_run
 from mallory.learner.learner import Learner
+from mallory.mediator.windows import Window
 from tests.unit.campaign.test_loop import FakeClock, FakeNemesis, FakeTimeline
 
 CONFIG = CampaignConfig(sut="fake", policy="qlearning", seed=3, steps=6)
@@ -406,3 +407,62 @@ def test_a_schedules_first_look_ends_the_last_schedule_whose_end_never_came(tmp_
     assert trajectory.level == 0 and trajectory.acting is None
     learnt = hub.learner.policy.q
     assert learnt, "the last schedule's last transition was learnt, as terminal"
+
+
+class SamplerNemesis(FakeNemesis):
+    """Offers one fault, a sampler policy's."""
+
+    def actions(self) -> list[str]:
+        return ["rounds:lossy-sync"]
+
+
+@pytest.mark.parametrize("unreachable, fallback", [(set(), None), ({"decide"}, "snapshot"),
+                                                   ({"decide", "observe"}, "snapshot")])
+def test_a_sampler_policy_takes_its_fault_every_step_whoever_decides(tmp_path, unreachable, fallback):
+    """--policy rounds through a shared learner: the hub's policy takes the fault, and so does
+    the worker's copy when the hub does not answer, even where it was never told a position
+    (a sampler reads none), instead of a random action (heal, noop)."""
+    config = CampaignConfig(sut="fake", policy="rounds", faults=("rounds:lossy-sync",), seed=3, steps=3)
+    root = tmp_path / "campaign"
+    CampaignDir(root).create(config)
+    local = worker_directory(root, "w0", config)
+    service = RemoteLearner(FakeHubLink(LearnerHub(root), unreachable=unreachable), local, budget_s=BUDGET_S)
+    clock, nemesis = FakeClock(), SamplerNemesis()
+    campaign = Campaign(local, service, FakeTimeline(clock, nemesis), nemesis,
+                        LoopConfig(steps=3, window_s=2.5, reset_s=5.0, seed=1), sleeper=clock, worker="w0")
+    campaign.run(schedules=2)
+    steps = [s for r in local.read_schedules() for s in r["steps"]]
+    assert [s["action"] for s in steps] == ["rounds:lossy-sync"] * 6
+    assert {s.get("fallback") for s in steps} == {fallback}
+
+
+def test_one_window_faults_and_truncated_windows_reach_a_shared_learner_as_a_local_one(tmp_path):
+    """What the loop does itself does not depend on where the learner is: through the hub,
+    a fault that lasts one window (a filter set) is judged with it in force, then healed,
+    so it never accumulates in the faults context; a truncated window is recorded so, late,
+    teaches nothing, and the merged stats count it late."""
+    config = CampaignConfig(sut="fake", policy="qlearning", context="faults", seed=3, steps=4)
+    root = tmp_path / "campaign"
+    CampaignDir(root).create(config)
+    hub = LearnerHub(root)
+    local = worker_directory(root, "w0", config)
+    service = RemoteLearner(FakeHubLink(hub), local, budget_s=BUDGET_S)
+    clock, nemesis = FakeClock(), FakeNemesis()
+    nemesis.window_only = {"novel"}
+
+    class Truncating(FakeTimeline):
+        def window(self, start_ns: int, end_ns: int, wait_s: float) -> Window:
+            window = super().window(start_ns, end_ns, wait_s)
+            return Window(frozenset({"part"}), 1, False, truncated=True) if self.calls == 3 else window
+
+    campaign = Campaign(local, service, Truncating(clock, nemesis), nemesis,
+                        LoopConfig(steps=4, window_s=2.5, reset_s=5.0, seed=1), sleeper=clock, worker="w0")
+    record = campaign.run_schedule(0, script=[ScriptedStep("novel", 0), ScriptedStep("novel", 1),
+                                               ScriptedStep("dull-1", 2), ScriptedStep("novel", 3)])
+    steps = record["steps"]
+    assert [s.get("healed_after_window") for s in steps] == [True, True, None, True]
+    assert steps[1]["truncated"] and steps[1]["late"] and steps[1]["state"] is None
+    assert not any(s.get("truncated") for s in steps[::2])
+    configurations = set(hub.learner.configurations)
+    assert {("novel",), ("dull-1", "novel")} <= configurations and ("novel", "novel") not in configurations
+    assert CampaignDir(root).read_stats()["late_steps"] == "1"
