@@ -7,8 +7,10 @@ The loop alternates, per step of a schedule:
 
 and calls `end_schedule()` when a schedule ends (before the cluster is reset). `summary` is
 the window's abstraction (it becomes a state), `pairs` its happens-before pairs of code and
-log events (they accumulate into `coverage`, the campaign's event-pair coverage) and
-`waypoint` the highest waypoint predicate the window satisfied (0: none). The transition
+log events (they accumulate into `coverage`, the campaign's event-pair coverage),
+`waypoint` the highest waypoint predicate the window satisfied (0: none) and `model`, when
+the campaign has a protocol model, what the window did in it (it accumulates into
+`model_coverage`; learner/model.py). The transition
 (state, action) -> next state is learnt from the first window observed after the action;
 its update is applied when the next action is chosen, because Q-learning's target needs
 the actions available in the next state, or at `end_schedule`, where the next state is
@@ -36,6 +38,7 @@ from typing import Any
 from mallory.errors import MalloryError
 from mallory.learner import checkpoint as ckpt
 from mallory.learner.coverage import PairCoverage
+from mallory.learner.model import NO_MODEL, ModelCoverage, ModelTrace
 from mallory.learner.policies import (
     Action,
     Policy,
@@ -76,6 +79,7 @@ class Learner:
         policy: Policy,
         coverage: PairCoverage | None = None,
         context: str = "state",
+        model_coverage: ModelCoverage | None = None,
     ) -> None:
         if context not in CONTEXTS:
             raise MalloryError(f"unknown learner context {context!r}; choose one of: {', '.join(CONTEXTS)}")
@@ -83,6 +87,7 @@ class Learner:
         self.reward = reward
         self.policy = policy
         self.coverage = coverage if coverage is not None else PairCoverage()
+        self.model_coverage = model_coverage if model_coverage is not None else ModelCoverage()
         self.context = context
         #: fault configurations (sorted families) in the order first met: their ids
         self.configurations: dict[tuple[str, ...], int] = {}
@@ -116,15 +121,22 @@ class Learner:
         )
 
     def observe(
-        self, summary: Iterable[str], pairs: Iterable[str] = (), waypoint: int = 0, faults: Iterable[str] = ()
+        self,
+        summary: Iterable[str],
+        pairs: Iterable[str] = (),
+        waypoint: int = 0,
+        faults: Iterable[str] = (),
+        model: ModelTrace | None = None,
     ) -> tuple[StateMatch, float]:
         """The state of the window that just ended, and the reward it earns. `pairs` go into
-        the coverage; `waypoint` (0..MAX_LEVEL) may raise the schedule's level; `faults`,
-        the families of the faults in force (one per fault), are the "faults" context."""
+        the coverage and `model` (None: no model) into the model coverage; `waypoint`
+        (0..MAX_LEVEL) may raise the schedule's level; `faults`, the families of the faults
+        in force (one per fault), are the "faults" context."""
         if isinstance(waypoint, bool) or not isinstance(waypoint, int) or not 0 <= waypoint <= MAX_LEVEL:
             raise MalloryError(f"a waypoint level is an integer in [0, {MAX_LEVEL}], got {waypoint!r}")
         match = self.store.lookup(summary)
-        reward = self.reward(match, self.coverage.add(pairs))
+        seen = NO_MODEL if model is None else self.model_coverage.add(model)
+        reward = self.reward(match, self.coverage.add(pairs), seen)
         if waypoint > self.level:
             reward += WAYPOINT_REWARD
             self.level = waypoint
@@ -136,7 +148,12 @@ class Learner:
         return match, reward
 
     def observe_window(
-        self, summary: Iterable[str] | None, pairs: Iterable[str] = (), waypoint: int = 0, faults: Iterable[str] = ()
+        self,
+        summary: Iterable[str] | None,
+        pairs: Iterable[str] = (),
+        waypoint: int = 0,
+        faults: Iterable[str] = (),
+        model: ModelTrace | None = None,
     ) -> tuple[StateMatch, float] | None:
         """`observe` for a window the timeline may not have completed in time: `summary` is
         None then (the window is late). A late window teaches nothing and is not folded into
@@ -226,6 +243,7 @@ class Learner:
             {
                 "store": self.store.to_state(),
                 "coverage": self.coverage.to_state(),
+                "model": self.model_coverage.to_state(),
                 "reward": self.reward.to_state(),
                 "policy": self.policy.to_state(),
                 "state": self.state,
@@ -243,12 +261,14 @@ class Learner:
         `MalloryError`."""
         document = ckpt.loads(data)
         coverage = document.get("coverage")  # absent in checkpoints saved before coverage existed
+        model = document.get("model")  # absent in checkpoints saved before models existed
         learner = cls(
             StateStore.from_state(ckpt.field(document, "store", dict, "checkpoint"), "store"),
             reward_from_state(ckpt.field(document, "reward", dict, "checkpoint"), "reward"),
             policy_from_state(ckpt.field(document, "policy", dict, "checkpoint"), "policy"),
             None if coverage is None else PairCoverage.from_state(coverage, "coverage"),
             context=_checked_context(document),
+            model_coverage=None if model is None else ModelCoverage.from_state(model, "model"),
         )
         configurations = document.get("configurations", [])
         if not isinstance(configurations, list) or not all(

@@ -1,8 +1,9 @@
 """Rewards: how much the window that just ended is worth, selectable by name.
 
 A reward sees the window's `StateMatch` (is its state new, how often has it been visited,
-counting this visit) and what it added to the campaign's event-pair coverage (`PairsSeen`:
-new pairs, the count of its rarest pair), and returns a float. Every reward here stays on
+counting this visit), what it added to the campaign's event-pair coverage (`PairsSeen`:
+new pairs, the count of its rarest pair) and to its model coverage (`ModelSeen`, when the
+campaign has a protocol model: learner/model.py), and returns a float. Every reward here stays on
 the paper's scale [-1, 0], so the softmax temperature chosen for one suits the others:
 
     none          always 0: for policies that reward themselves (bonus-max)
@@ -12,6 +13,8 @@ the paper's scale [-1, 0], so the softmax temperature chosen for one suits the o
                   (AFL's "new edge")
     pair-novelty  -1 + count(rarest pair) ** -power: windows showing rarely seen pairs
                   still pay
+    model         -1 + count(rarest model state or transition) ** -power: ModelFuzz's
+                  feedback, new states of the protocol model pay most
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from typing import Any, ClassVar
 from mallory.errors import MalloryError
 from mallory.learner import checkpoint as ckpt
 from mallory.learner.coverage import PairsSeen
+from mallory.learner.model import NO_MODEL, ModelSeen
 from mallory.learner.states import StateMatch
 
 #: what a window that showed no pairs added (rewards that ignore pairs get it too)
@@ -33,7 +37,7 @@ class Reward(ABC):
     name: ClassVar[str]
 
     @abstractmethod
-    def __call__(self, match: StateMatch, pairs: PairsSeen = NO_PAIRS) -> float: ...
+    def __call__(self, match: StateMatch, pairs: PairsSeen = NO_PAIRS, model: ModelSeen = NO_MODEL) -> float: ...
 
     def params(self) -> dict[str, Any]:
         return {}
@@ -47,7 +51,7 @@ class NoReward(Reward):
 
     name = "none"
 
-    def __call__(self, match: StateMatch, pairs: PairsSeen = NO_PAIRS) -> float:
+    def __call__(self, match: StateMatch, pairs: PairsSeen = NO_PAIRS, model: ModelSeen = NO_MODEL) -> float:
         return 0.0
 
 
@@ -56,7 +60,7 @@ class PaperReward(Reward):
 
     name = "paper"
 
-    def __call__(self, match: StateMatch, pairs: PairsSeen = NO_PAIRS) -> float:
+    def __call__(self, match: StateMatch, pairs: PairsSeen = NO_PAIRS, model: ModelSeen = NO_MODEL) -> float:
         return 0.0 if match.is_new else -1.0
 
 
@@ -80,7 +84,7 @@ class NoveltyReward(Reward):
     def __init__(self, power: float = 0.5) -> None:
         self.power = _power("novelty", power)
 
-    def __call__(self, match: StateMatch, pairs: PairsSeen = NO_PAIRS) -> float:
+    def __call__(self, match: StateMatch, pairs: PairsSeen = NO_PAIRS, model: ModelSeen = NO_MODEL) -> float:
         return -1.0 + math.pow(max(match.visits, 1), -self.power)
 
     def params(self) -> dict[str, Any]:
@@ -93,7 +97,7 @@ class PairsReward(Reward):
 
     name = "pairs"
 
-    def __call__(self, match: StateMatch, pairs: PairsSeen = NO_PAIRS) -> float:
+    def __call__(self, match: StateMatch, pairs: PairsSeen = NO_PAIRS, model: ModelSeen = NO_MODEL) -> float:
         return 0.0 if pairs.new else -1.0
 
 
@@ -107,7 +111,7 @@ class PairNoveltyReward(Reward):
     def __init__(self, power: float = 0.5) -> None:
         self.power = _power("pair-novelty", power)
 
-    def __call__(self, match: StateMatch, pairs: PairsSeen = NO_PAIRS) -> float:
+    def __call__(self, match: StateMatch, pairs: PairsSeen = NO_PAIRS, model: ModelSeen = NO_MODEL) -> float:
         if pairs.rarest == 0:
             return -1.0
         return -1.0 + math.pow(pairs.rarest, -self.power)
@@ -116,9 +120,32 @@ class PairNoveltyReward(Reward):
         return {"power": self.power}
 
 
+class ModelNoveltyReward(Reward):
+    """ModelFuzz's feedback as a count-based bonus: `-1 + rarest ** -power`, where `rarest`
+    is how many windows (this one included) showed the window's rarest model state or
+    transition. A window that reached a new state of the protocol model, or took a new
+    transition, is worth 0; without a model (no states) -1."""
+
+    name = "model"
+
+    def __init__(self, power: float = 0.5) -> None:
+        self.power = _power("model", power)
+
+    def __call__(self, match: StateMatch, pairs: PairsSeen = NO_PAIRS, model: ModelSeen = NO_MODEL) -> float:
+        if model.rarest == 0:
+            return -1.0
+        return -1.0 + math.pow(model.rarest, -self.power)
+
+    def params(self) -> dict[str, Any]:
+        return {"power": self.power}
+
+
 REWARDS: dict[str, type[Reward]] = {
-    cls.name: cls for cls in (NoReward, PaperReward, NoveltyReward, PairsReward, PairNoveltyReward)
+    cls.name: cls
+    for cls in (NoReward, PaperReward, NoveltyReward, PairsReward, PairNoveltyReward, ModelNoveltyReward)
 }
+#: the rewards that need the campaign to have a protocol model
+NEEDS_MODEL = frozenset({ModelNoveltyReward.name})
 
 
 def make_reward(name: str, **params: Any) -> Reward:

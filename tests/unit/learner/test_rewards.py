@@ -48,9 +48,9 @@ def test_pair_novelty_follows_the_rarest_pair_of_the_window():
 
 
 def test_registry_lists_every_reward_and_unknown_names_are_user_errors():
-    assert set(REWARDS) == {"none", "paper", "novelty", "pairs", "pair-novelty"}
+    assert set(REWARDS) == {"none", "paper", "novelty", "pairs", "pair-novelty", "model"}
     assert make_reward("none")(match(True, 1), PairsSeen(1, 1, 1)) == 0.0
-    with pytest.raises(MalloryError, match="unknown reward 'bonus'.*none, novelty, pair-novelty, pairs, paper"):
+    with pytest.raises(MalloryError, match="unknown reward 'bonus'.*model, none, novelty, pair-novelty, pairs, paper"):
         make_reward("bonus")
     with pytest.raises(MalloryError, match="power"):
         make_reward("novelty", power=0)
