@@ -17,7 +17,10 @@ counted (`api_rejected`), and the mediator keeps running.
     POST /firewall/duplicate  {"links": LINKS, "copies": 1}
     POST /window       {"start_ns": T0, "end_ns": T1, "wait_ms": 1000, "abstraction": "event-history"}
                        the timeline's summary of [T0, T1) once complete (or "complete": false;
-                       "truncated": true too when the mediator's bounded buffer dropped part of it)
+                       "truncated": true too when the mediator's bounded buffer dropped part of it);
+                       with "trace": [TYPE, ...] (at most MAX_TRACE_TYPES) and optionally
+                       "trace_from_ns": T (<= T0), also the [node, type] of those events in
+                       [T, T1), in commit order
     POST /advisor/catalogue {"actions": ["partition:majority", "kill:one", ...]}   (Jepsen-driven mode)
     POST /advisor/next      {}   the learner's next fault, judged on the window since the last ask
     POST /nemesis      {"f": "start-partition", "value": ...}   a fault the harness enacted: a FAULT event
@@ -88,6 +91,7 @@ CLIENT_TYPES = ("invoke", "ok", "fail", "info")
 MAX_CLIENT_BATCH = 1000
 MAX_PROCESS = (1 << 63) - 1  # client process ids: the recording's ids are 64-bit (Java longs)
 MAX_TEST_NAME = 128
+MAX_TRACE_TYPES = 1000
 #: The stdlib parser's own rejections and what they mean here: the request is at fault.
 _PARSER_STATUS = {HTTPStatus.NOT_IMPLEMENTED: HTTPStatus.METHOD_NOT_ALLOWED,
                   HTTPStatus.HTTP_VERSION_NOT_SUPPORTED: HTTPStatus.BAD_REQUEST}
@@ -131,9 +135,10 @@ class Gateway(Protocol):
     def delay(self, links: list[Link], delay_ns: int) -> dict: ...
     def duplicate(self, links: list[Link], copies: int) -> dict: ...
 
-    def window(self, start_ns: int, end_ns: int, wait_s: float, abstraction: str) -> Window:
-        """The timeline's summary of [start_ns, end_ns); ValueError for a bad span or
-        abstraction."""
+    def window(self, start_ns: int, end_ns: int, wait_s: float, abstraction: str,
+               trace: frozenset[str] = frozenset(), trace_from_ns: int | None = None) -> Window:
+        """The timeline's summary of [start_ns, end_ns), with the trace of the `trace` types
+        from trace_from_ns; ValueError for a bad span or abstraction."""
         ...
 
 
@@ -473,8 +478,12 @@ class ApiServer(ThreadingHTTPServer):
         abstraction = body.get("abstraction", "event-history")
         if type(abstraction) is not str:
             raise BadRequest("'abstraction' must be a string")
+        trace = body.get("trace", [])
+        if type(trace) is not list or len(trace) > MAX_TRACE_TYPES or not all(type(t) is str for t in trace):
+            raise BadRequest(f"'trace' must be a list of at most {MAX_TRACE_TYPES} event types")
+        trace_from = _field(body, "trace_from_ns", int, required=False)
         try:
-            return self.mediator.window(start, end, wait_ms / 1000, abstraction).to_json()
+            return self.mediator.window(start, end, wait_ms / 1000, abstraction, frozenset(trace), trace_from).to_json()
         except ValueError as exc:
             raise BadRequest(str(exc)) from None
 

@@ -111,9 +111,16 @@ class MediatorClient:
 
     # -- the timeline ----------------------------------------------------------------------
 
-    def window(self, start_ns: int, end_ns: int, wait_s: float, abstraction: str = "event-history") -> dict[str, Any]:
-        """The timeline's summary of [start_ns, end_ns), waiting up to wait_s for it to complete."""
-        body = {"start_ns": start_ns, "end_ns": end_ns, "wait_ms": round(wait_s * 1000), "abstraction": abstraction}
+    def window(self, start_ns: int, end_ns: int, wait_s: float, abstraction: str = "event-history",
+               trace: frozenset[str] = frozenset(), trace_from_ns: int | None = None) -> dict[str, Any]:
+        """The timeline's summary of [start_ns, end_ns), waiting up to wait_s for it to
+        complete; with `trace` types, their events since trace_from_ns too."""
+        body: dict[str, Any] = {"start_ns": start_ns, "end_ns": end_ns, "wait_ms": round(wait_s * 1000),
+                                "abstraction": abstraction}
+        if trace:
+            body["trace"] = sorted(trace)
+            if trace_from_ns is not None:
+                body["trace_from_ns"] = trace_from_ns
         return self._call("POST", "/window", body, timeout=max(self.timeout, wait_s + 5.0))
 
 
@@ -122,14 +129,26 @@ class TimelineWindows:
 
     The common time axis is real time (observers map their monotonic clocks onto it), and
     the controller runs on the same machine, so `now_ns` is this machine's real time.
+
+    With `trace` types (a protocol model's), each window carries the trace of those events
+    since the end of the last complete window served: the steps of a schedule leave gaps
+    between their windows (the time feedback takes), and a late window's events come with
+    the next complete one, so a model fed trace after trace sees every event once.
     """
 
-    def __init__(self, client: MediatorClient, abstraction: str = "event-history") -> None:
+    def __init__(self, client: MediatorClient, abstraction: str = "event-history",
+                 trace: frozenset[str] = frozenset()) -> None:
         self.client = client
         self.abstraction = abstraction
+        self.trace = trace
+        self._traced_until: int | None = None
 
     def now_ns(self) -> int:
         return time.time_ns()
 
     def window(self, start_ns: int, end_ns: int, wait_s: float) -> Window:
-        return Window.from_json(self.client.window(start_ns, end_ns, wait_s, self.abstraction))
+        since = self._traced_until if self._traced_until is not None and self._traced_until <= start_ns else None
+        window = Window.from_json(self.client.window(start_ns, end_ns, wait_s, self.abstraction, self.trace, since))
+        if window.complete:
+            self._traced_until = end_ns
+        return window

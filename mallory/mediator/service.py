@@ -228,8 +228,9 @@ class Mediator:
         if driver is not None and driver.active is not None:
             self.switch_filters(None, {})
 
-    def window(self, start_ns: int, end_ns: int, wait_s: float, abstraction: str = "event-history") -> Window:
-        return self.windows.window(start_ns, end_ns, wait_s, abstraction)
+    def window(self, start_ns: int, end_ns: int, wait_s: float, abstraction: str = "event-history",
+               trace: frozenset[str] = frozenset(), trace_from_ns: int | None = None) -> Window:
+        return self.windows.window(start_ns, end_ns, wait_s, abstraction, trace, trace_from_ns)
 
     def metrics(self) -> dict:
         return {

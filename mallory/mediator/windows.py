@@ -43,14 +43,17 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from mallory.timeline.abstraction import ABSTRACTIONS, behaviour
+from mallory.timeline.abstraction import ABSTRACTIONS, behaviour, event_type
 from mallory.timeline.builder import Committed
+from mallory.timeline.event import Kind
 from mallory.timeline.rows import MAX_ENTRIES, EntryRows
 from mallory.timeline.window import summarize
 
 #: entries older than this behind the newest commit are dropped even if no window took them
 #: (a mediator nobody asks for windows must not grow without bound)
 RETAIN_NS = 120_000_000_000
+#: packets are the bulk of a window and never a model's events: their types are not made
+_UNTRACED = frozenset({Kind.SEND, Kind.RECV, Kind.WINDOW_START, Kind.WINDOW_END})
 
 
 @dataclass(frozen=True)
@@ -58,7 +61,8 @@ class Window:
     """What the timeline says about [start, end): its summary under the asked abstraction,
     how many events it held, whether it was complete (the frontier passed its end in time),
     and its behaviour whatever the abstraction (timeline.abstraction.Behaviour): the code
-    and log event types that occurred (`types`) and their happens-before pairs (`pairs`).
+    and log event types that occurred (`types`) and their happens-before pairs (`pairs`);
+    and the trace asked for, (node, type) in commit order (empty if none was asked).
     An incomplete window shows the events committed so far: nothing should learn from it.
     `truncated`: entries of the span were dropped (the buffer's bounds) before it was asked
     for; such a window is incomplete too, whatever the frontier."""
@@ -70,17 +74,30 @@ class Window:
     types: frozenset[str] = frozenset()
     pairs: frozenset[str] = frozenset()
     truncated: bool = False
+    trace: tuple[tuple[str, str], ...] = ()
 
     def to_json(self) -> dict:
         return {"complete": self.complete, "events": self.events, "frontier_ns": self.frontier_ns,
                 "summary": sorted(self.summary), "types": sorted(self.types), "pairs": sorted(self.pairs),
-                "truncated": self.truncated}
+                "truncated": self.truncated, "trace": [list(step) for step in self.trace]}
 
     @classmethod
     def from_json(cls, answer: dict) -> "Window":
         return cls(frozenset(answer["summary"]), int(answer["events"]), bool(answer["complete"]),
                    answer.get("frontier_ns"), frozenset(answer.get("types", ())), frozenset(answer.get("pairs", ())),
-                   bool(answer.get("truncated", False)))
+                   bool(answer.get("truncated", False)), tuple((node, kind) for node, kind in answer.get("trace", ())))
+
+
+def trace_of(entries: list[Committed], types: frozenset[str]) -> tuple[tuple[str, str], ...]:
+    """(node, type) of the entries whose type is one of `types`, in their order."""
+    out = []
+    for entry in entries:
+        event = entry.event
+        if event.kind not in _UNTRACED:
+            name = event_type(event)
+            if name in types:
+                out.append((event.node, name))
+    return tuple(out)
 
 
 class WindowService:
@@ -113,14 +130,19 @@ class WindowService:
                 self._buffer.release_before(entries[-1].real_ns - self.retain_ns, slack=self.retain_ns // 2)
             self._cond.notify_all()
 
-    def window(self, start_ns: int, end_ns: int, wait_s: float, abstraction: str = "event-history") -> Window:
+    def window(self, start_ns: int, end_ns: int, wait_s: float, abstraction: str = "event-history",
+               trace: frozenset[str] = frozenset(), trace_from_ns: int | None = None) -> Window:
         """[start_ns, end_ns) summarised by `abstraction`, once the frontier passes end_ns or
-        `wait_s` runs out (then incomplete). ValueError for an unknown abstraction or an
-        empty span."""
+        `wait_s` runs out (then incomplete), with the trace of the `trace` types over
+        [trace_from_ns, end_ns) (trace_from_ns at most start_ns; None: start_ns). ValueError
+        for an unknown abstraction or a bad span."""
         if abstraction not in ABSTRACTIONS:
             raise ValueError(f"unknown abstraction {abstraction!r}; choose one of {sorted(ABSTRACTIONS)}")
         if end_ns <= start_ns:
             raise ValueError("a window needs end_ns > start_ns")
+        first = start_ns if trace_from_ns is None else trace_from_ns
+        if first > start_ns:
+            raise ValueError("a trace cannot start after its window (trace_from_ns > start_ns)")
         deadline = time.monotonic() + max(0.0, wait_s)
         while True:
             # Read the frontier without holding our lock: the ingest holds its own lock while
@@ -136,15 +158,16 @@ class WindowService:
         with self._cond:
             truncated = self._buffer.truncated(start_ns)
             if complete:  # a truncated window cannot become whole: taken all the same
-                inside = self._buffer.take(start_ns, end_ns)
+                traced = self._buffer.take(first, end_ns)
             else:
                 # The window may be asked for again once complete: keep its entries.
-                inside = self._buffer.peek(start_ns, end_ns)
+                traced = self._buffer.peek(first, end_ns)
                 self._buffer.release_before(end_ns - self.retain_ns)
             complete = complete and not truncated
             self.served += 1
             self.incomplete += not complete
             self.truncated += truncated
+        inside = traced if first == start_ns else [e for e in traced if e.real_ns >= start_ns]
         seen = behaviour(inside)
         return Window(frozenset(summarize(inside, abstraction)), len(inside), complete, frontier, seen.types, seen.pairs,
-                      truncated)
+                      truncated, trace_of(traced, trace) if trace else ())

@@ -64,6 +64,27 @@ def test_incomplete_window_says_so_after_the_wait(mediator):
     assert answer["complete"] and answer["events"] == 4
 
 
+def test_a_trace_gives_the_asked_types_in_causal_order_and_misses_nothing_between_windows(mediator):
+    base = time.time_ns() - 10_000_000_000
+    for n in NODES:
+        mediator.ingest.on_clock(ClockPair(n, 0, base))
+    ms = 1_000_000
+    mediator.ingest.on_batch(Batch("n1", 0, 2_000 * ms, [
+        Event("n1", Kind.FUNC, 100 * ms, 7), Event("n1", Kind.SEND, 150 * ms, 99, "abcd"),
+        Event("n1", Kind.LOG, 1_050 * ms, 5, "lost-leader"),  # in the gap between the two windows
+        Event("n1", Kind.FUNC, 1_500 * ms, 7)]))
+    mediator.ingest.on_batch(Batch("n2", 0, 2_000 * ms, [
+        Event("n2", Kind.RECV, 120 * ms, 99, "abcd"), Event("n2", Kind.FUNC, 130 * ms, 8)]))
+    source = TimelineWindows(client(mediator), trace=frozenset({"FUNC:7", "FUNC:8", "LOG:5"}))
+    first = source.window(base, base + 1_000 * ms, wait_s=5.0)
+    assert first.trace == (("n1", "FUNC:7"), ("n2", "FUNC:8"))  # the RECV waited for its SEND: causal order
+    second = source.window(base + 1_100 * ms, base + 2_000 * ms, wait_s=5.0)
+    assert second.trace == (("n1", "LOG:5"), ("n1", "FUNC:7"))
+    assert second.events == 1, "the window itself is what it always was: the gap is not summarised"
+    untraced = TimelineWindows(client(mediator)).window(base + 2_000 * ms, base + 3_000 * ms, wait_s=0.1)
+    assert untraced.trace == ()
+
+
 @pytest.mark.parametrize(
     "body, reason",
     [
@@ -71,6 +92,8 @@ def test_incomplete_window_says_so_after_the_wait(mediator):
         ({"start_ns": 5, "end_ns": 5}, "end_ns > start_ns"),
         ({"start_ns": 1, "end_ns": 5, "wait_ms": -1}, "wait_ms"),
         ({"start_ns": 1, "end_ns": 5, "abstraction": "nope"}, "unknown abstraction"),
+        ({"start_ns": 1, "end_ns": 5, "trace": "FUNC:7"}, "'trace' must be a list"),
+        ({"start_ns": 1, "end_ns": 5, "trace": ["FUNC:7"], "trace_from_ns": 2}, "cannot start after its window"),
     ],
 )
 def test_bad_window_requests_are_rejected_with_a_reason(mediator, body, reason):
