@@ -26,7 +26,7 @@ from mallory.harness.workload import NO_WORKLOAD, WORKLOADS
 from mallory.learner.calibration import MAX_WINDOWS
 from mallory.learner.learner import CONTEXTS
 from mallory.learner.policies import POLICIES, PRIORS, SAMPLER_FAULTS
-from mallory.learner.rewards import REWARDS
+from mallory.learner.rewards import NEEDS_MODEL, REWARDS
 from mallory.timeline.abstraction import ABSTRACTIONS
 from nemesis.faults.crashes import DEFAULT_CRASH_RATE
 from nemesis.faults.rounds import DEFAULT_D, DEFAULT_DROP_P, DEFAULT_K
@@ -163,6 +163,8 @@ class CampaignConfig:
     #: a filter-set file (harness/scenario_file.py), absolute path, or None: its sets become
     #: faults `filters:<name>` and the mediator runs the message layer (netns backend only)
     filter_sets: str | None = None
+    #: a protocol model, the absolute path of its Python file (campaign/model.py), or None
+    model: str | None = None
     #: the preset the settings came from (PRESETS), for the record, or None
     preset: str | None = None
     #: lossy-synchronous round faults (nemesis/faults/round_schedule.py): at most this many
@@ -226,6 +228,10 @@ class CampaignConfig:
             if self.faults is not None and not any(f.partition(":")[0] == "filters" for f in self.faults):
                 raise ConfigError("filter_sets", "gives filter sets, but faults names none: add filters (every set) "
                                   "or filters:NAME to them")
+        if self.model is not None:
+            _text(self, "model")
+        elif self.reward in NEEDS_MODEL:
+            raise ConfigError("reward", f"{self.reward!r} needs a protocol model (--model FILE)")
         if self.preset is not None:
             _choice(self, "preset", PRESETS)
         _integer(self, "rounds_d", low=1)

@@ -50,6 +50,7 @@ PLOT_COLUMNS = (
     "new_state",
     "feedback_ms",
     "waypoint",
+    "model_states",
 )
 #: the columns campaigns written before plot_data began with AFL++'s had under other names
 #: (old name -> today's): a resumed old campaign writes them, the report reads them

@@ -41,13 +41,19 @@ from pathlib import Path
 from typing import Any
 
 from mallory.campaign.directory import CampaignDir
-from mallory.campaign.loop import campaign_stats, plot_row, restore_progress
+from mallory.campaign.loop import (
+    campaign_stats,
+    count_model,
+    plot_row,
+    restore_progress,
+)
 from mallory.campaign.progress import Progress
 from mallory.campaign.service import (
     BugReport,
     Counters,
     Observation,
     Transition,
+    counters_of,
     learn,
     learner_for,
     unpack_files,
@@ -82,12 +88,13 @@ class LearnerHub:
         self.progress = restore_progress(self.dir, self.counters())
         self.banner = f"{Path(config.sut).name} x{config.nodes}"
         self.command_line = shlex.join(config.command)
+        #: whether the campaign has a protocol model (its counters in the merged stats then)
+        self.model = config.model is not None
 
     # -- the LearnerService protocol ---------------------------------------------------
 
     def counters(self) -> Counters:
-        return Counters(len(self.learner.store), len(self.learner.coverage), len(self.dir.known_bugs()),
-                        self.learner.policy.name)
+        return counters_of(self.learner, len(self.dir.known_bugs()))
 
     def decide(self, worker: str, actions: list[str]) -> str | None:
         """The action for the worker's next window; None when the hub does not know where
@@ -107,6 +114,7 @@ class LearnerHub:
         observed = learn(trajectory, transition)
         p = self.progress
         p.states, p.pairs_covered = observed.states, observed.pairs_covered
+        count_model(p, observed.model)
         if transition.feedback_ms is not None:
             p.feedback_ms.append(transition.feedback_ms)
         if observed.state_id is not None:
@@ -115,6 +123,8 @@ class LearnerHub:
                 p.last_new_state_s = p.elapsed_s()
             if observed.new_pairs:
                 p.last_new_pair_s = p.elapsed_s()
+            if observed.new_model_states:
+                p.last_new_model_state_s = p.elapsed_s()
             if transition.window is not None:
                 p.deepest_waypoint = max(p.deepest_waypoint, transition.window.waypoint)
         if transition.action is not None:  # a step (not a schedule's first look)
@@ -128,7 +138,7 @@ class LearnerHub:
             p.fallback_decisions += transition.fallback is not None
             entry = {"action": transition.action, "state": observed.state_id, "new": observed.is_new,
                      "waypoint": transition.window.waypoint if transition.window is not None else 0}
-            self.dir.append_plot(plot_row(p, entry, transition.feedback_ms))
+            self.dir.append_plot(plot_row(p, entry, transition.feedback_ms, self.model))
             self._write_stats()
         return observed
 
@@ -220,4 +230,4 @@ class LearnerHub:
         self.progress.schedule_running = bool(self.in_flight)
         info = {"workers": len(self.trajectories), "learner_rss_mb": resident_mb(), "learner_pid": os.getpid()}
         self.dir.write_stats(campaign_stats(self.progress, self.banner, self.command_line, self.learner.policy.name,
-                                            info))
+                                            info, self.model))

@@ -32,6 +32,7 @@ from mallory.campaign.loop import (
     report_json,
     steady_summaries,
 )
+from mallory.campaign.model import ModelFeed, bind_model, load_model
 from mallory.campaign.netns_stack import ObservedCluster
 from mallory.campaign.observed import message_layer_args
 from mallory.campaign.waypoints import Waypoints, load_waypoints
@@ -201,6 +202,17 @@ def calibrate(config: CampaignConfig, directory: CampaignDir, live: LiveParts) -
         windows=len(summaries), threshold=threshold, largest=largest, steady_states=len(store)))
     directory.write_config(calibrated)
     return calibrated
+
+
+def live_model(config: CampaignConfig, live: LiveParts) -> ModelFeed | None:
+    """The campaign's protocol model, its event names resolved against the SUT's catalogue
+    and log events; the mediator's windows carry the traces it needs from then on."""
+    if config.model is None:
+        return None
+    feed = bind_model(load_model(Path(config.model)), live.adapter.backend.nodes, live.event_catalogue(),
+                      live.log_event_names())
+    live.windows.trace = feed.trace_types
+    return feed
 
 
 def live_waypoints(config: CampaignConfig, live: LiveParts) -> Waypoints | None:

@@ -22,6 +22,11 @@ lists the gap under `unobserved`, and its findings are kept out of the bugs (lis
 A component it cannot restart (the mediator) raises `ComponentDied`: the schedule in flight
 is dropped whole (no record, no learner checkpoint), so `--resume` redoes it.
 
+With a protocol model (campaign/model.py), every observed window's trace is replayed
+through it as well: a schedule is one execution of the model (restarted when the schedule
+starts, and when a component's death lost events), and what it reached goes to the learner
+with the window (its model coverage, the `model` reward).
+
 The loop does no I/O of its own beyond the campaign directory: the window source (the
 mediator's timeline), the nemesis, the checks and the clock are handed in, so the same loop
 runs against a live cluster and, in tests, against named fakes. So is the learner side
@@ -46,6 +51,7 @@ from typing import Any, Protocol
 from mallory.campaign.afl import afl_plot_values, afl_stats
 from mallory.campaign.config import LoopConfig
 from mallory.campaign.directory import CampaignDir
+from mallory.campaign.model import ModelFeed
 from mallory.campaign.progress import Progress
 from mallory.campaign.service import (
     LOCAL,
@@ -53,12 +59,14 @@ from mallory.campaign.service import (
     Counters,
     LearnerService,
     LocalLearner,
+    ModelTotals,
     Transition,
     WindowSeen,
 )
 from mallory.campaign.waypoints import Waypoints
 from mallory.errors import ExitCode, MalloryError
 from mallory.learner.learner import Learner
+from mallory.learner.model import ModelTrace
 from mallory.mediator.windows import Window
 
 HEAL = "heal"
@@ -233,6 +241,7 @@ class Campaign:
         waypoints: Waypoints | None = None,
         watchdog: Watchdog | None = None,
         worker: str = LOCAL,
+        model: ModelFeed | None = None,
     ) -> None:
         """`learner`: a Learner (served in this process, checkpointed into `directory`) or
         the service of a shared one, which knows this loop as `worker`."""
@@ -259,6 +268,8 @@ class Campaign:
         self.waypoints = waypoints
         #: restarts dead components of the live stack (None: nothing to watch)
         self.watchdog = watchdog
+        #: the protocol model windows are replayed through (None: no model)
+        self.model = model
         self._families: list[str] = []  # the fault families in force, for waypoints and the learner
         counters = self.learner.counters()
         self.progress = restore_progress(directory, counters)
@@ -302,17 +313,22 @@ class Campaign:
             self.checker.begin_schedule(index)
 
         # Orient: where does the schedule start from? (Not from a window with a gap in it.)
+        if self.model is not None:
+            self.model.restart()
         gap = self._revive(record, "start")
         end = self.source.now_ns()
         with self._deaths_explained(record):
             first = self._feedback(end - window_ns, end)
+        observable = first.complete and not gap
+        model = self._replay(first, observable, gap)
         observed = self.learner.observe(self.worker, Transition(
-            window=WindowSeen(first.summary, first.pairs) if first.complete and not gap else None,
+            window=WindowSeen(first.summary, first.pairs, model=model) if observable else None,
             feedback_ms=self._feedback_ms(first), late=not first.complete))
         record["initial_state"] = observed.state_id
         if observed.state_id is not None:
             self.progress.current_state = observed.state_id
         self.progress.states, self.progress.pairs_covered = observed.states, observed.pairs_covered
+        count_model(self.progress, observed.model)
         active: list[Any] = []
         self._families.clear()
         try:
@@ -450,6 +466,8 @@ class Campaign:
                 report = self.nemesis.enact(action, rng)
                 active.append(report)
                 self._families.append(action.partition(":")[0])
+                if self.model is not None:
+                    self.model.noted(action, report_json(report))
             except MalloryError as exc:
                 # A fault the cluster cannot take right now (e.g. its target is down) must not
                 # end a day-long campaign: the step is recorded as refused, like a noop.
@@ -480,15 +498,22 @@ class Campaign:
         observable = window.complete and not gap  # a window with a gap teaches nothing
         if self.waypoints is not None and observable:
             waypoint = self.waypoints.level(window.types, self._families)
+        model = self._replay(window, observable, gap)
         observed = self.learner.observe(self.worker, Transition(
             action=action, actions=tuple(actions), chosen=chosen,
-            window=WindowSeen(window.summary, window.pairs, waypoint, tuple(self._families)) if observable else None,
+            window=WindowSeen(window.summary, window.pairs, waypoint, tuple(self._families), model) if observable
+            else None,
             feedback_ms=self._feedback_ms(window), decision_ms=p.decision_ms[-1] if p.decision_ms else None,
             fallback=fallback, late=not window.complete))
         if observed.state_id is not None:
             entry.update(state=observed.state_id, new=observed.is_new, reward=observed.reward,
                          summary_size=len(window.summary), pairs=len(window.pairs), new_pairs=observed.new_pairs,
                          waypoint=waypoint)
+            if model is not None:
+                entry.update(model_states=len(model.states), new_model_states=observed.new_model_states,
+                             **({"model_mismatches": list(model.mismatches)} if model.mismatches else {}))
+                if observed.new_model_states:
+                    p.last_new_model_state_s = p.elapsed_s()
             p.current_state = observed.state_id
             p.deepest_waypoint = max(p.deepest_waypoint, waypoint)
             if observed.is_new:
@@ -502,10 +527,21 @@ class Campaign:
         if report is not None and self.nemesis.one_window(report):
             entry.update(self._end_of_window(action, report, active))
         p.states, p.pairs_covered = observed.states, observed.pairs_covered
-        self.dir.append_plot(plot_row(p, entry, self._feedback_ms(window)))
+        count_model(p, observed.model)
+        self.dir.append_plot(plot_row(p, entry, self._feedback_ms(window), self.model is not None))
         self.dir.write_stats(self.stats())
         self.on_update(p)
         return entry
+
+    def _replay(self, window: Window, observable: bool, gap: list[str]) -> ModelTrace | None:
+        """The window through the model (None: no model, or nothing to learn from it). A
+        late window's events come with the next complete one's trace (TimelineWindows); a
+        gap lost events, so the model starts over from what it knows at the start."""
+        if self.model is None:
+            return None
+        if gap:
+            self.model.restart()
+        return self.model.run(window.trace) if observable else None
 
     def _finish(self, index: int, record: dict[str, Any]) -> None:
         p = self.progress
@@ -541,7 +577,8 @@ class Campaign:
     def stats(self) -> dict[str, Any]:
         """fuzzer_stats: AFL++'s keys (afl.py), then Mallory's own (times in campaign
         seconds), then `info`."""
-        return campaign_stats(self.progress, self.banner, self.command_line, self._policy, self.info)
+        return campaign_stats(self.progress, self.banner, self.command_line, self._policy, self.info,
+                              self.model is not None)
 
 
 def restore_progress(directory: CampaignDir, counters: Counters) -> Progress:
@@ -557,6 +594,7 @@ def restore_progress(directory: CampaignDir, counters: Counters) -> Progress:
         if reached:
             p.waypoints_reached[reached] = p.waypoints_reached.get(reached, 0) + 1
     p.states, p.pairs_covered, p.bugs = counters.states, counters.pairs_covered, counters.bugs
+    count_model(p, counters.model)
     try:
         p.elapsed_before_s = float(directory.read_stats().get("run_time", 0))
     except ValueError:
@@ -564,9 +602,15 @@ def restore_progress(directory: CampaignDir, counters: Counters) -> Progress:
     return p
 
 
-def campaign_stats(p: Progress, banner: str, command_line: str, policy: str, info: dict[str, Any]) -> dict[str, Any]:
+def count_model(p: Progress, totals: ModelTotals) -> None:
+    """The learner side's model coverage into the counters."""
+    p.model_states, p.model_transitions, p.model_mismatches = totals.states, totals.transitions, totals.mismatches
+
+
+def campaign_stats(p: Progress, banner: str, command_line: str, policy: str, info: dict[str, Any],
+                   model: bool = False) -> dict[str, Any]:
     """fuzzer_stats of a campaign whose counters are `p` (a worker's, or the merged ones of
-    several: hub.py)."""
+    several: hub.py); `model`: whether it has a protocol model (its counters then)."""
     return {
         **afl_stats(p, banner, command_line),
         "schedules_done": p.schedules_done,
@@ -577,6 +621,10 @@ def campaign_stats(p: Progress, banner: str, command_line: str, policy: str, inf
         "last_new_state": "-" if p.last_new_state_s is None else round(p.last_new_state_s, 1),
         "pairs_covered": p.pairs_covered,
         "last_new_pair": "-" if p.last_new_pair_s is None else round(p.last_new_pair_s, 1),
+        **({"model_states": p.model_states, "model_transitions": p.model_transitions,
+            "model_mismatches": p.model_mismatches,
+            "last_new_model_state": "-" if p.last_new_model_state_s is None else round(p.last_new_model_state_s, 1)}
+           if model else {}),
         "waypoints_reached": ",".join(f"{name}:{n}" for name, n in p.waypoints_reached.items()) or "-",
         "states_per_hour": round(p.states / max(p.elapsed_s(), 1e-9) * 3600, 1),
         "bugs_found": p.bugs,
@@ -592,8 +640,9 @@ def campaign_stats(p: Progress, banner: str, command_line: str, policy: str, inf
     }
 
 
-def plot_row(p: Progress, entry: dict[str, Any], feedback_ms: float | None) -> dict[str, Any]:
-    """plot_data's line for a step just taken (`entry`: its record), by column name."""
+def plot_row(p: Progress, entry: dict[str, Any], feedback_ms: float | None, model: bool = False) -> dict[str, Any]:
+    """plot_data's line for a step just taken (`entry`: its record), by column name;
+    `model`: whether the campaign has a protocol model (model_states is empty otherwise)."""
     return {
         **afl_plot_values(p),
         "schedules_done": p.schedules_done,
@@ -604,6 +653,7 @@ def plot_row(p: Progress, entry: dict[str, Any], feedback_ms: float | None) -> d
         "new_state": int(bool(entry["new"])),
         "feedback_ms": round(feedback_ms, 1) if feedback_ms is not None else "",
         "waypoint": entry.get("waypoint", 0) if entry["state"] is not None else 0,
+        "model_states": p.model_states if model else "",
     }
 
 

@@ -28,6 +28,12 @@ class Progress:
     #: distinct happens-before pairs of code/log events seen (the learner's coverage)
     pairs_covered: int = 0
     last_new_pair_s: float | None = None
+    #: distinct states and transitions of the protocol model reached, steps it could not
+    #: take (the learner's model coverage; 0 without a model)
+    model_states: int = 0
+    model_transitions: int = 0
+    model_mismatches: int = 0
+    last_new_model_state_s: float | None = None
     #: waypoint name -> schedules that reached it
     waypoints_reached: dict[str, int] = field(default_factory=dict)
     #: the deepest waypoint level any window reached (0: none)

@@ -40,6 +40,7 @@ from typing import Any, Protocol
 from mallory.campaign.config import CampaignConfig
 from mallory.campaign.directory import CampaignDir
 from mallory.learner.learner import Learner
+from mallory.learner.model import ModelTrace
 
 #: the worker name of a single-process campaign
 LOCAL = "local"
@@ -48,13 +49,30 @@ LOCAL = "local"
 @dataclass(frozen=True)
 class WindowSeen:
     """What a complete, fully observed window showed: its abstraction (`summary`), its
-    event pairs, the waypoint level it reached and the fault families in force (one per
-    fault)."""
+    event pairs, the waypoint level it reached, the fault families in force (one per
+    fault) and, when the campaign has a protocol model, what its trace did in the model
+    (the worker replays it: campaign/model.py; None: no model)."""
 
     summary: frozenset[str]
     pairs: frozenset[str] = frozenset()
     waypoint: int = 0
     faults: tuple[str, ...] = ()
+    model: ModelTrace | None = None
+
+
+@dataclass(frozen=True)
+class ModelTotals:
+    """The campaign's model coverage so far: the distinct model states and transitions
+    reached, and the steps the model could not take (all 0 without a model)."""
+
+    states: int = 0
+    transitions: int = 0
+    mismatches: int = 0
+
+    @classmethod
+    def of(cls, learner: Learner) -> ModelTotals:
+        coverage = learner.model_coverage
+        return cls(len(coverage.states), len(coverage.transitions), coverage.mismatch_count())
 
 
 @dataclass(frozen=True)
@@ -85,9 +103,10 @@ class Transition:
 class Observation:
     """The learner's answer to a transition: the campaign's `states` and `pairs_covered`
     now, and, when the window taught something, its state, whether that is new, its reward,
-    the pairs it added to the coverage and `policy_state`, what the policy knows the
-    worker's position by (a worker deciding without the learner uses it). Without a
-    lesson, those are None and new_pairs 0."""
+    the pairs it added to the coverage, the model states it added to the model coverage
+    and `policy_state`, what the policy knows the worker's position by (a worker deciding
+    without the learner uses it). Without a lesson, those are None and the counts 0.
+    `model`: the campaign's model coverage now."""
 
     states: int
     pairs_covered: int
@@ -96,6 +115,8 @@ class Observation:
     reward: float | None = None
     new_pairs: int = 0
     policy_state: int | None = None
+    new_model_states: int = 0
+    model: ModelTotals = ModelTotals()
 
 
 @dataclass(frozen=True)
@@ -115,6 +136,7 @@ class Counters:
     pairs_covered: int
     bugs: int
     policy: str
+    model: ModelTotals = ModelTotals()
 
 
 @dataclass
@@ -180,18 +202,25 @@ def learn(learner: Learner, transition: Transition) -> Observation:
     if taken is not None and transition.chosen and learner.state is not None and learner.acting != taken:
         learner.take(taken, transition.actions)
     window = transition.window
-    covered = len(learner.coverage)
+    covered, modelled = len(learner.coverage), len(learner.model_coverage.states)
     seen = learner.observe_window(
         None if window is None else window.summary,
         () if window is None else window.pairs,
         0 if window is None else window.waypoint,
         () if window is None else window.faults,
+        None if window is None else window.model,
     )
     if seen is None:
-        return Observation(len(learner.store), len(learner.coverage))
+        return Observation(len(learner.store), len(learner.coverage), model=ModelTotals.of(learner))
     match, reward = seen
     return Observation(len(learner.store), len(learner.coverage), match.state_id, match.is_new, reward,
-                       len(learner.coverage) - covered, learner.state)
+                       len(learner.coverage) - covered, learner.state,
+                       len(learner.model_coverage.states) - modelled, ModelTotals.of(learner))
+
+
+def counters_of(learner: Learner, bugs: int) -> Counters:
+    """The totals of `learner`'s campaign, which holds `bugs` bugs."""
+    return Counters(len(learner.store), len(learner.coverage), bugs, learner.policy.name, ModelTotals.of(learner))
 
 
 class LocalLearner:
@@ -204,8 +233,7 @@ class LocalLearner:
         self.dir = directory
 
     def counters(self) -> Counters:
-        return Counters(len(self.learner.store), len(self.learner.coverage), len(self.dir.known_bugs()),
-                        self.learner.policy.name)
+        return counters_of(self.learner, len(self.dir.known_bugs()))
 
     def decide(self, worker: str, actions: Sequence[str]) -> Decision:
         return Decision(self.learner.next_action(actions))

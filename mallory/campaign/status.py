@@ -139,7 +139,9 @@ class StatusScreen:
         p50 = p.feedback_percentile(0.5)
         print(
             f"[{_dur(p.elapsed_s())}] schedules {p.schedules_done} steps {p.steps_done} "
-            f"states {p.states} pairs {p.pairs_covered} bugs {p.bugs} late {p.late_steps} fault {p.current_fault} "
+            f"states {p.states} pairs {p.pairs_covered} "
+            + (f"model {p.model_states} mismatches {p.model_mismatches} " if p.model_states else "")
+            + f"bugs {p.bugs} late {p.late_steps} fault {p.current_fault} "
             f"feedback p50 {p50 if p50 is not None else '-'} ms",
             file=self.out,
             flush=True,
@@ -161,6 +163,8 @@ class StatusScreen:
                 f"  last new state : {_dur(p.last_new_state_s)}",
                 f"  distinct states: {p.states}   ({p.states / hours:.1f}/h)",
                 f"   pairs covered : {p.pairs_covered}   last new {_dur(p.last_new_pair_s)}",
+                *([f"    model states : {p.model_states}   transitions {p.model_transitions}   "
+                   f"mismatches {p.model_mismatches}"] if p.model_states else []),
                 f"       schedules : {p.schedules_done}   steps {p.steps_done}   late {p.late_steps}",
                 f"   current fault : {p.current_fault}",
                 f"  feedback (ms)  : p50 {p50 if p50 is not None else '-'}   p99 {p99 if p99 is not None else '-'}",

@@ -28,6 +28,7 @@ from mallory.campaign.directory import CampaignDir
 from mallory.campaign.live import (
     calibrate,
     check_sampler_fault,
+    live_model,
     live_parts,
     live_waypoints,
 )
@@ -88,7 +89,8 @@ def run_worker(root: Path, worker: str, config: CampaignConfig, run_name: str, s
         check_sampler_fault(own, live.nemesis)
         campaign = Campaign(directory, service, live.windows, live.nemesis, own.loop_config(), checker=live.checks,
                             on_action=live.record_action, info={"cluster_run": run_name},
-                            waypoints=live_waypoints(own, live), watchdog=live.stack, worker=worker)
+                            waypoints=live_waypoints(own, live), watchdog=live.stack, worker=worker,
+                            model=live_model(own, live))
         before = campaign.progress.schedules_done, campaign.progress.steps_done
         while not stop_now() and service.begin_schedule(worker):
             campaign.run(schedules=1, stop=stop_now)

@@ -41,10 +41,12 @@ from mallory.campaign.live import (
     calibrate,
     check_sampler_fault,
     filter_set_faults,
+    live_model,
     live_parts,
     live_waypoints,
 )
 from mallory.campaign.loop import Campaign, ComponentDied
+from mallory.campaign.model import load_model
 from mallory.campaign.progress import Progress
 from mallory.campaign.service import learner_for
 from mallory.campaign.status import StatusScreen
@@ -129,6 +131,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         "suts/example/filter_sets.py): each becomes a fault filters:NAME, in force for one step's "
                         "window; the mediator then relays the SUT's declared peer ports message by message "
                         "(see mallory/harness/scenario_file.py)")
+    parser.add_argument("--model", type=Path, default=None, metavar="FILE",
+                        help="a protocol model in Python whose states reached are model coverage (model_states) "
+                        "and the `model` reward, e.g. suts/raft/model.py (see mallory/learner/model.py)")
     parser.add_argument("--preset", choices=sorted(PRESETS), default=None,
                         help="a named set of settings; `paper`: the Mallory paper's learner as published "
                         "(event-history, threshold 0.7 uncalibrated, paper reward, Q-learning with untried "
@@ -175,6 +180,8 @@ def config_from_args(args: argparse.Namespace) -> CampaignConfig:
     faults = tuple(args.faults.split(",")) if args.faults else None
     if faults is None and args.policy in SAMPLER_FAULTS:
         faults = (SAMPLER_FAULTS[args.policy],)  # a sampler policy takes its fault alone
+    if args.model is not None and not args.model.is_file():
+        raise MalloryError(f"--model {args.model}: no such file")
     try:
         return CampaignConfig(
             version=__version__,
@@ -202,6 +209,7 @@ def config_from_args(args: argparse.Namespace) -> CampaignConfig:
             backend=args.backend,
             waypoints=str(args.waypoints.resolve()) if args.waypoints else None,
             filter_sets=str(args.filter_sets.resolve()) if args.filter_sets else None,
+            model=str(args.model.resolve()) if args.model else None,
             preset=args.preset,
             rounds_d=args.rounds_d,
             rounds_k=args.rounds_k,
@@ -240,6 +248,7 @@ def _run_here(args: argparse.Namespace, directory: CampaignDir, config: Campaign
                 directory, learner_for(directory, config), live.windows, live.nemesis, config.loop_config(),
                 checker=live.checks, on_update=screen.update, on_action=live.record_action,
                 info={"cluster_run": run_name}, waypoints=live_waypoints(config, live), watchdog=live.stack,
+                model=live_model(config, live),
             )
             progress = campaign.run(schedules=args.schedules, duration_s=duration, stop=stopping.is_set)
             screen.phase("tear-down: SUT, observers, mediator, cluster")
@@ -291,6 +300,8 @@ def run(args: argparse.Namespace) -> int:
         check_fault_names(config.faults, filter_faults)
     if config.waypoints:
         waypoint_names(Path(config.waypoints))
+    if config.model:
+        load_model(Path(config.model))
     _check_workers(args, config)
     if not args.resume:
         directory.create(config)

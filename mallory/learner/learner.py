@@ -161,7 +161,7 @@ class Learner:
         with none yet (a schedule's start), takes the idle state of the empty summary
         instead of guessing. None when late."""
         if summary is not None:
-            return self.observe(summary, pairs, waypoint, faults)
+            return self.observe(summary, pairs, waypoint, faults, model)
         if self.state is None:
             self.observe(frozenset(), faults=faults)
         return None
@@ -209,11 +209,12 @@ class Learner:
 
     def fork(self) -> Learner:
         """A learner for another trajectory through the same knowledge: it shares this one's
-        states, coverage, reward, policy and fault configurations (what one learns, the
-        other knows), and has its own current state, level and pending transition. Several
+        states, coverage, model coverage, reward, policy and fault configurations (what one
+        learns, the other knows), and has its own current state, level, pending transition
+        and count of the schedule's new model states. Several
         workers' schedules run at once, each on a fork; `to_checkpoint` of the original
         saves the shared knowledge."""
-        twin = Learner(self.store, self.reward, self.policy, self.coverage, self.context)
+        twin = Learner(self.store, self.reward, self.policy, self.coverage, self.context, self.model_coverage)
         twin.configurations = self.configurations
         return twin
 

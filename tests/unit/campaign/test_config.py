@@ -31,7 +31,8 @@ from tests.unit.campaign.test_loop import (
 KEYS = ["version", "command", "sut", "port", "nodes", "policy", "reward", "temperature", "prior", "context", "seed",
         "faults",
         "workload", "concurrency", "rate", "steps", "window_s", "reset_s", "abstraction", "threshold", "calibrate",
-        "backend", "waypoints", "filter_sets", "preset", "rounds_d", "rounds_k", "drop_p", "crash_rate", "fresh_data"]
+        "backend", "waypoints", "filter_sets", "model", "preset", "rounds_d", "rounds_k", "drop_p", "crash_rate",
+        "fresh_data"]
 
 #: a campaign.json as the first `mallory fuzz` wrote it (b447f2e): before --prior,
 #: --calibrate and --backend
@@ -46,8 +47,8 @@ EVERYTHING_SET = CampaignConfig(
     version="0.1.0", command=("mallory", "fuzz"), sut="/specs/raft-kv.toml", port=7000, nodes=5, policy="epsilon-greedy",
     reward="novelty", temperature=0.05, prior="optimistic", seed=-4, faults=("partition", "kill:one"),
     workload="rw-register", concurrency=2, rate=12.5, steps=7, window_s=1.5, reset_s=0.0, abstraction="vector-clock",
-    threshold=0.55, calibrate=40, backend="docker", rounds_d=2, rounds_k=0, drop_p=0.5, crash_rate=1.0, fresh_data=True,
-    calibration=Calibration(windows=38, threshold=0.55),
+    threshold=0.55, calibrate=40, backend="docker", model="/specs/model.py", rounds_d=2, rounds_k=0, drop_p=0.5,
+    crash_rate=1.0, fresh_data=True, calibration=Calibration(windows=38, threshold=0.55),
     extra={"from_a_newer_mallory": {"kept": [1, 2]}},
 )
 
@@ -83,8 +84,9 @@ def test_an_old_campaign_json_loads_with_defaults_and_resumes(tmp_path):
     config = directory.config()
     assert (config.prior, config.calibrate, config.backend, config.calibration, config.extra) == (None, 0, "netns", None, {})
     assert config.to_json() == {**OLD_CAMPAIGN_JSON, "prior": None, "context": "state", "calibrate": 0,
-                                "backend": "netns", "waypoints": None, "filter_sets": None, "preset": None, "rounds_d": 1,
-                                "rounds_k": 1, "drop_p": 0.2, "crash_rate": 0.2, "fresh_data": False}
+                                "backend": "netns", "waypoints": None, "filter_sets": None, "model": None,
+                                "preset": None, "rounds_d": 1, "rounds_k": 1, "drop_p": 0.2, "crash_rate": 0.2,
+                                "fresh_data": False}
 
     # Resume, as `mallory fuzz --resume` does: the loop runs from the directory's configuration.
     clock, nemesis = FakeClock(), FakeNemesis()
@@ -126,7 +128,9 @@ def test_keys_it_does_not_know_are_written_back(tmp_path):
         ("nodes", True, "must be an integer"),
         ("policy", "sarsa", "must be one of bonus-max, epsilon-greedy, poisson-crash, qlearning, random, random-drop, "
                             "rounds"),
-        ("reward", "fame", "must be one of none, novelty, pair-novelty, pairs, paper"),
+        ("reward", "fame", "must be one of model, none, novelty, pair-novelty, pairs, paper"),
+        ("reward", "model", "'model' needs a protocol model (--model FILE)"),
+        ("model", "", "must be a non-empty string"),
         ("temperature", 0, "must be positive"),
         ("temperature", "hot", "must be a number"),
         ("prior", "pessimistic", "must be one of optimistic, shared"),
@@ -236,7 +240,9 @@ def test_fuzz_fresh_data_is_off_unless_asked():
 def test_fuzz_refuses_a_bad_option_naming_it(tmp_path, capsys):
     for option, value, message in [("--nodes", "0", "--nodes must be at least 1"),
                                    ("--window", "0", "--window must be positive"),
-                                   ("--reward", "fame", "--reward must be one of none, novelty, pair-novelty, pairs, paper")]:
+                                   ("--reward", "fame", "--reward must be one of model, none, novelty, pair-novelty, pairs, paper"),
+                                   ("--reward", "model", "--reward 'model' needs a protocol model (--model FILE)"),
+                                   ("--model", str(tmp_path / "none.py"), f"--model {tmp_path / 'none.py'}: no such file")]:
         code = main(["fuzz", "--out", str(tmp_path / "c"), "--sut", "redis-replication", option, value])
         assert code == 254 and message in capsys.readouterr().err
         assert not (tmp_path / "c").exists()

@@ -217,7 +217,7 @@ def test_the_learner_feeds_model_traces_into_its_coverage_and_its_checkpoint():
     learner = Learner.create(policy="random", reward="model", seed=1)
     _, reward = learner.observe(frozenset({"x"}), model=ModelTrace(frozenset({"s0", "s1"}), frozenset({"s0 -a-> s1"})))
     assert reward == 0.0
-    _, reward = learner.observe(frozenset({"y"}), model=ModelTrace(frozenset({"s1"})))
+    _, reward = learner.observe_window(frozenset({"y"}), model=ModelTrace(frozenset({"s1"})))
     assert reward == pytest.approx(-1 + 2**-0.5)
     assert learner.observe_window(None, model=ModelTrace(frozenset({"s9"}))) is None  # late: not counted
     assert learner.model_coverage.states == {"s0": 1, "s1": 2}
