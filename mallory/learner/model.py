@@ -105,6 +105,16 @@ class Model:
             raise MalloryError(f"{source}: {exc}") from None
 
 
+def cut_off(nodes: Sequence[str], links: Iterable[tuple[str, str]]) -> frozenset[str]:
+    """The nodes that cannot exchange messages both ways with a majority of `nodes`
+    (themselves included) when `links` (src, dst) are dropped: a helper for models, since
+    a Raft node needs a majority's answers to be elected or to commit."""
+    dropped = set(links)
+    need = len(nodes) // 2 + 1
+    return frozenset(n for n in nodes
+                     if 1 + sum((n, m) not in dropped and (m, n) not in dropped for m in nodes if m != n) < need)
+
+
 def state_key(value: Any) -> str:
     """A canonical text of an abstract state: equal abstractions give equal keys, whatever
     the order of a frozenset's members. TypeError for what an abstraction may not hold."""

@@ -17,6 +17,7 @@ from mallory.learner.model import (
     ModelSeen,
     ModelTrace,
     Step,
+    cut_off,
     state_key,
 )
 from mallory.learner.rewards import make_reward
@@ -232,3 +233,11 @@ def test_a_checkpoint_from_before_models_resumes_with_no_model_coverage():
     del document["model"]
     restored = Learner.from_checkpoint(orjson.dumps(document))
     assert restored.model_coverage == ModelCoverage()
+
+
+def test_cut_off_names_the_nodes_without_a_two_way_majority():
+    nodes = ("n1", "n2", "n3")
+    assert cut_off(nodes, [("n3", "n1"), ("n1", "n3"), ("n3", "n2"), ("n2", "n3")]) == {"n3"}
+    assert cut_off(nodes, [("n1", "n2")]) == frozenset()  # one direction lost: n1 and n2 still have n3
+    assert cut_off(nodes, [("n1", "n2"), ("n3", "n1")]) == {"n1"}  # a link lost either way is no link
+    assert cut_off(nodes, []) == frozenset()
