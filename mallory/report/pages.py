@@ -59,6 +59,7 @@ def summary_rows(data: CampaignData) -> list[tuple[str, object]]:
         ("distinct states", s.get("distinct_states")),
         ("states per hour", s.get("states_per_hour")),
         ("pairs covered", pairs_text(s)),
+        *model_rows(data),
         ("bugs", len(data.bugs)),
         ("feedback p50 / p99 (ms)", f"{s.get('feedback_ms_p50', '-')} / {s.get('feedback_ms_p99', '-')}"),
     ]
@@ -70,6 +71,25 @@ def pairs_text(stats: dict[str, str]) -> str:
     if pairs is None:
         return "n/a: the campaign predates event-pair coverage"
     return pairs + (f" (last new at {last} s)" if last != "-" else "")
+
+
+def model_rows(data: CampaignData) -> list[tuple[str, str]]:
+    """The protocol model's coverage from fuzzer_stats, and the steps it could not take by
+    event, from the schedules' records (none: the campaign had no model)."""
+    if data.config.model is None:
+        return []
+    s = data.stats
+    mismatches: dict[str, int] = {}
+    for record in data.schedules:
+        for step in record.get("steps", []):
+            for event in step.get("model_mismatches", []):
+                mismatches[event] = mismatches.get(event, 0) + 1
+    by_event = ", ".join(f"{event} {n}" for event, n in sorted(mismatches.items(), key=lambda item: -item[1]))
+    return [
+        ("protocol model", data.config.model),
+        ("model states (transitions)", f"{s.get('model_states', '-')} ({s.get('model_transitions', '-')})"),
+        ("model mismatches", f"{s.get('model_mismatches', '-')}" + (f": {by_event}" if by_event else "")),
+    ]
 
 
 def calibration_rows(config: CampaignConfig) -> list[tuple[str, str]]:

@@ -16,6 +16,8 @@ from mallory.learner.learner import Learner
 from mallory.learner.model import Step
 from mallory.mediator.windows import Window
 from mallory.observer.log_events import log_event_id
+from mallory.report.campaign_data import load_campaign
+from mallory.report.pages import model_rows, summary_rows
 from tests.unit.campaign.test_loop import FakeClock, FakeNemesis, FakeTimeline
 
 NODES = ("n1", "n2", "n3")
@@ -162,3 +164,15 @@ def test_without_a_model_nothing_about_models_is_written(tmp_path):
     assert "model_states" not in campaign.dir.read_stats()
     assert not any("model_states" in s for s in campaign.dir.read_schedules()[0]["steps"])
 
+
+
+def test_the_report_shows_model_coverage_and_mismatches_by_event(tmp_path, lock_file):
+    campaign = model_campaign(tmp_path, lock_file)
+    campaign.run(schedules=2)
+    data = load_campaign(campaign.dir.root)
+    rows = dict(model_rows(data))
+    stats = campaign.dir.read_stats()
+    assert rows["model states (transitions)"] == f"{stats['model_states']} ({stats['model_transitions']})"
+    mismatches = int(stats["model_mismatches"])
+    assert rows["model mismatches"] == (f"{mismatches}: lock-released {mismatches}" if mismatches else "0")
+    assert "protocol model" in dict(summary_rows(data))
