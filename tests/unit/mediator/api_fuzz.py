@@ -56,7 +56,7 @@ def fuzz_mediator(record_dir: Path) -> Mediator:
     m = Mediator(NODES, token=TOKEN, api_address=("127.0.0.1", 0), batch_address=("127.0.0.1", 0),
                  record_dir=record_dir, batch_interval=0.02)
     window = m.windows.window
-    m.windows.window = lambda start, end, wait_s, abstraction="event-history": window(start, end, 0.0, abstraction)
+    m.windows.window = lambda start, end, wait_s, *rest: window(start, end, 0.0, *rest)
     m.advisor = Advisor(m.windows, Learner.create(policy="random", seed=1), wait_s=0.0)
     return m.start()
 
