@@ -24,8 +24,9 @@ is dropped whole (no record, no learner checkpoint), so `--resume` redoes it.
 
 With a protocol model (campaign/model.py), every observed window's trace is replayed
 through it as well: a schedule is one execution of the model (restarted when the schedule
-starts, and when a component's death lost events), and what it reached goes to the learner
-with the window (its model coverage, the `model` reward).
+starts, and when a component's death lost events; its trace then starts with the next
+window), and what it reached goes to the learner with the window (its model coverage, the
+`model` reward).
 
 The loop does no I/O of its own beyond the campaign directory: the window source (the
 mediator's timeline), the nemesis, the checks and the clock are handed in, so the same loop
@@ -80,6 +81,11 @@ class WindowSource(Protocol):
 
     def window(self, start_ns: int, end_ns: int, wait_s: float) -> Window:
         """The window's summary, waiting up to `wait_s` for the timeline to complete it."""
+        ...
+
+    def restart_trace(self) -> None:
+        """The next window's trace starts at its own start, not where the last one ended
+        (asked only when the campaign has a protocol model)."""
         ...
 
 
@@ -313,8 +319,7 @@ class Campaign:
             self.checker.begin_schedule(index)
 
         # Orient: where does the schedule start from? (Not from a window with a gap in it.)
-        if self.model is not None:
-            self.model.restart()
+        self._restart_model()
         gap = self._revive(record, "start")
         end = self.source.now_ns()
         with self._deaths_explained(record):
@@ -540,8 +545,16 @@ class Campaign:
         if self.model is None:
             return None
         if gap:
-            self.model.restart()
+            self._restart_model()
         return self.model.run(window.trace) if observable else None
+
+    def _restart_model(self) -> None:
+        """A new execution of the model, fed from the next window on: the events before it
+        (the last schedule's heal and reset, which restart nodes without a fault event the
+        model knows) belong to no execution."""
+        if self.model is not None:
+            self.model.restart()
+            self.source.restart_trace()
 
     def _finish(self, index: int, record: dict[str, Any]) -> None:
         p = self.progress

@@ -20,7 +20,7 @@ counted (`api_rejected`), and the mediator keeps running.
                        "truncated": true too when the mediator's bounded buffer dropped part of it);
                        with "trace": [TYPE, ...] (at most MAX_TRACE_TYPES) and optionally
                        "trace_from_ns": T (<= T0), also the [node, type] of those events in
-                       [T, T1), in commit order
+                       [T, T1), in causal order (windows.trace_of)
     POST /advisor/catalogue {"actions": ["partition:majority", "kill:one", ...]}   (Jepsen-driven mode)
     POST /advisor/next      {}   the learner's next fault, judged on the window since the last ask
     POST /nemesis      {"f": "start-partition", "value": ...}   a fault the harness enacted: a FAULT event

@@ -134,6 +134,8 @@ class TimelineWindows:
     since the end of the last complete window served: the steps of a schedule leave gaps
     between their windows (the time feedback takes), and a late window's events come with
     the next complete one, so a model fed trace after trace sees every event once.
+    `restart_trace` starts the next trace at its own window: a new execution (a schedule
+    after its reset) must not begin with the previous one's tail.
     """
 
     def __init__(self, client: MediatorClient, abstraction: str = "event-history",
@@ -145,6 +147,9 @@ class TimelineWindows:
 
     def now_ns(self) -> int:
         return time.time_ns()
+
+    def restart_trace(self) -> None:
+        self._traced_until = None
 
     def window(self, start_ns: int, end_ns: int, wait_s: float) -> Window:
         since = self._traced_until if self._traced_until is not None and self._traced_until <= start_ns else None

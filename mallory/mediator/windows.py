@@ -54,6 +54,8 @@ from mallory.timeline.window import summarize
 RETAIN_NS = 120_000_000_000
 #: packets are the bulk of a window and never a model's events: their types are not made
 _UNTRACED = frozenset({Kind.SEND, Kind.RECV, Kind.WINDOW_START, Kind.WINDOW_END})
+#: the mediator's own events (service.py): no message orders them against the nodes' events
+_OWN = frozenset({Kind.FAULT, Kind.CLIENT_INVOKE, Kind.CLIENT_COMPLETE})
 
 
 @dataclass(frozen=True)
@@ -62,7 +64,7 @@ class Window:
     how many events it held, whether it was complete (the frontier passed its end in time),
     and its behaviour whatever the abstraction (timeline.abstraction.Behaviour): the code
     and log event types that occurred (`types`) and their happens-before pairs (`pairs`);
-    and the trace asked for, (node, type) in commit order (empty if none was asked).
+    and the trace asked for, (node, type) in the order `trace_of` says (empty if none was asked).
     An incomplete window shows the events committed so far: nothing should learn from it.
     `truncated`: entries of the span were dropped (the buffer's bounds) before it was asked
     for; such a window is incomplete too, whatever the frontier."""
@@ -89,14 +91,28 @@ class Window:
 
 
 def trace_of(entries: list[Committed], types: frozenset[str]) -> tuple[tuple[str, str], ...]:
-    """(node, type) of the entries whose type is one of `types`, in their order."""
-    out = []
+    """(node, type) of the entries whose type is one of `types`: the nodes' events in commit
+    order (a causal order), the mediator's own (faults, client operations) at their time,
+    before the first node event that is not earlier. Commit order cannot place those: no
+    message links a heal to the restart it did, and a recorded raft-kv campaign's commit
+    order put restarted nodes' first events before the heal that started them 40 ms earlier."""
+    own = []
+    nodes = []
     for entry in entries:
         event = entry.event
         if event.kind not in _UNTRACED:
             name = event_type(event)
             if name in types:
-                out.append((event.node, name))
+                (own if event.kind in _OWN else nodes).append((entry.real_ns, event.node, name))
+    own.sort(key=lambda e: e[0])
+    out = []
+    i = 0
+    for t, node, name in nodes:
+        while i < len(own) and own[i][0] <= t:
+            out.append(own[i][1:])
+            i += 1
+        out.append((node, name))
+    out.extend(e[1:] for e in own[i:])
     return tuple(out)
 
 

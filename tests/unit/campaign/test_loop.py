@@ -99,9 +99,13 @@ class FakeTimeline:
         self.calls = 0
         self.late_every = late_every
         self.novel = 0
+        self.trace_restarts = 0
 
     def now_ns(self) -> int:
         return self.clock.ns
+
+    def restart_trace(self) -> None:
+        self.trace_restarts += 1
 
     def window(self, start_ns: int, end_ns: int, wait_s: float) -> Window:
         self.calls += 1

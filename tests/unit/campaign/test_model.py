@@ -144,6 +144,14 @@ def test_the_loop_replays_windows_through_the_model_and_reports_its_coverage(tmp
     assert set(campaign.learner.learner.model_coverage.transitions) == {"'free' -acquire-> 'n1'", "'n1' -release-> 'free'"}
 
 
+def test_each_schedule_starts_the_model_and_its_trace_anew(tmp_path, lock_file):
+    """The trace of a schedule's first window must not reach back into the last schedule's
+    heal and reset: they restart nodes with no fault event the new execution knows."""
+    campaign = model_campaign(tmp_path, lock_file)
+    campaign.run(schedules=3)
+    assert campaign.source.trace_restarts == 3
+
+
 def test_model_coverage_survives_resume(tmp_path, lock_file):
     first = model_campaign(tmp_path, lock_file)
     first.run(schedules=2)

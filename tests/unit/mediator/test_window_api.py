@@ -10,7 +10,8 @@ import pytest
 from mallory.errors import MalloryError
 from mallory.mediator.client import MediatorClient, TimelineWindows
 from mallory.mediator.service import Mediator
-from mallory.mediator.windows import WindowService
+from mallory.mediator.windows import WindowService, trace_of
+from mallory.timeline.builder import Committed
 from mallory.timeline.event import Batch, ClockPair, Event, Kind
 
 NODES = {"n1": "10.9.1.2", "n2": "10.9.2.2"}
@@ -83,6 +84,39 @@ def test_a_trace_gives_the_asked_types_in_causal_order_and_misses_nothing_betwee
     assert second.events == 1, "the window itself is what it always was: the gap is not summarised"
     untraced = TimelineWindows(client(mediator)).window(base + 2_000 * ms, base + 3_000 * ms, wait_s=0.1)
     assert untraced.trace == ()
+
+
+def test_restarting_the_trace_leaves_out_what_came_before_the_next_window(mediator):
+    base = time.time_ns() - 10_000_000_000
+    for n in NODES:
+        mediator.ingest.on_clock(ClockPair(n, 0, base))
+    ms = 1_000_000
+    mediator.ingest.on_batch(Batch("n1", 0, 3_000 * ms, [
+        Event("n1", Kind.FUNC, 100 * ms, 7), Event("n1", Kind.FUNC, 1_500 * ms, 8), Event("n1", Kind.FUNC, 2_500 * ms, 7)]))
+    mediator.ingest.on_batch(Batch("n2", 0, 3_000 * ms, []))
+    source = TimelineWindows(client(mediator), trace=frozenset({"FUNC:7", "FUNC:8"}))
+    assert source.window(base, base + 1_000 * ms, wait_s=5.0).trace == (("n1", "FUNC:7"),)
+    source.restart_trace()
+    assert source.window(base + 2_000 * ms, base + 3_000 * ms, wait_s=5.0).trace == (("n1", "FUNC:7"),)
+
+
+def committed(node: str, kind: Kind, real_ms: int, ident: int, data: str = "") -> Committed:
+    return Committed(Event(node, kind, 0, ident, data), real_ms * 1_000_000, 0, 0, None)
+
+
+def test_a_trace_places_the_mediators_own_events_by_their_time():
+    """As a recorded raft-kv heal went: the heal's FAULT event (+11 ms) committed after the
+    first events of the nodes it restarted (+51 ms and later); a client op likewise. The
+    nodes' events keep their commit order, even where their times disagree."""
+    entries = [committed("n2", Kind.FUNC, 51, 7), committed("n3", Kind.FUNC, 53, 7),
+               committed("n1", Kind.FUNC, 50, 8),  # committed after n3's, though earlier
+               committed("mediator", Kind.FAULT, 11, 0, "heal"),
+               committed("mediator", Kind.CLIENT_INVOKE, 52, 1, "write:invoke"),
+               committed("mediator", Kind.FAULT, 90, 0, "kill:one")]
+    types = frozenset({"FUNC:7", "FUNC:8", "FAULT:heal", "FAULT:kill:one", "CLIENT_INVOKE:write:invoke"})
+    assert trace_of(entries, types) == (
+        ("mediator", "FAULT:heal"), ("n2", "FUNC:7"), ("mediator", "CLIENT_INVOKE:write:invoke"),
+        ("n3", "FUNC:7"), ("n1", "FUNC:8"), ("mediator", "FAULT:kill:one"))
 
 
 @pytest.mark.parametrize(
