@@ -10,7 +10,8 @@ names bound to the timeline's event types (the pure part is mallory/learner/mode
 Names resolve as waypoints' do (campaign/waypoints.py): an annotation's label to its code
 events through the SUT's catalogue, a log event's name to its stable id. "fault:<family>"
 is the FAULT event the campaign puts in the timeline when it enacts a fault of that family
-(its data is the action, "partition:one"); its Step gets the targets and links of the
+(its data is the action, "partition:one"), "fault:<family>:<spec>" that of one action
+(it wins over its family's name); its Step gets the targets and links of the
 action's report, which the loop hands over with `noted`. "fault:heal" is the heal of every
 fault in force (the fuzzer's `heal` and the firewall's own). "client:<f>:<type>" is the
 client operation the workload relayed to the timeline.
@@ -60,13 +61,16 @@ def load_model(path: Path) -> Model:
     return Model.from_namespace(vars(module), str(path))
 
 
-def _fault_types(family: str) -> frozenset[str] | None:
-    """The FAULT event types of a family's actions (None: no such family)."""
-    if family == HEAL:
+def _fault_types(label: str) -> frozenset[str] | None:
+    """The FAULT event types of a family's actions, or of one action ("<family>:<spec>")
+    (None: no such family or action)."""
+    if label == HEAL:
         return frozenset({f"FAULT:{HEAL}"})
+    family, _, spec = label.partition(":")
     for known in default_families():
         if known.family == family:
-            return frozenset(f"FAULT:{family}:{spec}" for spec in known.specs)
+            specs = [s for s in known.specs if s == spec] if spec else list(known.specs)
+            return frozenset(f"FAULT:{family}:{s}" for s in specs) or None
     return None
 
 
@@ -85,7 +89,8 @@ def resolve(name: str, catalogue: Catalogue, log_names: Iterable[str]) -> frozen
         found = _fault_types(rest)
         if found is None:
             families = sorted([HEAL, *(f.family for f in default_families())])
-            raise MalloryError(f"no fault family {rest!r} (fault:<family> with one of: {', '.join(families)})")
+            raise MalloryError(f"no fault family or action {rest!r} (fault:<family> or fault:<family>:<spec>, "
+                               f"the family one of: {', '.join(families)})")
         return found
     if kind == "client":
         found = _client_types(rest)
@@ -155,7 +160,8 @@ def bind_model(model: Model, nodes: Sequence[str], catalogue: Catalogue, log_nam
     log_names = list(log_names)
     names: dict[str, str] = {}
     problems = []
-    for name in model.events:
+    # an action's own name ("fault:membership:remove") wins over its family's
+    for name in sorted(model.events, key=lambda n: n.count(":")):
         try:
             for kind in resolve(name, catalogue, log_names):
                 names[kind] = name

@@ -24,7 +24,8 @@ The contract of a model module (its names, read by `Model.from_namespace`):
     EVENTS      {Mallory event name: action name}, the mapping. Event names are an
                 annotation's label ("became-leader"), a log event's name
                 ("libraft-vote-granted"), "fault:<family>" for a fault the fuzzer took
-                ("fault:partition"; "fault:heal" heals every fault in force) and
+                ("fault:partition"; "fault:heal" heals every fault in force), or
+                "fault:<family>:<spec>" for one action ("fault:membership:remove"), and
                 "client:<f>:<type>" for a client operation ("client:write:ok")
 
 A `Step` carries what the event carries: its name and the node it happened on; a fault

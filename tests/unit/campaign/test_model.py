@@ -64,6 +64,18 @@ def test_a_model_file_loads_and_its_names_bind_to_code_log_and_fault_events(lock
     assert not any(kind.startswith("FAULT:pause") for kind in feed.trace_types)
 
 
+def test_an_action_name_binds_its_own_fault_event_and_wins_over_its_family(tmp_path):
+    path = tmp_path / "m.py"
+    # the action's name listed first: binding must not let the family's name overwrite it
+    path.write_text(LOCK_MODEL + '\nEVENTS = {"fault:membership:remove": "crash", "fault:membership": "acquire"}\n')
+    feed = bind_model(load_model(path), NODES, CATALOGUE, [])
+    assert feed.names["FAULT:membership:remove"] == "fault:membership:remove"
+    assert feed.names["FAULT:membership:promote"] == "fault:membership"
+    feed.noted("membership:remove", {"nodes": ["n3"], "links": []})
+    assert feed.steps([("mediator", "FAULT:membership:remove")]) == [
+        Step("fault:membership:remove", "mediator", ("n3",), ())]
+
+
 def test_a_fault_step_gets_the_targets_and_links_of_its_report(lock_file):
     feed = bind_model(load_model(lock_file), NODES, CATALOGUE, ["lock-released"])
     feed.noted("kill:one", {"nodes": ["n2"], "links": ["n2->n1"]})
@@ -75,7 +87,8 @@ def test_a_fault_step_gets_the_targets_and_links_of_its_report(lock_file):
 
 @pytest.mark.parametrize("events, problem", [
     ({"lock-grabbed": "acquire"}, "no event named 'lock-grabbed'"),
-    ({"fault:explode": "crash"}, "no fault family 'explode'"),
+    ({"fault:explode": "crash"}, "no fault family or action 'explode'"),
+    ({"fault:membership:explode": "crash"}, "no fault family or action 'membership:explode'"),
     ({"client:write": "acquire"}, "is not client:<f>:<invoke|ok|fail|info>"),
 ])
 def test_a_name_the_sut_does_not_have_is_refused_before_the_campaign(tmp_path, events, problem):
