@@ -83,15 +83,55 @@ def test_raft_kv_a_failover_is_taken_without_a_mismatch_and_each_step_is_a_state
 
 @pytest.mark.parametrize("steps, refused", [
     ([Step("became-follower", "n1"), Step("became-follower", "n1")], "became-follower"),
-    ([Step("became-follower", "n1"), Step("became-leader", "n1")], "became-leader"),
+    ([Step("became-leader", "n1"), Step("became-leader", "n1")], "became-leader"),
     ([Step("became-leader", "n1"), Step("became-candidate", "n1")], "became-candidate"),
     ([Step("became-follower", "n1"), cut("n1"), Step("became-candidate", "n1"), Step("became-leader", "n1")],
      "became-leader"),
+    ([Step("became-follower", "n1"), Step("fault:membership:promote-cut-off", "mediator", ("n1",), cut("n1").links),
+      Step("became-leader", "n1")], "became-leader"),
     ([Step("fault:stop", "mediator", ("n3",)), Step("apply", "n3")], "apply"),
+    ([Step("fault:kill", "mediator", ("n3",)), Step("became-follower", "n3")], "became-follower"),
     ([Step("unavailable-exit", "n2"), Step("snapshot", "n2")], "snapshot"),
 ])
 def test_raft_kv_refuses_what_raft_forbids(steps, refused):
     assert replay(RAFT_KV, steps).mismatches == (refused,)
+
+
+def test_raft_kv_a_follower_may_become_leader_its_candidacy_unseen():
+    """raft-kv samples its role once per event-loop iteration, and an election won within
+    one shows as "became leader (was follower)" (runs/000006 of a recorded campaign: the
+    timer fired and n3's vote came back 2 ms later, in the same poll)."""
+    trace = replay(RAFT_KV, [Step("became-follower", "n1"), Step("became-leader", "n1")])
+    assert trace.mismatches == () and len(trace.states) == 3
+
+
+def test_raft_kv_a_paused_node_stopped_speaks_before_the_stops_event():
+    """The stop resumes a paused node so that it can act on its stop signal, and its FAULT
+    event comes once the node exited: the applies in between are no mismatch, an event
+    after the stop's is."""
+    trace = replay(RAFT_KV, [
+        Step("became-leader", "n3"), Step("fault:pause", "mediator", ("n1", "n3")),
+        Step("apply", "n3"), Step("apply", "n3"), Step("fault:stop", "mediator", ("n1", "n2", "n3")),
+        Step("apply", "n3"),
+    ])
+    assert trace.mismatches == ("apply",)
+
+
+def test_raft_kv_a_removed_node_is_back_when_it_speaks_and_its_role_starts_unknown():
+    """The heal of a removal starts the node afresh and waits for it to join: its first
+    events come before the heal's FAULT event."""
+    replay_ = ModelReplay(load_model(RAFT_KV), NODES)
+    trace = replay_.run([
+        Step("became-leader", "n1"), Step("became-follower", "n3"),
+        Step("fault:membership:remove", "mediator", ("n3",)),
+        Step("became-follower", "n3"), Step("restore", "n3"), Step("membership-change", "n3"),
+        Step("fault:heal", "mediator"),
+    ])
+    assert trace.mismatches == ()
+    assert replay_.state.roles["n3"] == "follower" and replay_.state.down == {}
+    paused = ModelReplay(load_model(RAFT_KV), NODES)
+    paused.run([Step("became-leader", "n1"), Step("fault:membership:promote-paused", "mediator", ("n2",))])
+    assert paused.state.down == {"n2": "pause"}
 
 
 def test_raft_kv_nodes_are_interchangeable_so_names_make_no_states():
