@@ -5,7 +5,9 @@ The loop alternates, per step of a schedule:
     match, reward = learner.observe(summary, pairs, waypoint)   # the window that just ended
     fault = learner.next_action(available_faults)               # what to do during the next one
 
-and calls `end_schedule()` when a schedule ends (before the cluster is reset). `summary` is
+and calls `end_schedule()` when a schedule ends (before the cluster is reset); at a
+schedule's start it may ask for a whole `plan` first (a policy that plans schedules, as
+modelfuzz does, returns one; the others None). `summary` is
 the window's abstraction (it becomes a state), `pairs` its happens-before pairs of code and
 log events (they accumulate into `coverage`, the campaign's event-pair coverage),
 `waypoint` the highest waypoint predicate the window satisfied (0: none) and `model`, when
@@ -37,6 +39,7 @@ from typing import Any
 
 from mallory.errors import MalloryError
 from mallory.learner import checkpoint as ckpt
+from mallory.learner.corpus import Plan
 from mallory.learner.coverage import PairCoverage
 from mallory.learner.model import NO_MODEL, ModelCoverage, ModelTrace
 from mallory.learner.policies import (
@@ -97,6 +100,9 @@ class Learner:
         self._action: Action | None = None
         self._acted = False
         self._pending: tuple[int, Action, float, int] | None = None
+        # new model states of the schedule in flight: not checkpointed, since checkpoints
+        # are taken between schedules
+        self._new_model_states = 0
 
     @classmethod
     def create(
@@ -136,6 +142,7 @@ class Learner:
             raise MalloryError(f"a waypoint level is an integer in [0, {MAX_LEVEL}], got {waypoint!r}")
         match = self.store.lookup(summary)
         seen = NO_MODEL if model is None else self.model_coverage.add(model)
+        self._new_model_states += seen.new_states
         reward = self.reward(match, self.coverage.add(pairs), seen)
         if waypoint > self.level:
             reward += WAYPOINT_REWARD
@@ -174,6 +181,11 @@ class Learner:
         if found is None:
             found = self.configurations[key] = len(self.configurations)
         return found
+
+    def plan(self, actions: Iterable[Action], steps: int, window_s: float, seed: int) -> Plan | None:
+        """The policy's plan of the schedule about to start (Policy.plan), None if it
+        chooses step by step."""
+        return self.policy.plan(canonical_actions(actions), steps, window_s, seed)
 
     def next_action(self, actions: Iterable[Action]) -> Action:
         """Learn from the last transition, then choose the action for the current state."""
@@ -219,8 +231,11 @@ class Learner:
         return twin
 
     def end_schedule(self) -> None:
-        """The schedule is over: learn its last transition as terminal, forget the state."""
+        """The schedule is over: learn its last transition as terminal, tell the policy
+        the model states it reached first, forget the state."""
         self._flush([])
+        self.policy.end_schedule(self._new_model_states)
+        self._new_model_states = 0
         self.state = None
         self.level = 0
         self._action = None

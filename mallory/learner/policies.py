@@ -3,6 +3,10 @@
     choose(state, actions) -> action
     update(state, action, reward, next_state, next_actions)
 
+A policy may also plan whole schedules (`plan`, at a schedule's start: modelfuzz does, the
+others plan nothing and choose step by step) and hear, at a schedule's end, how many new
+model states it reached (`end_schedule`).
+
 States are the integer ids of `StateStore`; actions are opaque hashable labels such as
 "partition:majority". The order of `actions` is part of the determinism contract: the same
 seed, history and action order give the same choices (a set or frozenset is sorted by
@@ -20,6 +24,7 @@ from typing import Any, ClassVar
 
 from mallory.errors import MalloryError
 from mallory.learner import checkpoint as ckpt
+from mallory.learner.corpus import Corpus, Plan, mutate, random_plan, well_formed
 
 Action = Hashable
 
@@ -56,6 +61,8 @@ class Policy(ABC):
     #: whether `choose` reads its state: one that does not (uniform choice, a sampler) can
     #: choose without knowing where the campaign is
     reads_state: ClassVar[bool] = True
+    #: whether it learns from a protocol model's states (a campaign without one refuses it)
+    needs_model: ClassVar[bool] = False
 
     def __init__(self, seed: int = 0) -> None:
         if isinstance(seed, bool) or not isinstance(seed, int):
@@ -72,6 +79,16 @@ class Policy(ABC):
         self, state: int, action: Action, reward: float, next_state: int, next_actions: Iterable[Action]
     ) -> None:
         """Learn from one transition; `next_actions` empty means `next_state` is terminal."""
+
+    def plan(self, actions: Iterable[Action], steps: int, window_s: float, seed: int) -> Plan | None:
+        """The schedule to play next, planned whole: `steps` steps at most among `actions`,
+        windows near `window_s`, `seed` the one the schedule would draw its targets from.
+        None: this policy chooses step by step."""
+        return None
+
+    def end_schedule(self, new_model_states: int) -> None:
+        """The schedule ended, having reached `new_model_states` model states no schedule
+        reached before."""
 
     def params(self) -> dict[str, Any]:
         return {}
@@ -415,10 +432,78 @@ class BonusMaxPolicy(Policy):
             self.visits.setdefault(row[0], {})[action] = row[3]
 
 
+class ModelFuzzPolicy(Policy):
+    """ModelFuzz (OOPSLA'25; the thesis' ch. 5): the unit is a schedule, the feedback the
+    protocol model's states. While the corpus (learner/corpus.py) is empty, or holds no
+    schedule this campaign can play, a schedule is random; then it is a corpus entry,
+    picked with probability proportional to its energy, after 1 to `max_mutations`
+    mutations. A schedule that reached new model states is kept with that many as its
+    energy; nothing is learnt step by step.
+
+    The policy keeps the plan it made: `choose` returns its next step's action (the loop
+    enacts it with the plan's draw and window, from the plan's seed). Asked past the plan,
+    or with none (a caller that only asks step by step, as the Jepsen advisor does), it
+    chooses uniformly at random and keeps nothing. A schedule in progress is not
+    checkpointed: checkpoints are taken between schedules.
+    """
+
+    name = "modelfuzz"
+    needs_model = True
+
+    def __init__(self, seed: int = 0, max_mutations: int = 3) -> None:
+        super().__init__(seed)
+        if isinstance(max_mutations, bool) or not isinstance(max_mutations, int) or max_mutations < 1:
+            raise MalloryError(f"modelfuzz: max_mutations must be an integer >= 1, got {max_mutations!r}")
+        self.max_mutations = max_mutations
+        self.corpus = Corpus()
+        self._plan: Plan | None = None
+        self._taken = 0  # steps of the plan chosen so far
+
+    def plan(self, actions: Iterable[Action], steps: int, window_s: float, seed: int) -> Plan:
+        listed = [str(a) for a in canonical_actions(actions)]
+        parent = self.corpus.pick(self.rng, lambda p: well_formed(p, listed, steps, window_s))
+        if parent is None:
+            plan = random_plan(self.rng, listed, steps, seed)
+        else:
+            count = 1 + self.rng.randrange(self.max_mutations)
+            plan = mutate(self.rng, self.corpus.entries[parent].plan, parent, listed, steps, window_s, count)
+        self._plan, self._taken = plan, 0
+        return plan
+
+    def choose(self, state: int, actions: Iterable[Action]) -> Action:
+        if self._plan is not None and self._taken < len(self._plan.steps):
+            self._taken += 1
+            return self._plan.steps[self._taken - 1].action
+        listed = canonical_actions(actions)
+        return listed[self.rng.randrange(len(listed))]
+
+    def update(
+        self, state: int, action: Action, reward: float, next_state: int, next_actions: Iterable[Action]
+    ) -> None:
+        return None
+
+    def end_schedule(self, new_model_states: int) -> None:
+        """Keep the steps played (a schedule cut short keeps what it played) if they
+        reached new model states."""
+        if self._plan is not None and self._taken and new_model_states > 0:
+            self.corpus.add(self._plan._replace(steps=self._plan.steps[:self._taken]), new_model_states)
+        self._plan, self._taken = None, 0
+
+    def params(self) -> dict[str, Any]:
+        return {"max_mutations": self.max_mutations}
+
+    def to_state(self) -> dict[str, Any]:
+        return {**super().to_state(), "corpus": self.corpus.to_state()}
+
+    def _restore(self, state: dict[str, Any], where: str) -> None:
+        super()._restore(state, where)
+        self.corpus = Corpus.from_state(ckpt.field(state, "corpus", list, where), f"{where}.corpus")
+
+
 POLICIES: dict[str, type[Policy]] = {
     cls.name: cls
     for cls in (QLearningPolicy, EpsilonGreedyPolicy, BonusMaxPolicy, RandomPolicy, RoundsPolicy, RandomDropPolicy,
-                PoissonCrashPolicy)
+                PoissonCrashPolicy, ModelFuzzPolicy)
 }
 #: the sampler policies' names -> the one fault each takes
 SAMPLER_FAULTS: dict[str, str] = {

@@ -263,8 +263,8 @@ def test_a_set_of_actions_is_ordered_canonically():
 
 
 def test_bad_names_and_parameters_are_user_errors():
-    with pytest.raises(MalloryError, match="unknown policy 'ucb'.*bonus-max, epsilon-greedy, poisson-crash, qlearning, "
-                                           "random, random-drop, rounds"):
+    with pytest.raises(MalloryError, match="unknown policy 'ucb'.*bonus-max, epsilon-greedy, modelfuzz, poisson-crash, "
+                                           "qlearning, random, random-drop, rounds"):
         make_policy("ucb")
     for name, params in [
         ("qlearning", {"temperature": 0}),
