@@ -232,6 +232,8 @@ class CampaignConfig:
             _text(self, "model")
         elif self.reward in NEEDS_MODEL:
             raise ConfigError("reward", f"{self.reward!r} needs a protocol model (--model FILE)")
+        elif POLICIES[self.policy].needs_model:
+            raise ConfigError("policy", f"{self.policy!r} needs a protocol model (--model FILE)")
         if self.preset is not None:
             _choice(self, "preset", PRESETS)
         _integer(self, "rounds_d", low=1)

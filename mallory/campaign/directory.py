@@ -7,6 +7,9 @@
     DIR/plot_data            one line per step, comma-separated: time series for plots
                              (AFL++'s columns first, so afl-plot draws it)
     DIR/learner              the learner checkpoint (for --resume)
+    DIR/corpus/NNNNNN.json   modelfuzz's kept schedules, one per entry, as the checkpoint
+                             holds them (it is their truth: a kill between the two leaves
+                             an entry the next schedule's end writes)
     DIR/schedules/NNNNNN.json every schedule: faults, times, states, rewards, findings
     DIR/bugs/<signature>/    a reproducer bundle per distinct bug: report.json, schedule.json,
                              campaign.json (config), sightings.jsonl, the schedule's run dir
@@ -37,6 +40,7 @@ from mallory.campaign.afl import AFL_PLOT_COLUMNS
 from mallory.campaign.config import CampaignConfig
 from mallory.errors import MalloryError
 from mallory.files import atomic_write, cut_torn_tail
+from mallory.learner.corpus import Corpus
 
 #: plot_data's columns: AFL++'s, in its order (afl-plot reads them by position; afl.py says
 #: what each means here), then Mallory's own
@@ -140,6 +144,16 @@ class CampaignDir:
     def load_learner(self) -> bytes | None:
         path = self.root / "learner"
         return path.read_bytes() if path.exists() else None
+
+    def sync_corpus(self, corpus: Corpus) -> None:
+        """Write the corpus entries that have no file yet (entries never change once
+        kept)."""
+        folder = self.root / "corpus"
+        folder.mkdir(exist_ok=True)
+        for i in range(len(corpus.entries)):
+            path = folder / f"{i:06d}.json"
+            if not path.exists():
+                atomic_write(path, orjson.dumps(corpus.entry_json(i), option=orjson.OPT_INDENT_2))
 
     # -- records -------------------------------------------------------------------------
 

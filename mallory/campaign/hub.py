@@ -4,7 +4,8 @@ counters, in the campaign directory.
 `LearnerHub` answers the calls of the `LearnerService` protocol (service.py) for any number
 of workers at once, each a loop with a cluster of its own (workers.py) whose `RemoteLearner`
 (remote.py) makes the calls (`decide` answers an action, or None: the worker decides;
-`report_bug` takes the bug's files as an archive), and adds what only a shared
+`report_bug` takes the bug's files as an archive; `plan` and the first look of a schedule
+end the worker's last schedule if its end never came), and adds what only a shared
 learner needs: schedule tickets (`begin_schedule`, so `--schedules N` means N in all), a copy
 of the policy for deciding without it (`snapshot`), and forgetting a dead worker
 (`worker_gone`). It is a plain object: ray_engine.py makes it a Ray actor (one call at a
@@ -16,6 +17,7 @@ What it keeps, in the campaign directory DIR on its own machine:
     DIR/learner              the checkpoint of the one learner: every worker's schedules
                              train it (each worker a trajectory, `Learner.fork`); saved
                              after every schedule any worker finishes
+    DIR/corpus/              modelfuzz's kept schedules, whichever worker played them
     DIR/schedules/NNNNNN.json every worker's finished schedules, numbered in the order they
                              ended, each with its `worker` and `worker_index`
     DIR/bugs/<signature>/    one bundle per bug, whichever worker found it: the first
@@ -53,11 +55,13 @@ from mallory.campaign.service import (
     Counters,
     Observation,
     Transition,
+    checkpoint,
     counters_of,
     learn,
     learner_for,
     unpack_files,
 )
+from mallory.learner.corpus import Plan
 from mallory.learner.learner import Learner
 
 
@@ -96,6 +100,11 @@ class LearnerHub:
     def counters(self) -> Counters:
         return counters_of(self.learner, len(self.dir.known_bugs()))
 
+    def plan(self, worker: str, actions: list[str], steps: int, window_s: float, seed: int) -> Plan | None:
+        trajectory = self._trajectory(worker)
+        self._end_unfinished(trajectory)
+        return trajectory.plan(actions, steps, window_s, seed)
+
     def decide(self, worker: str, actions: list[str]) -> str | None:
         """The action for the worker's next window; None when the hub does not know where
         the worker is (it restarted during the worker's schedule): the worker decides."""
@@ -106,11 +115,8 @@ class LearnerHub:
 
     def observe(self, worker: str, transition: Transition) -> Observation:
         trajectory = self._trajectory(worker)
-        if transition.action is None and trajectory.state is not None:
-            # a schedule's first look while the last one is still open: the worker's
-            # end_schedule never arrived (it timed out), so that schedule ends here, not
-            # with a transition (and a waypoint level) carried into this one
-            trajectory.end_schedule()
+        if transition.action is None:
+            self._end_unfinished(trajectory)
         observed = learn(trajectory, transition)
         p = self.progress
         p.states, p.pairs_covered = observed.states, observed.pairs_covered
@@ -169,7 +175,7 @@ class LearnerHub:
         """Checkpoint the learner, then file the worker's schedule record under the next
         number (what the number is, returned). Checkpoint first: a recorded schedule's
         learning is never missing from the checkpoint."""
-        self.dir.save_learner(self.learner.to_checkpoint())
+        checkpoint(self.learner, self.dir)
         index = self.dir.schedules_done()
         self.dir.write_schedule(index, {**record, "index": index, "worker": worker, "worker_index": record.get("index")})
         self.in_flight.discard(worker)
@@ -214,11 +220,19 @@ class LearnerHub:
 
     def close(self) -> None:
         """The campaign ends: the checkpoint and the merged stats, last versions."""
-        self.dir.save_learner(self.learner.to_checkpoint())
+        checkpoint(self.learner, self.dir)
         self.progress.schedule_running = False
         self._write_stats()
 
     # -- inside --------------------------------------------------------------------------
+
+    @staticmethod
+    def _end_unfinished(trajectory: Learner) -> None:
+        """A schedule's start (its plan, or its first look) while the last one is still
+        open: the worker's end_schedule never arrived (it timed out), so that schedule ends
+        here, not with a transition (a waypoint level, a plan) carried into this one."""
+        if trajectory.state is not None:
+            trajectory.end_schedule()
 
     def _trajectory(self, worker: str) -> Learner:
         found = self.trajectories.get(worker)

@@ -8,6 +8,12 @@ Then everything is healed and the cluster is reset, the schedule's record is wri
 checks run, and the learner is checkpointed: a killed campaign loses at most the schedule
 in flight.
 
+A policy that plans whole schedules (modelfuzz, learner/corpus.py) hands its plan over at
+the schedule's start (`LearnerService.plan`): the schedule's seed and each step's action,
+draw and window, so that a kept schedule played again hits the same nodes. The loop plays
+the plan's steps as they are (no decision to ask for), and the learner side learns each as
+the action taken.
+
 Faults accumulate within a schedule (a partition, then a kill while it lasts); besides the
 nemesis's actions the learner may choose `heal` (heal every active fault, Jepsen's :stop)
 or `noop`. A fault the nemesis says lasts one window (a filter set: `one_window`) is healed
@@ -311,8 +317,16 @@ class Campaign:
         derived one, so the faults pick the same targets as they did."""
         cfg = self.config
         seed = schedule_seed(cfg.seed, index) if seed is None else seed
+        # A policy that plans whole schedules (modelfuzz) gives the seed, draws and windows
+        # too: a kept schedule played again must hit the same nodes.
+        plan = None if script is not None else self.learner.plan(self.worker, self.actions(), cfg.steps, cfg.window_s,
+                                                                   seed)
+        if plan is not None:
+            seed = plan.seed
         window_ns = int(cfg.window_s * 1e9)
         record: dict[str, Any] = {"index": index, "seed": seed, "started_ns": self.source.now_ns(), "steps": []}
+        if plan is not None:
+            record["plan"] = {"parent": plan.parent, "mutations": list(plan.mutations)}
         self.progress.schedule_running = True
         self._enter("fuzzing")
         if self.checker is not None:
@@ -338,18 +352,22 @@ class Campaign:
         self._families.clear()
         try:
             with self._deaths_explained(record):
-                for step in range(cfg.steps if script is None else len(script)):
+                steps = len(script) if script is not None else len(plan.steps) if plan is not None else cfg.steps
+                for step in range(steps):
                     if stop():
                         break
                     actions = self.actions()
                     fallback: str | None = None
-                    if script is None:
-                        planned, fallback = self._decide(step, actions)
-                    else:
+                    decision_ms: float | None = None
+                    if script is not None:
                         planned = script[step]
+                    elif plan is not None:  # the plan's step: nothing to decide
+                        planned = ScriptedStep(plan.steps[step].action, plan.steps[step].draw, plan.steps[step].window_s)
+                    else:
+                        planned, fallback, decision_ms = self._decide(step, actions)
                     window_s = cfg.window_s if planned.window_s is None else planned.window_s
                     entry = self._step(step, planned.action, step_rng(seed, planned.draw), int(window_s * 1e9), active,
-                                       record, actions, fallback, chosen=script is None)
+                                       record, actions, fallback, decision_ms, chosen=script is None)
                     entry.update(draw=planned.draw, window_s=window_s)
                     record["steps"].append(entry)
         except ComponentDied:
@@ -360,15 +378,17 @@ class Campaign:
         self._end_schedule(index, record, active)
         return record
 
-    def _decide(self, step: int, actions: list[str]) -> tuple[ScriptedStep, str | None]:
-        """Ask the learner side for the step's action, timing it; the step, and how the
-        action was chosen when the learner did not choose it (Decision.fallback)."""
+    def _decide(self, step: int, actions: list[str]) -> tuple[ScriptedStep, str | None, float]:
+        """Ask the learner side for the step's action, timing it; the step, how the action
+        was chosen when the learner did not choose it (Decision.fallback), and how long the
+        decision took (ms)."""
         asked = time.monotonic()
         decision = self.learner.decide(self.worker, actions)
-        self.progress.decision_ms.append((time.monotonic() - asked) * 1e3)
+        decision_ms = (time.monotonic() - asked) * 1e3
+        self.progress.decision_ms.append(decision_ms)
         if decision.fallback is not None:
             self.progress.fallback_decisions += 1
-        return ScriptedStep(decision.action, step), decision.fallback
+        return ScriptedStep(decision.action, step), decision.fallback, decision_ms
 
     @contextmanager
     def _deaths_explained(self, record: dict[str, Any]) -> Iterator[None]:
@@ -456,7 +476,7 @@ class Campaign:
 
     def _step(
         self, step: int, action: str, rng: random.Random, window_ns: int, active: list[Any], record: dict[str, Any],
-        actions: list[str], fallback: str | None = None, chosen: bool = True,
+        actions: list[str], fallback: str | None = None, decision_ms: float | None = None, chosen: bool = True,
     ) -> dict[str, Any]:
         self.progress.current_fault = action
         self.on_update(self.progress)
@@ -508,7 +528,7 @@ class Campaign:
             action=action, actions=tuple(actions), chosen=chosen,
             window=WindowSeen(window.summary, window.pairs, waypoint, tuple(self._families), model) if observable
             else None,
-            feedback_ms=self._feedback_ms(window), decision_ms=p.decision_ms[-1] if p.decision_ms else None,
+            feedback_ms=self._feedback_ms(window), decision_ms=decision_ms,
             fallback=fallback, late=not window.complete))
         if observed.state_id is not None:
             entry.update(state=observed.state_id, new=observed.is_new, reward=observed.reward,

@@ -14,8 +14,8 @@ call a hub in-process), each with a deadline. Which deadline is the protocol's o
   records how (`fallback`), and the next `observe` tells the hub which action was taken,
   so the transition is learnt as it happened (`Learner.take`).
 - everything else waits `call_timeout_s` (seconds, not milliseconds): `observe` comes after
-  the window, where the loop waits for the timeline anyway; bug reports and the schedule's
-  end come between schedules. A call that fails there costs that call's lesson, never the
+  the window, where the loop waits for the timeline anyway; a schedule's plan, bug reports
+  and the schedule's end come between schedules. A call that fails there costs that call's lesson, never the
   worker: an observation then teaches nothing, and a bug that cannot be reported is kept in
   the worker's own directory (its bundle and sightings there), so nothing found is lost.
 
@@ -40,6 +40,7 @@ from mallory.campaign.service import (
     pack_files,
 )
 from mallory.errors import MalloryError
+from mallory.learner.corpus import Plan
 from mallory.learner.policies import Policy, policy_from_state
 
 log = logging.getLogger(__name__)
@@ -84,6 +85,15 @@ class RemoteLearner:
             log.warning("the learner did not give its counters (%s); counting from the last known", exc)
         self.refresh()
         return self._counters
+
+    def plan(self, worker: str, actions: Sequence[str], steps: int, window_s: float, seed: int) -> Plan | None:
+        """The hub's plan, or None when it does not answer in time: the schedule is then
+        decided step by step, and nothing of it is kept in a corpus."""
+        try:
+            return self.link.call("plan", worker, list(actions), steps, window_s, seed, timeout_s=self.call_timeout_s)
+        except LearnerUnreachable as exc:
+            log.warning("the learner did not plan the schedule (%s): deciding step by step", exc)
+            return None
 
     def decide(self, worker: str, actions: Sequence[str]) -> Decision:
         try:

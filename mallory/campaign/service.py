@@ -3,16 +3,20 @@ implementation every single-process campaign uses.
 
 The loop (loop.py, the worker side: it owns a cluster, enacts faults, observes windows, runs
 the checks) asks a `LearnerService` for what only the learner knows: which fault to take
-next, what a window was (a state, a reward, new pairs), whether a bug is new. One service
+next (or a whole schedule's plan), what a window was (a state, a reward, new pairs, new
+model states), whether a bug is new. One service
 may serve several workers at once (`hub.py`, behind a Ray actor: `ray_engine.py`); each call
 names its worker, and each worker's schedules form one trajectory through the shared states,
 tables and coverage (`Learner.fork`). The protocol, per worker, is the loop's order:
 
     counters()                                 # once, when the worker starts
     per schedule:
+        plan(w, actions, steps, window_s, seed) -> Plan | None
+                                               # a policy that plans schedules (modelfuzz) plans it
         observe(w, Transition(action=None))    # the window before the first step
         per step:
-            decide(w, actions) -> Decision     # the fault for the next window
+            decide(w, actions) -> Decision     # the fault for the next window (not asked
+                                               # when the schedule plays a plan: its step is it)
             observe(w, Transition(action))     # that window, with the action really taken
         end_schedule(w)                        # before the reset: the last transition is terminal
         report_bug(w, bug) -> new?             # per finding of the schedule's checks
@@ -21,7 +25,10 @@ tables and coverage (`Learner.fork`). The protocol, per worker, is the loop's or
 Contract of an implementation: `observe` learns the transition from the action the worker
 says it took, whatever `decide` answered (a worker may have decided without it: `Decision`'s
 `fallback`); a transition whose window taught nothing (`Transition.window` None: late, or a
-gap in the observation) moves nothing; `end_schedule` forgets the worker's trajectory;
+gap in the observation) moves nothing; a plan is the worker's trajectory's, played by the
+actions `observe` says were taken while they are its steps, and what was played of it is
+what the policy hears at `end_schedule` (modelfuzz keeps it if it reached new model
+states); `end_schedule` forgets the worker's trajectory;
 `schedule_done` has made the learning of every schedule done so far durable before it
 returns (the worker then writes its schedule record: a recorded schedule is never missing
 from the checkpoint). Calls of one worker come in that order; calls of different workers
@@ -39,8 +46,10 @@ from typing import Any, Protocol
 
 from mallory.campaign.config import CampaignConfig
 from mallory.campaign.directory import CampaignDir
+from mallory.learner.corpus import Plan
 from mallory.learner.learner import Learner
 from mallory.learner.model import ModelTrace
+from mallory.learner.policies import ModelFuzzPolicy
 
 #: the worker name of a single-process campaign
 LOCAL = "local"
@@ -181,6 +190,12 @@ class LearnerService(Protocol):
 
     def counters(self) -> Counters: ...
 
+    def plan(self, worker: str, actions: Sequence[str], steps: int, window_s: float, seed: int) -> Plan | None:
+        """The plan of the worker's schedule about to start (Policy.plan: at most `steps`
+        steps among `actions`, windows near `window_s`, `seed` the schedule's own); None:
+        the policy chooses step by step."""
+        ...
+
     def decide(self, worker: str, actions: Sequence[str]) -> Decision: ...
 
     def observe(self, worker: str, transition: Transition) -> Observation: ...
@@ -218,6 +233,14 @@ def learn(learner: Learner, transition: Transition) -> Observation:
                        len(learner.model_coverage.states) - modelled, ModelTotals.of(learner))
 
 
+def checkpoint(learner: Learner, directory: CampaignDir) -> None:
+    """Save the learner's checkpoint in `directory`, then mirror modelfuzz's corpus in
+    DIR/corpus/ (after the checkpoint, which is its truth)."""
+    directory.save_learner(learner.to_checkpoint())
+    if isinstance(learner.policy, ModelFuzzPolicy):
+        directory.sync_corpus(learner.policy.corpus)
+
+
 def counters_of(learner: Learner, bugs: int) -> Counters:
     """The totals of `learner`'s campaign, which holds `bugs` bugs."""
     return Counters(len(learner.store), len(learner.coverage), bugs, learner.policy.name, ModelTotals.of(learner))
@@ -235,6 +258,9 @@ class LocalLearner:
     def counters(self) -> Counters:
         return counters_of(self.learner, len(self.dir.known_bugs()))
 
+    def plan(self, worker: str, actions: Sequence[str], steps: int, window_s: float, seed: int) -> Plan | None:
+        return self.learner.plan(actions, steps, window_s, seed)
+
     def decide(self, worker: str, actions: Sequence[str]) -> Decision:
         return Decision(self.learner.next_action(actions))
 
@@ -250,7 +276,7 @@ class LocalLearner:
         return bundle.name not in known
 
     def schedule_done(self, worker: str, record: dict[str, Any]) -> None:
-        self.dir.save_learner(self.learner.to_checkpoint())
+        checkpoint(self.learner, self.dir)
 
 
 def learner_for(directory: CampaignDir, config: CampaignConfig) -> Learner:

@@ -7,7 +7,9 @@ The loop alternates, per step of a schedule:
 
 and calls `end_schedule()` when a schedule ends (before the cluster is reset); at a
 schedule's start it may ask for a whole `plan` first (a policy that plans schedules, as
-modelfuzz does, returns one; the others None). `summary` is
+modelfuzz does, returns one; the others None). The plan is this trajectory's: its steps are
+what `next_action` answers, and the actions taken (`next_action` or `take`) play it while
+they are its steps in order; at `end_schedule` the policy hears the part played. `summary` is
 the window's abstraction (it becomes a state), `pairs` its happens-before pairs of code and
 log events (they accumulate into `coverage`, the campaign's event-pair coverage),
 `waypoint` the highest waypoint predicate the window satisfied (0: none) and `model`, when
@@ -100,9 +102,11 @@ class Learner:
         self._action: Action | None = None
         self._acted = False
         self._pending: tuple[int, Action, float, int] | None = None
-        # new model states of the schedule in flight: not checkpointed, since checkpoints
-        # are taken between schedules
+        # new model states of the schedule in flight, its plan and the steps of it played:
+        # not checkpointed, since checkpoints are taken between schedules
         self._new_model_states = 0
+        self._plan: Plan | None = None
+        self._played = 0
 
     @classmethod
     def create(
@@ -184,8 +188,9 @@ class Learner:
 
     def plan(self, actions: Iterable[Action], steps: int, window_s: float, seed: int) -> Plan | None:
         """The policy's plan of the schedule about to start (Policy.plan), None if it
-        chooses step by step."""
-        return self.policy.plan(canonical_actions(actions), steps, window_s, seed)
+        chooses step by step. This trajectory plays it (see the module docstring)."""
+        self._plan, self._played = self.policy.plan(canonical_actions(actions), steps, window_s, seed), 0
+        return self._plan
 
     def next_action(self, actions: Iterable[Action]) -> Action:
         """Learn from the last transition, then choose the action for the current state."""
@@ -193,6 +198,8 @@ class Learner:
             raise MalloryError("the learner must observe a window before it can choose an action")
         listed = list(canonical_actions(actions))
         self._flush(listed)
+        if self._plan is not None and self._played < len(self._plan.steps):
+            return self._took(self._plan.steps[self._played].action)
         return self._took(self.policy.choose(self.state, listed))
 
     def take(self, action: Action, actions: Iterable[Action]) -> None:
@@ -210,6 +217,12 @@ class Learner:
         self._took(action)
 
     def _took(self, action: Action) -> Action:
+        if self._plan is not None and not self._acted:  # (an override of this step's action is not another step)
+            steps = self._plan.steps
+            if self._played < len(steps) and steps[self._played].action == action:
+                self._played += 1
+            else:  # off the plan: it was played as far as here
+                self._plan = self._plan._replace(steps=steps[:self._played])
         self._action = action
         self._acted = True
         return action
@@ -222,8 +235,8 @@ class Learner:
     def fork(self) -> Learner:
         """A learner for another trajectory through the same knowledge: it shares this one's
         states, coverage, model coverage, reward, policy and fault configurations (what one
-        learns, the other knows), and has its own current state, level, pending transition
-        and count of the schedule's new model states. Several
+        learns, the other knows), and has its own current state, level, pending transition,
+        plan and count of the schedule's new model states. Several
         workers' schedules run at once, each on a fork; `to_checkpoint` of the original
         saves the shared knowledge."""
         twin = Learner(self.store, self.reward, self.policy, self.coverage, self.context, self.model_coverage)
@@ -232,10 +245,13 @@ class Learner:
 
     def end_schedule(self) -> None:
         """The schedule is over: learn its last transition as terminal, tell the policy
-        the model states it reached first, forget the state."""
+        what of its plan was played and the model states it reached first, forget the
+        state."""
         self._flush([])
-        self.policy.end_schedule(self._new_model_states)
+        played = None if self._plan is None else self._plan._replace(steps=self._plan.steps[:self._played])
+        self.policy.end_schedule(played, self._new_model_states)
         self._new_model_states = 0
+        self._plan, self._played = None, 0
         self.state = None
         self.level = 0
         self._action = None

@@ -86,9 +86,10 @@ class Policy(ABC):
         None: this policy chooses step by step."""
         return None
 
-    def end_schedule(self, new_model_states: int) -> None:
-        """The schedule ended, having reached `new_model_states` model states no schedule
-        reached before."""
+    def end_schedule(self, played: Plan | None, new_model_states: int) -> None:
+        """The schedule ended, having played `played` (the steps of its plan taken, in
+        order; None: it had no plan) and reached `new_model_states` model states no
+        schedule reached before."""
 
     def params(self) -> dict[str, Any]:
         return {}
@@ -440,15 +441,17 @@ class ModelFuzzPolicy(Policy):
     mutations. A schedule that reached new model states is kept with that many as its
     energy; nothing is learnt step by step.
 
-    The policy keeps the plan it made: `choose` returns its next step's action (the loop
-    enacts it with the plan's draw and window, from the plan's seed). Asked past the plan,
-    or with none (a caller that only asks step by step, as the Jepsen advisor does), it
-    chooses uniformly at random and keeps nothing. A schedule in progress is not
+    The plan is played by the trajectory that asked for it (`Learner.plan`: the loop enacts
+    its steps with their draws and windows, from the plan's seed), so several workers'
+    schedules can play plans of one policy at once; `end_schedule` hears what was played.
+    Asked to `choose` (past a plan, or a caller that only asks step by step, as the Jepsen
+    advisor does), it chooses uniformly at random. A schedule in progress is not
     checkpointed: checkpoints are taken between schedules.
     """
 
     name = "modelfuzz"
     needs_model = True
+    reads_state = False
 
     def __init__(self, seed: int = 0, max_mutations: int = 3) -> None:
         super().__init__(seed)
@@ -456,8 +459,6 @@ class ModelFuzzPolicy(Policy):
             raise MalloryError(f"modelfuzz: max_mutations must be an integer >= 1, got {max_mutations!r}")
         self.max_mutations = max_mutations
         self.corpus = Corpus()
-        self._plan: Plan | None = None
-        self._taken = 0  # steps of the plan chosen so far
 
     def plan(self, actions: Iterable[Action], steps: int, window_s: float, seed: int) -> Plan:
         listed = [str(a) for a in canonical_actions(actions)]
@@ -467,13 +468,9 @@ class ModelFuzzPolicy(Policy):
         else:
             count = 1 + self.rng.randrange(self.max_mutations)
             plan = mutate(self.rng, self.corpus.entries[parent].plan, parent, listed, steps, window_s, count)
-        self._plan, self._taken = plan, 0
         return plan
 
     def choose(self, state: int, actions: Iterable[Action]) -> Action:
-        if self._plan is not None and self._taken < len(self._plan.steps):
-            self._taken += 1
-            return self._plan.steps[self._taken - 1].action
         listed = canonical_actions(actions)
         return listed[self.rng.randrange(len(listed))]
 
@@ -482,12 +479,11 @@ class ModelFuzzPolicy(Policy):
     ) -> None:
         return None
 
-    def end_schedule(self, new_model_states: int) -> None:
+    def end_schedule(self, played: Plan | None, new_model_states: int) -> None:
         """Keep the steps played (a schedule cut short keeps what it played) if they
         reached new model states."""
-        if self._plan is not None and self._taken and new_model_states > 0:
-            self.corpus.add(self._plan._replace(steps=self._plan.steps[:self._taken]), new_model_states)
-        self._plan, self._taken = None, 0
+        if played is not None and played.steps and new_model_states > 0:
+            self.corpus.add(played, new_model_states)
 
     def params(self) -> dict[str, Any]:
         return {"max_mutations": self.max_mutations}

@@ -46,6 +46,8 @@ def mallory(*args: str) -> subprocess.CompletedProcess:
           "--faults", "filters:nope"], "unknown spec 'nope' in 'filters:nope' (filters specs: delay-append-replies"),
         (["fuzz", "--out", "{tmp}/c", "--sut", str(EXAMPLE), "--workload", "register", "--filter-sets", str(SETS),
           "--backend", "docker"], "--filter-sets needs the netns backend"),
+        (["fuzz", "--out", "{tmp}/c", "--sut", str(EXAMPLE), "--workload", "register", "--policy", "modelfuzz"],
+         "--policy 'modelfuzz' needs a protocol model (--model FILE)"),
         (["replay", "{tmp}"], "is not a bug bundle"),
         (["replay", "{tmp}", "--attempts", "0"], "--attempts must be at least 1"),
     ],

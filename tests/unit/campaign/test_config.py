@@ -126,8 +126,8 @@ def test_keys_it_does_not_know_are_written_back(tmp_path):
         ("nodes", 0, "must be at least 1"),
         ("nodes", 2.0, "must be an integer"),
         ("nodes", True, "must be an integer"),
-        ("policy", "sarsa", "must be one of bonus-max, epsilon-greedy, poisson-crash, qlearning, random, random-drop, "
-                            "rounds"),
+        ("policy", "sarsa", "must be one of bonus-max, epsilon-greedy, modelfuzz, poisson-crash, qlearning, random, "
+                            "random-drop, rounds"),
         ("reward", "fame", "must be one of model, none, novelty, pair-novelty, pairs, paper"),
         ("reward", "model", "'model' needs a protocol model (--model FILE)"),
         ("model", "", "must be a non-empty string"),

@@ -55,8 +55,6 @@ def schedules_to_the_new_state(seed: int, budget: int, modelfuzz: bool) -> tuple
     for i in range(budget):
         if modelfuzz:
             plan = policy.plan(ACTIONS, STEPS, WINDOW_S, seed=1000 * seed + i)
-            played = [policy.choose(0, ACTIONS) for _ in plan.steps]
-            assert played == [s.action for s in plan.steps], "choose plays the plan, step by step"
             assert well_formed(plan, ACTIONS, STEPS, WINDOW_S)
         else:
             plan = random_plan(rng, ACTIONS, STEPS, seed=1000 * seed + i)
@@ -64,7 +62,7 @@ def schedules_to_the_new_state(seed: int, budget: int, modelfuzz: bool) -> tuple
         new = len(states - seen)
         seen |= states
         if modelfuzz:
-            policy.end_schedule(new)
+            policy.end_schedule(plan, new)
         if len(SECRET) in seen:
             return i + 1, policy
     return budget, policy
@@ -82,25 +80,70 @@ def test_modelfuzz_mutates_a_kept_schedule_into_the_known_one_long_before_random
         assert len(SECRET) in reached(found.plan.seed, found.plan.steps), "played again, it gets there again"
 
 
+def play(learner: Learner, steps: int, model_states: frozenset[str], take: list[str] | None = None) -> None:
+    """A schedule's windows as the loop feeds them: the first look, then `steps` steps
+    (the learner's actions, or those of `take`, taken elsewhere), each window showing
+    `model_states`."""
+    learner.observe({"a"}, model=ModelTrace(frozenset({"s0"})))
+    for i in range(steps):
+        if take is None:
+            learner.next_action(ACTIONS)
+        else:
+            learner.take(take[i], ACTIONS)
+        learner.observe({"b"}, model=ModelTrace(model_states))
+
+
 def test_a_schedule_cut_short_keeps_what_it_played_and_one_that_added_nothing_is_not_kept():
-    policy = ModelFuzzPolicy(seed=4)
-    plan = policy.plan(ACTIONS, STEPS, WINDOW_S, seed=11)
-    policy.choose(0, ACTIONS)
-    policy.choose(0, ACTIONS)
-    policy.end_schedule(2)
-    assert policy.corpus.entries[0].plan.steps == plan.steps[:2] and policy.corpus.entries[0].new_states == 2
-    policy.plan(ACTIONS, STEPS, WINDOW_S, seed=12)
-    policy.choose(0, ACTIONS)
-    policy.end_schedule(0)
-    assert len(policy.corpus.entries) == 1
+    learner = Learner.create(policy="modelfuzz", reward="model", seed=4)
+    plan = learner.plan(ACTIONS, STEPS, WINDOW_S, seed=11)
+    play(learner, 2, frozenset({"s1"}))
+    learner.end_schedule()
+    (entry,) = learner.policy.corpus.entries
+    assert entry.plan.steps == plan.steps[:2] and entry.new_states == 2  # s0 and s1
+    learner.plan(ACTIONS, STEPS, WINDOW_S, seed=12)
+    play(learner, 1, frozenset({"s1"}))
+    learner.end_schedule()
+    assert len(learner.policy.corpus.entries) == 1
+
+
+def test_actions_taken_elsewhere_play_the_plan_while_they_are_its_steps():
+    """A worker plays its plan and the learner side hears the actions taken (Learner.take):
+    the plan is played as far as they follow it; past an action off it, nothing more."""
+    learner = Learner.create(policy="modelfuzz", reward="model", seed=7)
+    plan = learner.plan(ACTIONS, STEPS, WINDOW_S, seed=15)
+    off = next(a for a in ACTIONS if a != plan.steps[1].action)
+    play(learner, 3, frozenset({"s1"}), take=[plan.steps[0].action, off, plan.steps[2].action])
+    learner.end_schedule()
+    assert [e.plan.steps for e in learner.policy.corpus.entries] == [plan.steps[:1]]
+
+
+def test_two_trajectories_play_plans_of_one_policy_at_once():
+    """Forks (several workers' schedules) each play their own plan; the corpus is shared."""
+    learner = Learner.create(policy="modelfuzz", reward="model", seed=8)
+    one, two = learner.fork(), learner.fork()
+    plan_one = one.plan(ACTIONS, STEPS, WINDOW_S, seed=16)
+    plan_two = two.plan(ACTIONS, STEPS, WINDOW_S, seed=17)
+    one.observe({"a"}, model=ModelTrace(frozenset({"x0"})))
+    two.observe({"a"}, model=ModelTrace(frozenset({"y0"})))
+    played_one, played_two = [], []
+    for _ in range(STEPS):  # interleaved, as workers' calls are
+        played_one.append(one.next_action(ACTIONS))
+        played_two.append(two.next_action(ACTIONS))
+        one.observe({"b"}, model=ModelTrace(frozenset({"x1"})))
+        two.observe({"b"}, model=ModelTrace(frozenset({"y1"})))
+    assert played_one == [s.action for s in plan_one.steps] and played_two == [s.action for s in plan_two.steps]
+    one.end_schedule()
+    two.end_schedule()
+    assert sorted(e.plan.seed for e in learner.policy.corpus.entries) == [16, 17]
 
 
 def test_asked_step_by_step_without_a_plan_it_chooses_at_random_and_keeps_nothing():
-    policy = ModelFuzzPolicy(seed=5)
-    chosen = {policy.choose(0, ACTIONS) for _ in range(60)}
+    learner = Learner.create(policy="modelfuzz", reward="model", seed=5)
+    learner.observe({"a"}, model=ModelTrace(frozenset({"s0"})))
+    chosen = {learner.next_action(ACTIONS) for _ in range(60)}
     assert len(chosen) > 3 and chosen <= set(ACTIONS)
-    policy.end_schedule(3)
-    assert policy.corpus.entries == []
+    learner.end_schedule()
+    assert learner.policy.corpus.entries == []
 
 
 def test_the_learner_tells_the_policy_the_new_model_states_of_each_schedule_and_checkpoints_the_corpus():
