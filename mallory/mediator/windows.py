@@ -91,29 +91,45 @@ class Window:
 
 
 def trace_of(entries: list[Committed], types: frozenset[str]) -> tuple[tuple[str, str], ...]:
-    """(node, type) of the entries whose type is one of `types`: the nodes' events in commit
-    order (a causal order), the mediator's own (faults, client operations) at their time,
-    before the first node event that is not earlier. Commit order cannot place those: no
-    message links a heal to the restart it did, and a recorded raft-kv campaign's commit
-    order put restarted nodes' first events before the heal that started them 40 ms earlier."""
-    own = []
-    nodes = []
-    for entry in entries:
+    """(node, type) of the entries whose type is one of `types`, in a causal order that
+    keeps real time: each event at its time, or later if it must follow its node's previous
+    event or, for a RECV, its SEND (`causal_times`); ties in commit order, the mediator's
+    own events (faults, client operations) first. Commit order alone cannot be the order:
+    no message places the mediator's events against the nodes' (a recorded raft-kv heal came
+    40 ms before the first events of the nodes it restarted, which commit order put first),
+    and it lags real time on a node whose batches came late (a recorded example-SUT node's
+    last events before its kill, 3 to 27 ms earlier, committed after the other nodes' events
+    that followed the kill, so the model saw a killed node speak)."""
+    at = causal_times(entries)
+    traced = []
+    for i, entry in enumerate(entries):
         event = entry.event
         if event.kind not in _UNTRACED:
             name = event_type(event)
             if name in types:
-                (own if event.kind in _OWN else nodes).append((entry.real_ns, event.node, name))
-    own.sort(key=lambda e: e[0])
+                traced.append((at[i], event.kind not in _OWN, i, event.node, name))
+    traced.sort()
+    return tuple((node, name) for _, _, _, node, name in traced)
+
+
+def causal_times(entries: list[Committed]) -> list[int]:
+    """Per entry (in commit order), its real time raised to that of its node's previous
+    entry and, for a RECV, of its SEND: nondecreasing along every happens-before edge, so
+    sorting by it (ties in commit order) keeps the order causal. Nodes on one machine
+    share its monotonic clock, so there a raise only absorbs the clock pairs' error. A SEND
+    committed before `entries` counts at its own time."""
+    last: dict[str, int] = {}
+    sends: dict[int, int] = {}  # id of a SEND entry -> its causal time
     out = []
-    i = 0
-    for t, node, name in nodes:
-        while i < len(own) and own[i][0] <= t:
-            out.append(own[i][1:])
-            i += 1
-        out.append((node, name))
-    out.extend(e[1:] for e in own[i:])
-    return tuple(out)
+    for entry in entries:
+        t = max(entry.real_ns, last.get(entry.event.node, entry.real_ns))
+        if entry.send is not None:
+            t = max(t, sends.get(id(entry.send), entry.send.real_ns))
+        elif entry.event.kind is Kind.SEND:
+            sends[id(entry)] = t
+        last[entry.event.node] = t
+        out.append(t)
+    return out
 
 
 class WindowService:

@@ -100,23 +100,46 @@ def test_restarting_the_trace_leaves_out_what_came_before_the_next_window(mediat
     assert source.window(base + 2_000 * ms, base + 3_000 * ms, wait_s=5.0).trace == (("n1", "FUNC:7"),)
 
 
-def committed(node: str, kind: Kind, real_ms: int, ident: int, data: str = "") -> Committed:
-    return Committed(Event(node, kind, 0, ident, data), real_ms * 1_000_000, 0, 0, None)
+def committed(node: str, kind: Kind, real_ms: int, ident: int, data: str = "",
+              send: Committed | None = None) -> Committed:
+    return Committed(Event(node, kind, 0, ident, data), real_ms * 1_000_000, 0, 0, send)
 
 
 def test_a_trace_places_the_mediators_own_events_by_their_time():
     """As a recorded raft-kv heal went: the heal's FAULT event (+11 ms) committed after the
-    first events of the nodes it restarted (+51 ms and later); a client op likewise. The
-    nodes' events keep their commit order, even where their times disagree."""
+    first events of the nodes it restarted (+51 ms and later); a client op likewise."""
     entries = [committed("n2", Kind.FUNC, 51, 7), committed("n3", Kind.FUNC, 53, 7),
-               committed("n1", Kind.FUNC, 50, 8),  # committed after n3's, though earlier
                committed("mediator", Kind.FAULT, 11, 0, "heal"),
                committed("mediator", Kind.CLIENT_INVOKE, 52, 1, "write:invoke"),
                committed("mediator", Kind.FAULT, 90, 0, "kill:one")]
-    types = frozenset({"FUNC:7", "FUNC:8", "FAULT:heal", "FAULT:kill:one", "CLIENT_INVOKE:write:invoke"})
+    types = frozenset({"FUNC:7", "FAULT:heal", "FAULT:kill:one", "CLIENT_INVOKE:write:invoke"})
     assert trace_of(entries, types) == (
         ("mediator", "FAULT:heal"), ("n2", "FUNC:7"), ("mediator", "CLIENT_INVOKE:write:invoke"),
-        ("n3", "FUNC:7"), ("n1", "FUNC:8"), ("mediator", "FAULT:kill:one"))
+        ("n3", "FUNC:7"), ("mediator", "FAULT:kill:one"))
+
+
+def test_a_trace_places_a_late_committed_nodes_events_at_their_time():
+    """As a recorded example-SUT kill went: n3's last events (0 and 3 ms) committed after
+    n1's (19 and 30 ms), and the kill of n3 (27 ms) came between n1's by time: by commit
+    order n3 spoke after its kill."""
+    entries = [committed("n1", Kind.FUNC, 19, 7), committed("n1", Kind.FUNC, 30, 7),
+               committed("n3", Kind.FUNC, 0, 8), committed("n3", Kind.FUNC, 3, 8),
+               committed("mediator", Kind.FAULT, 27, 0, "kill:one")]
+    types = frozenset({"FUNC:7", "FUNC:8", "FAULT:kill:one"})
+    assert trace_of(entries, types) == (
+        ("n3", "FUNC:8"), ("n3", "FUNC:8"), ("n1", "FUNC:7"), ("mediator", "FAULT:kill:one"), ("n1", "FUNC:7"))
+
+
+def test_a_trace_stays_causal_where_clocks_disagree():
+    """n2 received at 8 ms what n1 sent at 12: n2's event after the RECV (9 ms) follows the
+    SEND, and so follows the mediator's event at 11 ms, as do n2's later events."""
+    send = committed("n1", Kind.SEND, 12, 99, "ab")
+    entries = [committed("n1", Kind.FUNC, 10, 7), send, committed("n2", Kind.RECV, 8, 99, "ab", send),
+               committed("n2", Kind.FUNC, 9, 8), committed("mediator", Kind.FAULT, 11, 0, "kill:one"),
+               committed("n2", Kind.FUNC, 10, 7)]
+    types = frozenset({"FUNC:7", "FUNC:8", "FAULT:kill:one"})
+    assert trace_of(entries, types) == (
+        ("n1", "FUNC:7"), ("mediator", "FAULT:kill:one"), ("n2", "FUNC:8"), ("n2", "FUNC:7"))
 
 
 @pytest.mark.parametrize(
