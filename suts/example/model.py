@@ -9,6 +9,12 @@ stop and pause take a node down until `heal` (a killed or stopped node restarts 
 role unknown); partitions cut links. Nodes are interchangeable, so a state is the multiset
 of the nodes' states (node names do not make states).
 
+A heal's event comes once every fault is healed, and the heal resumes paused nodes last
+(Nemesis.heal_all), up to 10 ms before its event: a resumed node's first steps (its backlog of
+appends, a step down, a leader's replicates) precede the event. A paused process runs
+nothing, so a paused node that speaks was resumed: the model takes it as up from that
+event on, its role as it was.
+
 What it cannot see: terms (two leaders in one term is the replica oracle's job, from the
 leader's log line), votes (the example SUT annotates none), indexes (commit progress is
 "applied since the election", not how far), and which leader a follower follows.
@@ -19,7 +25,7 @@ What it refuses (a mismatch, counted by event):
   - election-started on a leader (a leader's timer never fires: it sends heartbeats);
   - replicate or client-request on a node known not to lead (only a leader sends appends
     and takes requests);
-  - any event of a node that is down (killed, stopped, paused);
+  - any event of a node that is killed or stopped (until the heal restarts it);
   - sticky-leader-kept-term and stall-catchup-applied: the seeded bugs' own blocks, steps
     Raft does not have (a leader taking a higher term without stepping down; applying
     entries before checking the log matches the leader's).
@@ -38,7 +44,8 @@ NAME = "example-raft"
 UNKNOWN, FOLLOWER, CANDIDATE, LEADER = "?", "follower", "candidate", "leader"
 #: fault families that take a node down; a killed or stopped node comes back with a fresh
 #: process, a paused one as it was
-DOWN_FAULTS = {"kill", "stop", "pause"}
+PAUSED = "pause"
+DOWN_FAULTS = {"kill", "stop", PAUSED}
 
 
 class State(NamedTuple):
@@ -56,8 +63,15 @@ def initial(nodes: tuple[str, ...]) -> State:
     return State(nodes, {n: UNKNOWN for n in nodes}, {}, frozenset(), False, False)
 
 
-def _up(state: State, step: Step) -> bool:
-    return step.node not in state.down
+def _awake(state: State, step: Step) -> State | None:
+    """The state in which the step's node can have spoken: None if it is killed or stopped;
+    a paused one is taken as resumed (see the module docstring)."""
+    why = state.down.get(step.node)
+    if why is None:
+        return state
+    if why != PAUSED:
+        return None
+    return state._replace(down={n: w for n, w in state.down.items() if n != step.node})
 
 
 def _role(state: State, node: str, role: str, **changes: object) -> State:
@@ -65,13 +79,15 @@ def _role(state: State, node: str, role: str, **changes: object) -> State:
 
 
 def election_started(state: State, step: Step) -> State | None:
-    if not _up(state, step) or state.roles[step.node] == LEADER:
+    state = _awake(state, step)
+    if state is None or state.roles[step.node] == LEADER:
         return None
     return _role(state, step.node, CANDIDATE)
 
 
 def became_leader(state: State, step: Step) -> State | None:
-    if not _up(state, step) or state.roles[step.node] not in (CANDIDATE, UNKNOWN):
+    state = _awake(state, step)
+    if state is None or state.roles[step.node] not in (CANDIDATE, UNKNOWN):
         return None
     if step.node in cut_off(state.nodes, state.links):
         return None
@@ -79,27 +95,31 @@ def became_leader(state: State, step: Step) -> State | None:
 
 
 def stepped_down(state: State, step: Step) -> State | None:
-    return _role(state, step.node, FOLLOWER) if _up(state, step) else None
+    state = _awake(state, step)
+    return None if state is None else _role(state, step.node, FOLLOWER)
 
 
 def appended(state: State, step: Step) -> State | None:
     """An append came in: a follower's daily bread, and the leader of a lower term steps
     down on it (a leader of the same term would be two leaders: the SUT asserts)."""
-    return state if _up(state, step) else None
+    return _awake(state, step)
 
 
 def leads(state: State, step: Step) -> State | None:
-    if not _up(state, step) or state.roles[step.node] in (FOLLOWER, CANDIDATE):
+    state = _awake(state, step)
+    if state is None or state.roles[step.node] in (FOLLOWER, CANDIDATE):
         return None
     return _role(state, step.node, LEADER)
 
 
 def applied(state: State, step: Step) -> State | None:
-    return state._replace(applied=True) if _up(state, step) else None
+    state = _awake(state, step)
+    return None if state is None else state._replace(applied=True)
 
 
 def truncated(state: State, step: Step) -> State | None:
-    return state._replace(truncated=True) if _up(state, step) else None
+    state = _awake(state, step)
+    return None if state is None else state._replace(truncated=True)
 
 
 def not_raft(state: State, step: Step) -> None:

@@ -60,6 +60,35 @@ def test_example_a_heal_brings_killed_nodes_back_unknown_and_paused_ones_as_they
     assert replay_.run([Step("replicate", "n1"), Step("apply", "n2")]).mismatches == ()
 
 
+def test_example_a_paused_node_that_speaks_before_the_heals_event_was_resumed():
+    """As schedule 18 of a recorded example-bugs campaign went: the leader n2 is paused, n1
+    wins an election, and the heal resumes n2, which steps down on n1's append 1.2 ms before
+    the heal's event; it stays a follower, and its next election is no mismatch."""
+    trace = replay(EXAMPLE, [
+        Step("replicate", "n2"), Step("fault:pause", "mediator", ("n2",)),
+        Step("election-started", "n1"), Step("stepped-down", "n3"), Step("became-leader", "n1"),
+        Step("replicate", "n1"), Step("append-received", "n3"),
+        Step("stepped-down", "n2"), Step("fault:heal", "mediator"),
+        Step("append-received", "n2"), Step("election-started", "n2"),
+    ])
+    assert trace.mismatches == ()
+
+
+@pytest.mark.parametrize("steps, refused", [
+    # a killed node does not speak until the heal restarts it
+    ([Step("fault:kill", "mediator", ("n2",)), Step("append-received", "n2"), Step("fault:heal", "mediator")],
+     "append-received"),
+    # a resumed node is where stall-catchup fires: its step stays refused
+    ([Step("fault:pause", "mediator", ("n2",)), Step("stall-catchup-applied", "n2"), Step("append-received", "n2")],
+     "stall-catchup-applied"),
+    # a resumed leader keeps its role: a leader's timer still never fires
+    ([Step("became-leader", "n2"), Step("fault:pause", "mediator", ("n2",)), Step("election-started", "n2")],
+     "election-started"),
+])
+def test_example_a_resumed_node_is_held_to_raft_and_a_killed_one_stays_silent(steps, refused):
+    assert replay(EXAMPLE, steps).mismatches == (refused,)
+
+
 # -- raft-kv ---------------------------------------------------------------------------
 
 #: a failover as raft-kv's recording shows it: the leader n1 is killed, n2 times out,
