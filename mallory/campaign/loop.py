@@ -561,12 +561,17 @@ class Campaign:
     def _replay(self, window: Window, observable: bool, gap: list[str]) -> ModelTrace | None:
         """The window through the model (None: no model, or nothing to learn from it). A
         late window's events come with the next complete one's trace (TimelineWindows); a
-        gap lost events, so the model starts over from what it knows at the start."""
+        gap lost events, and so did a trace the mediator cut (its beginning dropped by the
+        buffer's bounds), so the model starts over from what it knows at the start."""
         if self.model is None:
             return None
         if gap:
             self._restart_model()
-        return self.model.run(window.trace) if observable else None
+        if not observable:
+            return None
+        if window.trace_cut:  # the mediator dropped events of the trace: what the model knows is stale
+            self.model.restart()
+        return self.model.run(window.trace)
 
     def _restart_model(self) -> None:
         """A new execution of the model, fed from the next window on: the events before it

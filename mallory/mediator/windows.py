@@ -67,7 +67,9 @@ class Window:
     and the trace asked for, (node, type) in the order `trace_of` says (empty if none was asked).
     An incomplete window shows the events committed so far: nothing should learn from it.
     `truncated`: entries of the span were dropped (the buffer's bounds) before it was asked
-    for; such a window is incomplete too, whatever the frontier."""
+    for; such a window is incomplete too, whatever the frontier. `trace_cut`: entries of
+    the trace's part before the window were dropped, so the trace starts at the window's
+    start instead (a model fed trace after trace has lost events: it must start over)."""
 
     summary: frozenset[str]
     events: int
@@ -77,17 +79,19 @@ class Window:
     pairs: frozenset[str] = frozenset()
     truncated: bool = False
     trace: tuple[tuple[str, str], ...] = ()
+    trace_cut: bool = False
 
     def to_json(self) -> dict:
         return {"complete": self.complete, "events": self.events, "frontier_ns": self.frontier_ns,
                 "summary": sorted(self.summary), "types": sorted(self.types), "pairs": sorted(self.pairs),
-                "truncated": self.truncated, "trace": [list(step) for step in self.trace]}
+                "truncated": self.truncated, "trace": [list(step) for step in self.trace], "trace_cut": self.trace_cut}
 
     @classmethod
     def from_json(cls, answer: dict) -> "Window":
         return cls(frozenset(answer["summary"]), int(answer["events"]), bool(answer["complete"]),
                    answer.get("frontier_ns"), frozenset(answer.get("types", ())), frozenset(answer.get("pairs", ())),
-                   bool(answer.get("truncated", False)), tuple((node, kind) for node, kind in answer.get("trace", ())))
+                   bool(answer.get("truncated", False)), tuple((node, kind) for node, kind in answer.get("trace", ())),
+                   bool(answer.get("trace_cut", False)))
 
 
 def trace_of(entries: list[Committed], types: frozenset[str]) -> tuple[tuple[str, str], ...]:
@@ -116,8 +120,10 @@ def causal_times(entries: list[Committed]) -> list[int]:
     """Per entry (in commit order), its real time raised to that of its node's previous
     entry and, for a RECV, of its SEND: nondecreasing along every happens-before edge, so
     sorting by it (ties in commit order) keeps the order causal. Nodes on one machine
-    share its monotonic clock, so there a raise only absorbs the clock pairs' error. A SEND
-    committed before `entries` counts at its own time."""
+    share its monotonic clock, so there a raise only absorbs the clock pairs' error. A RECV
+    whose SEND is not among `entries` stays at its own time (the mediator's buffer links a
+    RECV to its SEND only within what it returns: timeline/rows.py); such a SEND is before
+    the span, earlier than the RECV anyway, unless clocks disagree by more than the span."""
     last: dict[str, int] = {}
     sends: dict[int, int] = {}  # id of a SEND entry -> its causal time
     out = []
@@ -189,6 +195,9 @@ class WindowService:
                 self._cond.wait(min(remaining, 0.02))
         with self._cond:
             truncated = self._buffer.truncated(start_ns)
+            trace_cut = first < start_ns and self._buffer.truncated(first)
+            if trace_cut:  # a trace missing its beginning would pass for whole: it starts at the window
+                first = start_ns
             if complete:  # a truncated window cannot become whole: taken all the same
                 traced = self._buffer.take(first, end_ns)
             else:
@@ -202,4 +211,4 @@ class WindowService:
         inside = traced if first == start_ns else [e for e in traced if e.real_ns >= start_ns]
         seen = behaviour(inside)
         return Window(frozenset(summarize(inside, abstraction)), len(inside), complete, frontier, seen.types, seen.pairs,
-                      truncated, trace_of(traced, trace) if trace else ())
+                      truncated, trace_of(traced, trace) if trace else (), trace_cut)

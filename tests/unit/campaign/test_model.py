@@ -4,6 +4,8 @@ it (fuzzer_stats, plot_data, schedule records, resume)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from mallory.campaign.config import CampaignConfig, LoopConfig
@@ -163,6 +165,24 @@ def test_each_schedule_starts_the_model_and_its_trace_anew(tmp_path, lock_file):
     campaign = model_campaign(tmp_path, lock_file)
     campaign.run(schedules=3)
     assert campaign.source.trace_restarts == 3
+
+
+def test_a_trace_the_mediator_cut_starts_the_models_execution_over(tmp_path, lock_file):
+    """A trace whose beginning the mediator dropped (Window.trace_cut) lost events: the
+    execution starts over with it instead of going on from a state the lost events left."""
+    campaign = model_campaign(tmp_path, lock_file)
+    restarts = []
+    restart = campaign.model.restart
+    campaign.model.restart = lambda: (restarts.append(campaign.source.calls), restart())
+
+    class Cutting(TracingTimeline):
+        def window(self, start_ns: int, end_ns: int, wait_s: float) -> Window:
+            window = super().window(start_ns, end_ns, wait_s)
+            return replace(window, trace_cut=True) if self.calls == 4 else window
+
+    campaign.source = Cutting(campaign.source.clock, campaign.nemesis)
+    campaign.run(schedules=1)
+    assert restarts == [0, 4], "at the schedule's start, and for the cut trace of its 4th window"
 
 
 def test_model_coverage_survives_resume(tmp_path, lock_file):

@@ -196,3 +196,27 @@ def test_entries_beyond_the_bound_are_dropped_and_a_window_missing_some_says_tru
         "[850, 900) ms were dropped, [900, 950) ms taken by the window before")
     stats = client(mediator).metrics()["windows"]
     assert stats["served"] == 2 and stats["incomplete"] == 1 and stats["truncated"] == 1
+
+
+def test_a_trace_whose_beginning_was_dropped_starts_at_its_window_and_says_so(mediator):
+    """The part of a trace before its window (since the last complete window) lost entries
+    to the bound: the trace would pass for whole without them, so it is cut to the window."""
+    mediator.windows = windows = WindowService(mediator.ingest.frontier_ns, max_entries=100)
+    mediator.ingest.subscribers[:] = [windows.on_commit]
+    base = time.time_ns() - 10_000_000_000
+    for n in NODES:
+        mediator.ingest.on_clock(ClockPair(n, 0, base))
+    ms = 1_000_000
+    events = [Event("n1", Kind.FUNC, t * ms, 7 + t % 3) for t in range(1_000)]
+    mediator.ingest.on_batch(Batch("n1", 0, 100 * ms, events[:100]))
+    mediator.ingest.on_batch(Batch("n2", 0, 100 * ms, []))
+    source = TimelineWindows(client(mediator), trace=frozenset({"FUNC:7", "FUNC:8", "FUNC:9"}))
+    first = source.window(base + 50 * ms, base + 100 * ms, wait_s=1.0)
+    assert first.complete and not first.trace_cut and len(first.trace) == 50
+    mediator.ingest.on_batch(Batch("n1", 1, 1_000 * ms, events[100:]))  # [100, 900) ms are dropped
+    mediator.ingest.on_batch(Batch("n2", 1, 1_000 * ms, []))
+    cut = source.window(base + 950 * ms, base + 1_000 * ms, wait_s=1.0)
+    assert cut.complete and not cut.truncated and cut.trace_cut
+    assert cut.trace == tuple(("n1", f"FUNC:{7 + t % 3}") for t in range(950, 1_000))
+    following = source.window(base + 1_000 * ms, base + 1_100 * ms, wait_s=0.1)
+    assert not following.trace_cut
