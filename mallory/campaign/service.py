@@ -26,9 +26,10 @@ Contract of an implementation: `observe` learns the transition from the action t
 says it took, whatever `decide` answered (a worker may have decided without it: `Decision`'s
 `fallback`); a transition whose window taught nothing (`Transition.window` None: late, or a
 gap in the observation) moves nothing; a plan is the worker's trajectory's, played by the
-actions `observe` says were taken while they are its steps, and what was played of it is
-what the policy hears at `end_schedule` (modelfuzz keeps it if it reached new model
-states); `end_schedule` forgets the worker's trajectory;
+actions `observe` says were taken while they are its steps (a `decide` ends it: the worker
+never got it), and what was played of it is what the policy hears at `end_schedule`
+(modelfuzz keeps it if it reached new model states); `end_schedule` forgets the worker's
+trajectory;
 `schedule_done` has made the learning of every schedule done so far durable before it
 returns (the worker then writes its schedule record: a recorded schedule is never missing
 from the checkpoint). Calls of one worker come in that order; calls of different workers

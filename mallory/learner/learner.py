@@ -7,9 +7,11 @@ The loop alternates, per step of a schedule:
 
 and calls `end_schedule()` when a schedule ends (before the cluster is reset); at a
 schedule's start it may ask for a whole `plan` first (a policy that plans schedules, as
-modelfuzz does, returns one; the others None). The plan is this trajectory's: its steps are
-what `next_action` answers, and the actions taken (`next_action` or `take`) play it while
-they are its steps in order; at `end_schedule` the policy hears the part played. `summary` is
+modelfuzz does, returns one; the others None). The plan is this trajectory's, played by
+whoever asked for it (the loop enacts its steps): the actions `take` says were taken play it
+while they are its steps in order, and a `next_action` (a decision asked for: its player
+never got the plan) ends it there; at `end_schedule` the policy hears the part played.
+`summary` is
 the window's abstraction (it becomes a state), `pairs` its happens-before pairs of code and
 log events (they accumulate into `coverage`, the campaign's event-pair coverage),
 `waypoint` the highest waypoint predicate the window satisfied (0: none) and `model`, when
@@ -198,8 +200,7 @@ class Learner:
             raise MalloryError("the learner must observe a window before it can choose an action")
         listed = list(canonical_actions(actions))
         self._flush(listed)
-        if self._plan is not None and self._played < len(self._plan.steps):
-            return self._took(self._plan.steps[self._played].action)
+        self._leave_plan()
         return self._took(self.policy.choose(self.state, listed))
 
     def take(self, action: Action, actions: Iterable[Action]) -> None:
@@ -214,15 +215,20 @@ class Learner:
         if action not in listed:
             raise MalloryError(f"action {action!r} is not one of the actions offered")
         self._flush(listed)
-        self._took(action)
-
-    def _took(self, action: Action) -> Action:
         if self._plan is not None and not self._acted:  # (an override of this step's action is not another step)
             steps = self._plan.steps
             if self._played < len(steps) and steps[self._played].action == action:
                 self._played += 1
-            else:  # off the plan: it was played as far as here
-                self._plan = self._plan._replace(steps=steps[:self._played])
+            else:
+                self._leave_plan()
+        self._took(action)
+
+    def _leave_plan(self) -> None:
+        """Off the plan: it was played as far as here."""
+        if self._plan is not None:
+            self._plan = self._plan._replace(steps=self._plan.steps[:self._played])
+
+    def _took(self, action: Action) -> Action:
         self._action = action
         self._acted = True
         return action

@@ -21,6 +21,7 @@ from mallory.campaign.config import CampaignConfig, LoopConfig
 from mallory.campaign.directory import CampaignDir
 from mallory.campaign.hub import LearnerHub
 from mallory.campaign.loop import BugEvidence, Campaign, ScriptedStep
+from mallory.campaign.model import bind_model, load_model
 from mallory.campaign.remote import LearnerUnreachable, RemoteLearner
 from mallory.campaign.service import (
     LocalLearner,
@@ -35,6 +36,8 @@ from mallory.cluster.registry import register_run
 from mallory.learner.learner import Learner
 from mallory.mediator.windows import Window
 from tests.unit.campaign.test_loop import FakeClock, FakeNemesis, FakeTimeline
+from tests.unit.campaign.test_model import CATALOGUE, NODES, TracingTimeline, lock_file  # noqa: F401 (a fixture)
+from tests.unit.campaign.test_modelfuzz import WINDOW_S, planned, played, read_corpus
 
 CONFIG = CampaignConfig(sut="fake", policy="qlearning", seed=3, steps=6)
 BUDGET_S = 0.25
@@ -466,3 +469,63 @@ def test_one_window_faults_and_truncated_windows_reach_a_shared_learner_as_a_loc
     configurations = set(hub.learner.configurations)
     assert {("novel",), ("dull-1", "novel")} <= configurations and ("novel", "novel") not in configurations
     assert CampaignDir(root).read_stats()["late_steps"] == "1"
+
+
+def test_modelfuzz_plans_and_model_coverage_go_through_a_shared_learner(tmp_path, lock_file):  # noqa: F811
+    """--policy modelfuzz --reward model with two workers and one hub: each worker plays the
+    plans the hub made for it exactly (seed, actions, draws, windows), their windows' model
+    states land in one model coverage, the schedules that reached new ones are the hub's
+    corpus in DIR/corpus/, and the merged stats count the model."""
+    config = CampaignConfig(sut="fake", policy="modelfuzz", reward="model", model=str(lock_file), seed=4, steps=4)
+    root = tmp_path / "campaign"
+    CampaignDir(root).create(config)
+    hub = LearnerHub(root)
+    plans: dict[str, list] = {"w0": [], "w1": []}
+    plan = hub.plan
+
+    def planning(worker, *args):  # the plans each worker got, to compare with what it enacted
+        plans[worker].append(plan(worker, *args))
+        return plans[worker][-1]
+
+    hub.plan = planning
+    campaigns = {}
+    for worker in ("w0", "w1"):
+        local = worker_directory(root, worker, config)
+        clock, nemesis = FakeClock(), FakeNemesis()
+        service = RemoteLearner(FakeHubLink(hub), local, budget_s=BUDGET_S)
+        campaigns[worker] = Campaign(local, service, TracingTimeline(clock, nemesis), nemesis,
+                                     LoopConfig(steps=4, window_s=WINDOW_S, reset_s=1.0, seed=local.config().seed),
+                                     sleeper=clock, worker=worker,
+                                     model=bind_model(load_model(lock_file), NODES, CATALOGUE, ["lock-released"]))
+    for _ in range(4):
+        for campaign in campaigns.values():
+            campaign.run(schedules=1)
+    for worker, campaign in campaigns.items():
+        records = campaign.dir.read_schedules()
+        assert [played(r) for r in records] == [(p.seed, [tuple(s) for s in p.steps]) for p in plans[worker]]
+        assert all("fallback" not in s for r in records for s in r["steps"]), "a planned step asks nothing"
+    coverage = hub.learner.model_coverage
+    assert coverage.states, "the workers' windows reached model states"
+    stats = CampaignDir(root).read_stats()
+    assert stats["model_states"] == str(len(coverage.states)) and "model_mismatches" in stats
+    corpus = read_corpus(CampaignDir(root))
+    assert corpus and corpus == hub.learner.policy.corpus.to_state()
+    played_anywhere = [played(r) for c in campaigns.values() for r in c.dir.read_schedules()]
+    assert all(planned(entry) in played_anywhere for entry in corpus), "kept: what a worker played"
+
+
+def test_a_worker_without_its_plan_decides_step_by_step_and_keeps_nothing(tmp_path, lock_file):  # noqa: F811
+    config = CampaignConfig(sut="fake", policy="modelfuzz", reward="model", model=str(lock_file), seed=4, steps=4)
+    root = tmp_path / "campaign"
+    CampaignDir(root).create(config)
+    hub = LearnerHub(root)
+    local = worker_directory(root, "w0", config)
+    clock, nemesis = FakeClock(), FakeNemesis()
+    campaign = Campaign(local, RemoteLearner(FakeHubLink(hub, late={"plan"}), local, budget_s=BUDGET_S),
+                        TracingTimeline(clock, nemesis), nemesis, LoopConfig(steps=4, window_s=WINDOW_S, seed=1),
+                        sleeper=clock, worker="w0",
+                        model=bind_model(load_model(lock_file), NODES, CATALOGUE, ["lock-released"]))
+    campaign.run(schedules=3)
+    records = local.read_schedules()
+    assert all("plan" not in r and len(r["steps"]) == 4 for r in records)
+    assert hub.learner.model_coverage.states and hub.learner.policy.corpus.entries == []

@@ -80,41 +80,43 @@ def test_modelfuzz_mutates_a_kept_schedule_into_the_known_one_long_before_random
         assert len(SECRET) in reached(found.plan.seed, found.plan.steps), "played again, it gets there again"
 
 
-def play(learner: Learner, steps: int, model_states: frozenset[str], take: list[str] | None = None) -> None:
-    """A schedule's windows as the loop feeds them: the first look, then `steps` steps
-    (the learner's actions, or those of `take`, taken elsewhere), each window showing
-    `model_states`."""
+def play(learner: Learner, taken: list[str], model_states: frozenset[str]) -> None:
+    """A schedule's windows as the loop feeds them: the first look, then a step per action
+    `taken` (as the loop enacted it: Learner.take), each window showing `model_states`."""
     learner.observe({"a"}, model=ModelTrace(frozenset({"s0"})))
-    for i in range(steps):
-        if take is None:
-            learner.next_action(ACTIONS)
-        else:
-            learner.take(take[i], ACTIONS)
+    for action in taken:
+        learner.take(action, ACTIONS)
         learner.observe({"b"}, model=ModelTrace(model_states))
 
 
 def test_a_schedule_cut_short_keeps_what_it_played_and_one_that_added_nothing_is_not_kept():
     learner = Learner.create(policy="modelfuzz", reward="model", seed=4)
     plan = learner.plan(ACTIONS, STEPS, WINDOW_S, seed=11)
-    play(learner, 2, frozenset({"s1"}))
+    play(learner, [s.action for s in plan.steps[:2]], frozenset({"s1"}))
     learner.end_schedule()
     (entry,) = learner.policy.corpus.entries
     assert entry.plan.steps == plan.steps[:2] and entry.new_states == 2  # s0 and s1
-    learner.plan(ACTIONS, STEPS, WINDOW_S, seed=12)
-    play(learner, 1, frozenset({"s1"}))
+    plan = learner.plan(ACTIONS, STEPS, WINDOW_S, seed=12)
+    play(learner, [plan.steps[0].action], frozenset({"s1"}))
     learner.end_schedule()
     assert len(learner.policy.corpus.entries) == 1
 
 
-def test_actions_taken_elsewhere_play_the_plan_while_they_are_its_steps():
-    """A worker plays its plan and the learner side hears the actions taken (Learner.take):
-    the plan is played as far as they follow it; past an action off it, nothing more."""
+def test_the_plan_is_played_while_the_actions_taken_are_its_steps():
+    """Past an action off the plan nothing more of it is played; and a decision asked for
+    (its player never got the plan: a worker whose plan call failed) ends it there too."""
     learner = Learner.create(policy="modelfuzz", reward="model", seed=7)
     plan = learner.plan(ACTIONS, STEPS, WINDOW_S, seed=15)
     off = next(a for a in ACTIONS if a != plan.steps[1].action)
-    play(learner, 3, frozenset({"s1"}), take=[plan.steps[0].action, off, plan.steps[2].action])
+    play(learner, [plan.steps[0].action, off, plan.steps[2].action], frozenset({"s1"}))
     learner.end_schedule()
     assert [e.plan.steps for e in learner.policy.corpus.entries] == [plan.steps[:1]]
+    learner.plan(ACTIONS, STEPS, WINDOW_S, seed=16)
+    learner.observe({"a"}, model=ModelTrace(frozenset({"s2"})))
+    learner.next_action(ACTIONS)
+    learner.observe({"b"}, model=ModelTrace(frozenset({"s3"})))
+    learner.end_schedule()
+    assert len(learner.policy.corpus.entries) == 1, "a schedule decided step by step is not kept"
 
 
 def test_two_trajectories_play_plans_of_one_policy_at_once():
@@ -125,16 +127,15 @@ def test_two_trajectories_play_plans_of_one_policy_at_once():
     plan_two = two.plan(ACTIONS, STEPS, WINDOW_S, seed=17)
     one.observe({"a"}, model=ModelTrace(frozenset({"x0"})))
     two.observe({"a"}, model=ModelTrace(frozenset({"y0"})))
-    played_one, played_two = [], []
-    for _ in range(STEPS):  # interleaved, as workers' calls are
-        played_one.append(one.next_action(ACTIONS))
-        played_two.append(two.next_action(ACTIONS))
+    for step_one, step_two in zip(plan_one.steps, plan_two.steps):  # interleaved, as workers' calls are
+        one.take(step_one.action, ACTIONS)
+        two.take(step_two.action, ACTIONS)
         one.observe({"b"}, model=ModelTrace(frozenset({"x1"})))
         two.observe({"b"}, model=ModelTrace(frozenset({"y1"})))
-    assert played_one == [s.action for s in plan_one.steps] and played_two == [s.action for s in plan_two.steps]
     one.end_schedule()
     two.end_schedule()
-    assert sorted(e.plan.seed for e in learner.policy.corpus.entries) == [16, 17]
+    assert sorted((e.plan.seed, e.plan.steps) for e in learner.policy.corpus.entries) == [
+        (16, plan_one.steps), (17, plan_two.steps)]
 
 
 def test_asked_step_by_step_without_a_plan_it_chooses_at_random_and_keeps_nothing():
@@ -150,8 +151,8 @@ def test_the_learner_tells_the_policy_the_new_model_states_of_each_schedule_and_
     learner = Learner.create(policy="modelfuzz", reward="model", seed=6)
     plan = learner.plan(ACTIONS, STEPS, WINDOW_S, seed=13)
     learner.observe({"a"}, model=ModelTrace(frozenset({"s0"})))
-    for _ in plan.steps:
-        learner.next_action(ACTIONS)
+    for step in plan.steps:
+        learner.take(step.action, ACTIONS)
         learner.observe({"b"}, model=ModelTrace(frozenset({"s0", "s1", "s2"})))
     learner.end_schedule()
     policy = learner.policy
