@@ -270,15 +270,19 @@ def _run_on_ray(args: argparse.Namespace, directory: CampaignDir, config: Campai
         result = run_on_ray(directory, config, workers=args.workers, address=args.ray, seconds=seconds,
                             schedules=args.schedules, stop=stopping.is_set, on_update=screen.update)
     for worker in result.workers:
-        print(f"  worker {worker.worker}: {worker.schedules} schedules, {worker.steps} steps, decision p50 "
-              f"{worker.decision_ms_p50} ms p99 {worker.decision_ms_p99} ms, {worker.fallback_decisions} "
+        print(f"  worker {worker.worker}: {worker.schedules} schedules, {worker.steps} steps, "
+              f"decision latency {_latency(worker.decision_ms_p50, worker.decision_ms_p99)}, {worker.fallback_decisions} "
               "decided without the learner")
     for worker, why in result.deaths:
         print(f"  worker {worker} died: {why}")
     p = result.progress
-    print(f"  decision latency over all workers: p50 {p.decision_percentile(0.5)} ms, "
-          f"p99 {p.decision_percentile(0.99)} ms")
+    print(f"  decision latency over all workers: {_latency(p.decision_percentile(0.5), p.decision_percentile(0.99))}")
     return p
+
+
+def _latency(p50: float | None, p99: float | None) -> str:
+    """Decision latency percentiles, None when no step asked the learner (a plan's steps do not)."""
+    return "none asked" if p50 is None else f"p50 {p50} ms, p99 {p99} ms"
 
 
 def run(args: argparse.Namespace) -> int:
