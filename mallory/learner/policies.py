@@ -433,7 +433,7 @@ class BonusMaxPolicy(Policy):
             self.visits.setdefault(row[0], {})[action] = row[3]
 
 
-class ModelFuzzPolicy(Policy):
+class ModelFuzzPolicy(RandomPolicy):
     """ModelFuzz (OOPSLA'25; the thesis' ch. 5): the unit is a schedule, the feedback the
     protocol model's states. While the corpus (learner/corpus.py) is empty, or holds no
     schedule this campaign can play, a schedule is random; then it is a corpus entry,
@@ -445,8 +445,8 @@ class ModelFuzzPolicy(Policy):
     its steps with their draws and windows, from the plan's seed), so several workers'
     schedules can play plans of one policy at once; `end_schedule` hears what was played.
     Asked to `choose` (past a plan, or a caller that only asks step by step, as the Jepsen
-    advisor does), it chooses uniformly at random. A schedule in progress is not
-    checkpointed: checkpoints are taken between schedules.
+    advisor does), it chooses uniformly at random (RandomPolicy's `choose` and `update`). A
+    schedule in progress is not checkpointed: checkpoints are taken between schedules.
     """
 
     name = "modelfuzz"
@@ -469,15 +469,6 @@ class ModelFuzzPolicy(Policy):
             count = 1 + self.rng.randrange(self.max_mutations)
             plan = mutate(self.rng, self.corpus.entries[parent].plan, parent, listed, steps, window_s, count)
         return plan
-
-    def choose(self, state: int, actions: Iterable[Action]) -> Action:
-        listed = canonical_actions(actions)
-        return listed[self.rng.randrange(len(listed))]
-
-    def update(
-        self, state: int, action: Action, reward: float, next_state: int, next_actions: Iterable[Action]
-    ) -> None:
-        return None
 
     def end_schedule(self, played: Plan | None, new_model_states: int) -> None:
         """Keep the steps played (a schedule cut short keeps what it played) if they
