@@ -45,15 +45,8 @@ class PairCoverage:
         return len(self.counts)
 
     def add(self, pairs: Iterable[str]) -> PairsSeen:
-        counts = self.counts
         window = set(pairs)
-        new = 0
-        rarest = 0
-        for pair in window:
-            count = counts.get(pair, 0) + 1
-            counts[pair] = count
-            new += count == 1
-            rarest = count if rarest == 0 else min(rarest, count)
+        new, rarest = count_keys(self.counts, window)
         return PairsSeen(len(window), new, rarest)
 
     def to_state(self) -> dict[str, Any]:
@@ -74,3 +67,16 @@ class PairCoverage:
                 raise ckpt.CheckpointError(f"{where}.counts[{i}] is not [pair, positive count]")
             coverage.counts[row[0]] = row[1]
         return coverage
+
+
+def count_keys(counts: dict[str, int], keys: Iterable[str]) -> tuple[int, int]:
+    """Count each of `keys` once more in `counts`; how many were new, and the
+    lowest count among them after this (0 for no keys)."""
+    new = 0
+    lowest = 0
+    for key in keys:
+        count = counts.get(key, 0) + 1
+        counts[key] = count
+        new += count == 1
+        lowest = count if lowest == 0 else min(lowest, count)
+    return new, lowest

@@ -47,6 +47,7 @@ from typing import Any, NamedTuple
 
 from mallory.errors import MalloryError
 from mallory.learner import checkpoint as ckpt
+from mallory.learner.coverage import count_keys
 
 
 class Step(NamedTuple):
@@ -207,8 +208,8 @@ class ModelCoverage:
     mismatches: dict[str, int] = field(default_factory=dict)
 
     def add(self, trace: ModelTrace) -> ModelSeen:
-        new_states, low_states = _count(self.states, trace.states)
-        new_transitions, low_transitions = _count(self.transitions, trace.transitions)
+        new_states, low_states = count_keys(self.states, trace.states)
+        new_transitions, low_transitions = count_keys(self.transitions, trace.transitions)
         for event in trace.mismatches:
             self.mismatches[event] = self.mismatches.get(event, 0) + 1
         rarest = min([n for n in (low_states, low_transitions) if n], default=0)
@@ -233,16 +234,3 @@ class ModelCoverage:
                     raise ckpt.CheckpointError(f"{where}.{name}[{i}] is not [key, positive count]")
                 counts[row[0]] = row[1]
         return coverage
-
-
-def _count(counts: dict[str, int], keys: Iterable[str]) -> tuple[int, int]:
-    """Count each key once more; how many were new, and the lowest count among them (0 for
-    no keys)."""
-    new = 0
-    lowest = 0
-    for key in keys:
-        count = counts.get(key, 0) + 1
-        counts[key] = count
-        new += count == 1
-        lowest = count if lowest == 0 else min(lowest, count)
-    return new, lowest
