@@ -202,14 +202,16 @@ class ObservedStack:
 
     def close(self) -> None:
         log.info("stopping the observers and the mediator, removing the cluster")
-        procs = [*self.observers, *([self.mediator_proc] if self.mediator_proc else [])]
-        for proc in procs:
-            if self.cluster.is_running(proc):
-                self.cluster.signal(proc, signal.SIGTERM)
-        for proc in procs:
-            if self.cluster.wait(proc, 10) is None:
-                self.cluster.signal(proc, signal.SIGKILL)
-                self.cluster.wait(proc, 5)
+        # The observers first: each sends its last batches as it stops, which a mediator
+        # stopping at the same time would not take in (the recording would lose its tail).
+        for group in (self.observers, [self.mediator_proc] if self.mediator_proc else []):
+            for proc in group:
+                if self.cluster.is_running(proc):
+                    self.cluster.signal(proc, signal.SIGTERM)
+            for proc in group:
+                if self.cluster.wait(proc, 10) is None:
+                    self.cluster.signal(proc, signal.SIGKILL)
+                    self.cluster.wait(proc, 5)
         self.cluster.down()
 
     def __enter__(self) -> Self:

@@ -150,3 +150,37 @@ def test_a_mediator_dying_within_the_grace_is_dead(stack):
 def test_a_live_mediator_outlasts_the_grace(stack):
     assert stack.revive_dead(grace_s=0.2) == []
     assert stack.cluster.is_running(stack.mediator_proc)
+
+
+#: stand-ins that write "<who> stopped" to the file in STOP_LOG when SIGTERM stops them
+#: ("<who> up" once they can); an observer takes a while (a real one cuts and sends its last
+#: batches then)
+_STOPPING = """
+import os, signal, sys, time
+def say(what):
+    with open(os.environ["STOP_LOG"], "a") as f:
+        f.write("{who} " + what + "\\n")
+def stop(*_):
+    time.sleep({delay})
+    say("stopped")
+    sys.exit(0)
+signal.signal(signal.SIGTERM, stop)
+say("up")
+"""
+
+
+class StoppingStack(StandInStack):
+    def _mediator_command(self) -> list[str]:
+        return [sys.executable, "-c", _STOPPING.format(delay=0, who="mediator") + MEDIATOR]
+
+    def _observer_command(self, node: str) -> list[str]:
+        return [sys.executable, "-c", _STOPPING.format(delay=0.3, who="observer") + OBSERVER]
+
+
+def test_close_stops_the_observers_before_the_mediator_that_takes_their_last_batches(tmp_path, monkeypatch):
+    log = tmp_path / "stops"
+    monkeypatch.setenv("STOP_LOG", str(log))
+    with StoppingStack(tmp_path):
+        wait_until(lambda: log.exists() and log.read_text().count("up") == 3, 5, "the stand-ins")
+    stops = [line for line in log.read_text().splitlines() if line.endswith("stopped")]
+    assert stops == ["observer stopped", "observer stopped", "mediator stopped"]
