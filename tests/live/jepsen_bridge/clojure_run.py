@@ -95,10 +95,10 @@ class RecordingLearner(Learner):
         self.shown: list[frozenset[str]] = []
         self.chosen: list[str] = []
 
-    def observe(self, summary, pairs=(), waypoint=0, faults=()):  # type: ignore[override]
+    def observe(self, summary, *args, **kwargs):  # type: ignore[override]
         summary = frozenset(summary)
         self.shown.append(summary)
-        return super().observe(summary, pairs, waypoint, faults)
+        return super().observe(summary, *args, **kwargs)
 
     def next_action(self, actions):  # type: ignore[override]
         action = super().next_action(actions)
