@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from mallory.errors import MalloryError
 from mallory.harness.session import start_all, teardown_all
 from mallory.polling import wait_until
 from nemesis.faults.base import FaultContext
@@ -40,7 +41,22 @@ def _write(sut, value: int, timeout: float = 20.0) -> None:
         leaders = sut.primaries()
         return len(leaders) == 1 and rc.ask(sut, leaders[0], f"PUT r {value}") == "OK"
 
-    wait_until(acknowledged, timeout, f"write {value} acknowledged")
+    try:
+        wait_until(acknowledged, timeout, f"write {value} acknowledged")
+    except MalloryError as exc:  # say how each node stood (seen once in CI, not understood yet)
+        states = {node: _state(sut, node) for node in sut.backend.nodes}
+        tails = "\n".join(f"--- {node}\n{rc.log_text(sut, node)[-1500:]}" for node in sut.backend.nodes)
+        raise MalloryError(f"{exc}; nodes: {states}\n{tails}") from None
+
+
+def _state(sut, node: str) -> object:
+    """The node's STATUS, or why there is none."""
+    if not sut.is_running(node):
+        return "not running"
+    try:
+        return rc.status(sut, node)
+    except (MalloryError, OSError) as exc:
+        return f"no STATUS: {exc}"
 
 
 def test_unsynced_writes_lost_and_fsync_errors(cluster, binary, tmp_path: Path) -> None:
