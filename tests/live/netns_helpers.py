@@ -8,6 +8,7 @@ import http.client
 import socket
 import sys
 import time
+from collections.abc import Sequence
 from contextlib import contextmanager
 from itertools import permutations
 from pathlib import Path
@@ -132,10 +133,13 @@ def udp_rtts(cluster: NetnsCluster, src: str, dst: str, n: int = 15) -> list[flo
 
 
 class MediatorProcess:
-    """`mallory mediator --run RUN` in the run's gateway namespace, driven over its API."""
+    """`mallory mediator --run RUN [ARGS]` in the run's gateway namespace, driven over its
+    API; `args` are more of its arguments (`--scenario FILE --messages FILE`: the message
+    layer)."""
 
-    def __init__(self, cluster: NetnsCluster, record: Path | None = None) -> None:
+    def __init__(self, cluster: NetnsCluster, record: Path | None = None, args: Sequence[str] = ()) -> None:
         self.cluster = cluster
+        self.args = list(args)
         self.host = cluster.layout.gateway_control_address
         self.port = 7100
         self.ready = cluster.data_dir("gw") / "mediator.ready"
@@ -148,6 +152,7 @@ class MediatorProcess:
                 "--ready-file", str(self.ready)]
         if self.record is not None:
             argv += ["--record", str(self.record)]
+        argv += self.args
         self.proc = self.cluster.spawn("gw", argv, name="mediator", cwd=REPO, env={"MALLORY_TOKEN": TOKEN})
         deadline = time.monotonic() + timeout
         while not self.ready.exists():
