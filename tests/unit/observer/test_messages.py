@@ -18,10 +18,11 @@ from mallory.observer.messages import (
     peer_messages,
     write_watch_file,
 )
-from mallory.observer.nfq import NF_INET_LOCAL_OUT
+from mallory.observer.nfq import NF_INET_LOCAL_IN, NF_INET_LOCAL_OUT
 from mallory.observer.observer import Observer
 from mallory.observer.packet import id_and_data
 from mallory.timeline.event import (
+    CONTINUATION,
     Kind,
     bytes_part,
     is_message_name,
@@ -146,6 +147,38 @@ def test_an_observer_with_a_format_names_declared_flows_and_keeps_hex_elsewhere(
         (Kind.SEND, id_and_data(framed)[0], "append-reply+vote#" + b"V 3 ".hex()),
         (Kind.SEND, id_and_data(other)[0], b"PUT ".hex()),
     ]
+
+
+def test_an_undeclared_flow_reads_alike_with_a_format_or_without_one():
+    # Observer keeps two packet loops (one per case, so no format costs nothing per
+    # packet): on flows the format does not declare they must give the same events.
+    class Sender:
+        def submit(self, events, until_ns, lost=0):
+            self.events = events
+
+    client = [
+        packet(b"", 1, dport=7000, flags=0x02),  # SYN: no payload
+        packet(b"PUT k " + b"v" * 20, 2, dport=7000, flags=0x10),  # a write's first segment, no PSH
+        packet(b"v" * 30 + b"\n", 28, dport=7000, flags=0x18),  # ... and its last
+        packet(b"GET k\n", 59, dport=7000, flags=0x18),  # a new write
+        packet(b"OK\n", 900, sport=7000, dport=40000, flags=0x18),
+        packet(b"ping", 7, dport=7001, proto=17),  # UDP on the declared port: not a TCP flow
+        b"junk",  # no event
+    ]
+    batch = [(i, NF_INET_LOCAL_IN if i == 4 else NF_INET_LOCAL_OUT, 10 + i, p) for i, p in enumerate(client)]
+    fmt = parse_messages({"delimiter": "\n", "type": {"names": {"86": "vote"}}}, "s")
+    events = []
+    for messages in (None, MessageSplitter(PeerMessages(fmt, (7001,)))):
+        sender = Sender()
+        obs = Observer("n1", None, sender, messages=messages)
+        obs.on_packets(batch)
+        obs.cut()
+        events.append([(e.kind, e.ts, e.id, e.data) for e in sender.events])
+    without, with_format = events
+    assert with_format == without
+    assert [data for _, _, _, data in without] == [
+        "", b"PUT ".hex(), CONTINUATION, b"GET ".hex(), b"OK\n".hex(), b"ping".hex()]
+    assert without[4][0] is Kind.RECV and {kind for kind, _, _, _ in without[:4]} == {Kind.SEND}
 
 
 def test_observe_takes_the_format_from_a_spec_or_the_campaigns_file(tmp_path):
