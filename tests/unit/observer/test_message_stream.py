@@ -6,7 +6,7 @@ from __future__ import annotations
 import struct
 
 from mallory.observer.framing import Piece, stream_factory
-from mallory.observer.messages import parse_messages
+from mallory.observer.messages import DEFAULT_MAX_LENGTH, parse_messages
 from mallory.suts.raft_kv import wire
 
 TLV = parse_messages({"length": {"offset": 0, "size": 4, "header": 5, "max": 100},
@@ -63,6 +63,14 @@ def test_libraft_streams_start_with_the_handshake():
     vote = struct.pack("<QQ", wire.REQUEST_VOTE, 40) + struct.pack("<QQQQQ", 2, 1, 7, 1, 0)
     pieces = fed(stream_factory(LIBRAFT)(), [handshake[:10], handshake[10:] + vote[:20], vote[20:]])
     assert [(p.offset, p.name) for p in pieces] == [(0, "handshake"), (len(handshake), "request-vote")]
+
+
+def test_a_stream_holds_a_message_up_to_its_formats_bound():
+    # a stream keeps a message whole until its last byte, so it takes the length field's
+    # max as its bound (a flow skips bodies and needs none); other framings get the default
+    big = parse_messages({"length": {"offset": 0, "size": 4, "header": 4, "max": 64 << 20}, "type": {}}, "t")
+    assert stream_factory(big)().max_length == 64 << 20 > DEFAULT_MAX_LENGTH
+    assert stream_factory(LIBRAFT)().max_length == stream_factory(LINES)().max_length == DEFAULT_MAX_LENGTH
 
 
 class RaisingFramer:
