@@ -483,7 +483,15 @@ class MessageStream:
 
 
 def stream_factory(fmt: MessageFormat) -> Callable[[], MessageStream]:
-    """What makes a new `MessageStream` of `fmt` (its framer and classifier imported now)."""
+    """What makes a new `MessageStream` of `fmt` (its framer and classifier imported now):
+    one per direction of a connection read whole (the gateway's `Relay`,
+    mallory/mediator/proxy.py). A stream keeps each message until its last byte arrives,
+    so it is given the length field's `max` as its bound (DEFAULT_MAX_LENGTH otherwise).
+
+    `flow_factory` makes the same choice of framing (framer, length field or delimiter)
+    for captured packets. A helper could make it once for both, but each would still
+    branch on its answer to build its own objects, and this one would read the bound
+    back from the format: no shorter, and less direct to read."""
     if fmt.framer:
         framer: Cutter = resolve_reference(fmt.framer)
         return lambda: MessageStream(framer)
@@ -496,7 +504,11 @@ def stream_factory(fmt: MessageFormat) -> Callable[[], MessageStream]:
 
 
 def flow_factory(fmt: MessageFormat) -> Callable[[], Flow]:
-    """What makes a new flow of `fmt` (its framer and classifier imported now)."""
+    """What makes a new `Flow` of `fmt` (its framer and classifier imported now): one per
+    direction of a TCP connection seen packet by packet (`MessageSplitter`, the
+    observer's). A flow keeps at most a message's first bytes (MAX_HEAD) and skips the
+    rest, so it takes no bound beyond the length field's `max` its `LengthCutter` checks.
+    `stream_factory` is its counterpart for streams read whole."""
     if fmt.framer:
         cutter: Cutter = resolve_reference(fmt.framer)
         return lambda: LengthFlow(cutter)
