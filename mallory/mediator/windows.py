@@ -7,7 +7,7 @@ window is incomplete, so the loop records the step as late instead of learning f
 window.
 
 Memory. Entries are kept from the moment they commit until a window after them is taken, as
-compact rows (timeline/rows.py, ~61 B an entry instead of ~450 B as `Committed` objects),
+compact rows (timeline/rows.py, 37 B an entry instead of ~450 B as `Committed` objects),
 bounded twice, so that what the mediator holds does not follow the SUT's event rate:
 
 * by time: entries more than `retain_ns` behind the newest commit are released even if no
@@ -26,11 +26,12 @@ could only drop what is older than one window before now, the part the bounds ab
 cap; they leave the first window whole whenever the stream's last window_s fits in
 `max_entries` (2.5 s of 100,000 events/s).
 
-What a window reads of an entry (abstraction.py and `behaviour`): its event's node, kind,
-id or data (its type), and for a RECV which SEND of the window it receives; selection reads
-its real_ns. The rows keep the rest of a `Committed` too (ts, lamport, index: 24 B), so that
-the entries a window is given are those the builder committed, not a look-alike. While a
-window is answered its entries exist as `Committed` objects: one window's worth, freed after.
+What a window reads of an entry (abstraction.py, `behaviour`, `trace_of`): its event's node,
+kind, id or data (its type), and for a RECV which SEND of the window it receives; selection
+and `causal_times` read its real_ns. That is all the rows keep: the entries a window is given
+have no ts, lamport or (but a SEND's) index (rows.py says what they carry instead), and
+nothing here may start reading them. While a window is answered its entries exist as
+`Committed` objects: one window's worth, freed after.
 A window with entries dropped before it was asked for is `truncated`: reported incomplete
 (nothing learns from part of a window) and counted. `stats()` gives the counters (the
 mediator's /metrics, under "windows").
