@@ -33,8 +33,10 @@ have no ts, lamport or (but a SEND's) index (rows.py says what they carry instea
 nothing here may start reading them. While a window is answered its entries exist as
 `Committed` objects: one window's worth, freed after.
 A window with entries dropped before it was asked for is `truncated`: reported incomplete
-(nothing learns from part of a window) and counted. `stats()` gives the counters (the
-mediator's /metrics, under "windows").
+(nothing learns from part of a window) and counted. So is one starting before the timeline
+builder's `lost_until_ns` (`lost_until`): the builder's own bounds skipped events of a node's
+sequence gap or committed a RECV without its SEND there (timeline/builder.py). `stats()`
+gives the counters (the mediator's /metrics, under "windows").
 """
 
 from __future__ import annotations
@@ -67,10 +69,11 @@ class Window:
     and log event types that occurred (`types`) and their happens-before pairs (`pairs`);
     and the trace asked for, (node, type) in the order `trace_of` says (empty if none was asked).
     An incomplete window shows the events committed so far: nothing should learn from it.
-    `truncated`: entries of the span were dropped (the buffer's bounds) before it was asked
-    for; such a window is incomplete too, whatever the frontier. `trace_cut`: entries of
-    the trace's part before the window were dropped, so the trace starts at the window's
-    start instead (a model fed trace after trace has lost events: it must start over)."""
+    `truncated`: entries of the span were dropped (the buffer's bounds, or the timeline
+    builder's: `WindowService`) before it was asked for; such a window is incomplete too,
+    whatever the frontier. `trace_cut`: entries of the trace's part before the window were
+    dropped (either way), so the trace starts at the window's start instead (a model fed
+    trace after trace has lost events: it must start over)."""
 
     summary: frozenset[str]
     events: int
@@ -143,8 +146,11 @@ class WindowService:
     """Subscribe `on_commit` to the ingest; call `window` from the API."""
 
     def __init__(self, frontier: Callable[[], int | None], retain_ns: int = RETAIN_NS,
-                 max_entries: int = MAX_ENTRIES) -> None:
+                 max_entries: int = MAX_ENTRIES, lost_until: Callable[[], int | None] = lambda: None) -> None:
+        """frontier: the builder's frontier_ns; lost_until: its lost_until_ns (windows starting
+        before it are truncated). Both are called without this service's lock held."""
         self._frontier = frontier
+        self._lost_until = lost_until
         self._buffer = EntryRows(max_entries)
         self._cond = threading.Condition()
         self.retain_ns = retain_ns
@@ -194,9 +200,15 @@ class WindowService:
                 break
             with self._cond:
                 self._cond.wait(min(remaining, 0.02))
+        # After the frontier: a loss in the builder before the frontier passed end_ns is seen.
+        lost_until = self._lost_until()
+
+        def cut(t: int) -> bool:
+            return self._buffer.truncated(t) or (lost_until is not None and t < lost_until)
+
         with self._cond:
-            truncated = self._buffer.truncated(start_ns)
-            trace_cut = first < start_ns and self._buffer.truncated(first)
+            truncated = cut(start_ns)
+            trace_cut = first < start_ns and cut(first)
             if trace_cut:  # a trace missing its beginning would pass for whole: it starts at the window
                 first = start_ns
             if complete:  # a truncated window cannot become whole: taken all the same
