@@ -156,6 +156,8 @@ def run(args: argparse.Namespace) -> int:
         "states": len(stores[views[0]]),
         "events": stats["committed"],
         "unmatched_recvs": stats["unmatched_recvs"],
+        "forced_recvs": stats["forced_recvs"],
+        "skipped_batches": sum(stats["skipped_batches"].values()),
         "lost_events": sum(stats["lost"].values()),
         "duplicate_batches": stats["duplicate_batches"],
         "late_events": timeline.late,
@@ -173,6 +175,9 @@ def run(args: argparse.Namespace) -> int:
             f"by observers, {total['late_events']} too late for their window)",
             file=out,
         )
+        if total["forced_recvs"] or total["skipped_batches"]:  # the builder's bounds (timeline/builder.py)
+            print(f"incomplete timeline: {total['skipped_batches']} batches skipped behind sequence gaps, "
+                  f"{total['forced_recvs']} RECVs committed without waiting for their SEND", file=out)
         if sends:
             print("SEND packets by the message types they start: "
                   + ", ".join(f"{name} {n}" for name, n in sends.most_common()), file=out)

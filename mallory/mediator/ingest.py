@@ -157,6 +157,11 @@ class Ingest:
         with self._lock:
             return self.builder.frontier_ns
 
+    def lost_until_ns(self) -> int | None:
+        """The builder's `lost_until_ns`: a window starting before it may miss events or links."""
+        with self._lock:
+            return self.builder.lost_until_ns
+
     def stats(self) -> dict[str, object]:
         with self._lock:
             lags = sorted(self.lags_ns)
@@ -185,6 +190,8 @@ class Ingest:
             "committed": builder["committed"],
             "pending": builder["pending"],
             "unmatched_recvs": builder["unmatched_recvs"],
+            "forced_recvs": builder["forced_recvs"],
+            "skipped_batches": builder["skipped_batches"],
             "recvs_left_out": self.left_out,
             "commit_lag_ms": {"p50": pct(0.5), "p99": pct(0.99), "max": pct(1.0) if lags else None},
             "frontier_lag_ms": round((time.time_ns() - frontier) / 1e6, 3) if frontier is not None else None,

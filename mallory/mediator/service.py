@@ -74,7 +74,7 @@ class Mediator:
             self._recording = open(self.recording_path, "ab")
         self.builder = TimelineBuilder(skew_ns=skew_ns, nodes=[*self.nodes, MEDIATOR_NODE])
         self.ingest = Ingest(self.builder, self.firewall.seen, self._recording)
-        self.windows = WindowService(self.ingest.frontier_ns)
+        self.windows = WindowService(self.ingest.frontier_ns, lost_until=self.ingest.lost_until_ns)
         #: Jepsen-driven mode's learner (see advisor.py); None unless the command enables it
         self.advisor: Advisor | None = None
         self.ingest.subscribers.append(self.windows.on_commit)

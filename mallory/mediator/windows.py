@@ -7,7 +7,7 @@ window is incomplete, so the loop records the step as late instead of learning f
 window.
 
 Memory. Entries are kept from the moment they commit until a window after them is taken, as
-compact rows (timeline/rows.py, ~61 B an entry instead of ~450 B as `Committed` objects),
+compact rows (timeline/rows.py, 37 B an entry instead of ~450 B as `Committed` objects),
 bounded twice, so that what the mediator holds does not follow the SUT's event rate:
 
 * by time: entries more than `retain_ns` behind the newest commit are released even if no
@@ -26,14 +26,17 @@ could only drop what is older than one window before now, the part the bounds ab
 cap; they leave the first window whole whenever the stream's last window_s fits in
 `max_entries` (2.5 s of 100,000 events/s).
 
-What a window reads of an entry (abstraction.py and `behaviour`): its event's node, kind,
-id or data (its type), and for a RECV which SEND of the window it receives; selection reads
-its real_ns. The rows keep the rest of a `Committed` too (ts, lamport, index: 24 B), so that
-the entries a window is given are those the builder committed, not a look-alike. While a
-window is answered its entries exist as `Committed` objects: one window's worth, freed after.
+What a window reads of an entry (abstraction.py, `behaviour`, `trace_of`): its event's node,
+kind, id or data (its type), and for a RECV which SEND of the window it receives; selection
+and `causal_times` read its real_ns. That is all the rows keep: the entries a window is given
+have no ts, lamport or (but a SEND's) index (rows.py says what they carry instead), and
+nothing here may start reading them. While a window is answered its entries exist as
+`Committed` objects: one window's worth, freed after.
 A window with entries dropped before it was asked for is `truncated`: reported incomplete
-(nothing learns from part of a window) and counted. `stats()` gives the counters (the
-mediator's /metrics, under "windows").
+(nothing learns from part of a window) and counted. So is one starting before the timeline
+builder's `lost_until_ns` (`lost_until`): the builder's own bounds skipped events of a node's
+sequence gap or committed a RECV without its SEND there (timeline/builder.py). `stats()`
+gives the counters (the mediator's /metrics, under "windows").
 """
 
 from __future__ import annotations
@@ -66,10 +69,11 @@ class Window:
     and log event types that occurred (`types`) and their happens-before pairs (`pairs`);
     and the trace asked for, (node, type) in the order `trace_of` says (empty if none was asked).
     An incomplete window shows the events committed so far: nothing should learn from it.
-    `truncated`: entries of the span were dropped (the buffer's bounds) before it was asked
-    for; such a window is incomplete too, whatever the frontier. `trace_cut`: entries of
-    the trace's part before the window were dropped, so the trace starts at the window's
-    start instead (a model fed trace after trace has lost events: it must start over)."""
+    `truncated`: entries of the span were dropped (the buffer's bounds, or the timeline
+    builder's: `WindowService`) before it was asked for; such a window is incomplete too,
+    whatever the frontier. `trace_cut`: entries of the trace's part before the window were
+    dropped (either way), so the trace starts at the window's start instead (a model fed
+    trace after trace has lost events: it must start over)."""
 
     summary: frozenset[str]
     events: int
@@ -142,8 +146,11 @@ class WindowService:
     """Subscribe `on_commit` to the ingest; call `window` from the API."""
 
     def __init__(self, frontier: Callable[[], int | None], retain_ns: int = RETAIN_NS,
-                 max_entries: int = MAX_ENTRIES) -> None:
+                 max_entries: int = MAX_ENTRIES, lost_until: Callable[[], int | None] = lambda: None) -> None:
+        """frontier: the builder's frontier_ns; lost_until: its lost_until_ns (windows starting
+        before it are truncated). Both are called without this service's lock held."""
         self._frontier = frontier
+        self._lost_until = lost_until
         self._buffer = EntryRows(max_entries)
         self._cond = threading.Condition()
         self.retain_ns = retain_ns
@@ -193,9 +200,15 @@ class WindowService:
                 break
             with self._cond:
                 self._cond.wait(min(remaining, 0.02))
+        # After the frontier: a loss in the builder before the frontier passed end_ns is seen.
+        lost_until = self._lost_until()
+
+        def cut(t: int) -> bool:
+            return self._buffer.truncated(t) or (lost_until is not None and t < lost_until)
+
         with self._cond:
-            truncated = self._buffer.truncated(start_ns)
-            trace_cut = first < start_ns and self._buffer.truncated(first)
+            truncated = cut(start_ns)
+            trace_cut = first < start_ns and cut(first)
             if trace_cut:  # a trace missing its beginning would pass for whole: it starts at the window
                 first = start_ns
             if complete:  # a truncated window cannot become whole: taken all the same

@@ -23,6 +23,31 @@ SENDs (needed for late RECVs) forgets SENDs older than `link_timeout_ns` behind 
 and beyond the newest `max_sends` whatever their age: at a high packet rate the time bound
 alone held rate x 30 s of entries (~450 B each). A RECV whose SEND was forgotten commits
 unmatched once no SEND can appear (see above), as one does after the timeout.
+
+What a node has received but not committed is bounded too, per node, since each can wait
+forever on something that may never come, while its node's stream goes on at full rate:
+
+* batches after a sequence gap (`early`) wait for the gap to fill. A gap that never fills
+  (an observer's batch refused, then acknowledged with the next one; an observer restarted
+  with batches in flight) held every later batch of the node, and its horizon stood still.
+  Beyond `max_early` events (an empty batch counts as one) the gap is given up: the
+  builder goes on from the first batch after it, counts the batches it skipped
+  (`skipped_batches`), and a skipped batch that comes after all is dropped as a duplicate.
+* events in order (`queue`) wait behind a RECV whose SEND has not come: while the sender's
+  own queue is stuck, or until every other node is complete past the RECV's time. A node
+  whose observer is silent or was never heard from, or whose stream stops at a gap, holds
+  that completeness back forever, and every RECV from outside the cluster (a client's
+  request) then stopped its node's queue. Beyond `max_queue` events, a blocked RECV commits
+  without its SEND (`forced_recvs`), at the risk of missing a link.
+* batches before the node's clock pair (`unclocked`) cannot be placed on the time axis at
+  all; beyond `max_queue` events the next one is refused (an observer sends its clock pair
+  first on every connection, and the mediator refuses batches before it, so this is input
+  no observer makes).
+
+Skipped events and forced RECVs leave the timeline incomplete at their time: every such
+time is before `lost_until_ns`, so a window starting before it may miss events or links,
+as one starting before `EntryRows.dropped_until_ns` may (timeline/rows.py): its reader
+must not take it for whole.
 """
 
 from __future__ import annotations
@@ -40,6 +65,14 @@ _RECV = Kind.RECV
 #: at ~1,000 SENDs/s (a 6,000 events/s stream, 1 in 6 a SEND) this is more than the 30 s
 #: link timeout, so the count binds only at higher rates, where it keeps ~10 s or more.
 MAX_SENDS = 32_768
+#: Events of one node waiting behind a sequence gap at most (an empty batch counts as one),
+#: ~5 MB of events. Batches come in order over an observer's connection; a gap fills from a
+#: resend after a reconnect, at most the sender's window (64 batches) later.
+MAX_EARLY = 32_768
+#: Events of one node received in order but not committed at most (~5 MB of events). A RECV
+#: from outside the cluster waits about skew_ns plus a batch interval (~300 ms); at the
+#: soak's ~6,000 events/s over 4 nodes this is ~20 s of one node's stream.
+MAX_QUEUE = 32_768
 
 
 class Committed:
@@ -79,8 +112,12 @@ class _NodeStream:
     clock: ClockPair | None = None
     next_seq: int = 0
     early: dict[int, Batch] = field(default_factory=dict)  # batches waiting for a gap to fill
+    early_weight: int = 0  # their events, an empty batch counting as one (MAX_EARLY)
     unclocked: list[Batch] = field(default_factory=list)  # contiguous, waiting for the clock pair
+    unclocked_events: int = 0
     queue: deque = field(default_factory=deque)  # contiguous events not yet committed
+    skipped: int = 0  # batches of gaps given up
+    skipped_until_mono: int | None = None  # past the skipped events, until the clock pair places it
     horizon_mono: int = -1  # stream complete up to this monotonic time
     lamport: int = 0
     committed: int = 0
@@ -108,14 +145,18 @@ class TimelineBuilder:
         link_timeout_ns: int = 30_000_000_000,
         nodes: list[str] | None = None,
         max_sends: int = MAX_SENDS,
+        max_early: int = MAX_EARLY,
+        max_queue: int = MAX_QUEUE,
     ) -> None:
         if skew_ns < 0 or link_timeout_ns < 0:
             raise ValueError("skew_ns and link_timeout_ns must be non-negative")
-        if max_sends < 1:
-            raise ValueError("max_sends must be at least 1")
+        if min(max_sends, max_early, max_queue) < 1:
+            raise ValueError("max_sends, max_early and max_queue must be at least 1")
         self.skew_ns = skew_ns
         self.link_timeout_ns = link_timeout_ns
         self.max_sends = max_sends
+        self.max_early = max_early
+        self.max_queue = max_queue
         self._streams: dict[str, _NodeStream] = {}
         self._fixed_nodes = nodes is not None
         for name in nodes or ():
@@ -126,8 +167,13 @@ class TimelineBuilder:
         self._waiting: dict[int, list[_NodeStream]] = {}  # packet id -> nodes blocked on it
         self._out: list[Committed] = []
         self.unmatched_recvs = 0
+        #: RECVs committed without waiting for their SEND (a queue beyond max_queue)
+        self.forced_recvs = 0
         self.duplicate_batches = 0
         self.committed_total = 0
+        #: every skipped event and forced RECV is earlier than this on the common axis (None:
+        #: none so far); see the module docstring
+        self.lost_until_ns: int | None = None
 
     # -- input ---------------------------------------------------------------------------
 
@@ -135,10 +181,14 @@ class TimelineBuilder:
         stream = self._stream(pair.node)
         first = stream.clock is None
         stream.clock = pair
+        if stream.skipped_until_mono is not None:  # a gap given up before the clock pair
+            self._lose(pair.to_real(stream.skipped_until_mono))
+            stream.skipped_until_mono = None
         if first and stream.unclocked:
             for batch in stream.unclocked:
                 self._enqueue(stream, batch)
             stream.unclocked.clear()
+            stream.unclocked_events = 0
             self._pump_all()
 
     def add_batch(self, batch: Batch) -> None:
@@ -147,16 +197,25 @@ class TimelineBuilder:
         if batch.seq < stream.next_seq or batch.seq in stream.early:
             self.duplicate_batches += 1
             return
+        if stream.clock is None and stream.unclocked_events + len(batch.events) > self.max_queue:
+            raise BatchRejected(f"node {stream.name} sent more than {self.max_queue} events before its clock pair")
         stream.early[batch.seq] = batch
+        stream.early_weight += 1 + len(batch.events)
         progressed = False
-        while stream.next_seq in stream.early:
-            ready = stream.early.pop(stream.next_seq)
-            stream.next_seq += 1
-            if stream.clock is None:
-                stream.unclocked.append(ready)
-            else:
-                self._enqueue(stream, ready)
-                progressed = True
+        while True:
+            while stream.next_seq in stream.early:
+                ready = stream.early.pop(stream.next_seq)
+                stream.early_weight -= 1 + len(ready.events)
+                stream.next_seq += 1
+                if stream.clock is None:
+                    stream.unclocked.append(ready)
+                    stream.unclocked_events += len(ready.events)
+                else:
+                    self._enqueue(stream, ready)
+                    progressed = True
+            if stream.early_weight <= self.max_early:
+                break
+            self._skip_gap(stream)
         if progressed:
             self._drive([stream])
             self._pump_blocked()
@@ -206,12 +265,20 @@ class TimelineBuilder:
         return low
 
     def stats(self) -> dict[str, object]:
+        """Counters, per node where a dict: events committed; received and not committed
+        (`pending`); batches waiting behind a gap (`early_batches`) and batches of gaps given
+        up (`skipped_batches`, MAX_EARLY); events the observers lost; RECVs committed without
+        a SEND because none can come (`unmatched_recvs`) and because the queue reached its
+        bound (`forced_recvs`, MAX_QUEUE); duplicate batches; SENDs remembered for RECVs."""
+        streams = self._streams.values()
         return {
             "committed": self.committed_total,
-            "pending": {s.name: len(s.queue) + sum(len(b.events) for b in s.unclocked) for s in self._streams.values()},
-            "early_batches": {s.name: len(s.early) for s in self._streams.values()},
-            "lost": {s.name: s.lost for s in self._streams.values()},
+            "pending": {s.name: len(s.queue) + s.unclocked_events for s in streams},
+            "early_batches": {s.name: len(s.early) for s in streams},
+            "skipped_batches": {s.name: s.skipped for s in streams},
+            "lost": {s.name: s.lost for s in streams},
             "unmatched_recvs": self.unmatched_recvs,
+            "forced_recvs": self.forced_recvs,
             "duplicate_batches": self.duplicate_batches,
             "sends_remembered": len(self._sends),
         }
@@ -225,6 +292,26 @@ class TimelineBuilder:
                 raise BatchRejected(f"unknown node {node!r}; the cluster is {sorted(self._streams)}")
             stream = self._streams[node] = _NodeStream(node)
         return stream
+
+    def _skip_gap(self, stream: _NodeStream) -> None:
+        """Give up the gap before the node's first early batch (the module docstring): the
+        events it held, never to come, were no later than that batch's first event (a node's
+        events are in time order), or than its end if it has none."""
+        first = min(stream.early)
+        stream.skipped += first - stream.next_seq
+        stream.next_seq = first
+        batch = stream.early[first]
+        until = batch.events[0].ts if batch.events else batch.until_ns
+        if stream.clock is None:
+            previous = stream.skipped_until_mono
+            stream.skipped_until_mono = until if previous is None else max(previous, until)
+        else:
+            self._lose(stream.clock.to_real(until))
+
+    def _lose(self, real_ns: int) -> None:
+        """Something at or before `real_ns` is missing from the timeline (an event or a link)."""
+        if self.lost_until_ns is None or real_ns >= self.lost_until_ns:
+            self.lost_until_ns = real_ns + 1
 
     def _enqueue(self, stream: _NodeStream, batch: Batch) -> None:
         events = batch.events
@@ -278,6 +365,7 @@ class TimelineBuilder:
         offset = stream.clock.real_ns - stream.clock.mono_ns
         sends = self._sends
         queued_sends = self._queued_sends
+        max_queue = self.max_queue
         out = self._out
         lamport = stream.lamport
         index = stream.committed
@@ -290,14 +378,18 @@ class TimelineBuilder:
             if kind is _RECV:
                 send = sends.get(event.id)
                 if send is None:
-                    if event.id in queued_sends:
-                        waiters = self._waiting.setdefault(event.id, [])
-                        if stream not in waiters:
-                            waiters.append(stream)
+                    queued = event.id in queued_sends
+                    if not queued and self._others_complete(stream, event.ts + offset + self.skew_ns):
+                        self.unmatched_recvs += 1
+                    elif len(queue) > max_queue:  # its SEND may never come: MAX_QUEUE
+                        self.forced_recvs += 1
+                        self._lose(event.ts + offset)
+                    else:
+                        if queued:
+                            waiters = self._waiting.setdefault(event.id, [])
+                            if stream not in waiters:
+                                waiters.append(stream)
                         break
-                    if not self._others_complete(stream, event.ts + offset + self.skew_ns):
-                        break
-                    self.unmatched_recvs += 1
                 elif send.lamport > lamport:
                     lamport = send.lamport
             queue.popleft()

@@ -4,16 +4,31 @@
 objects (~450 B) per entry, which pymalloc keeps as its high-water mark once freed. A live
 mediator at thousands of events per second keeps tens of seconds of them between windows
 (more between schedules, when nobody asks), so its memory followed the event rate. `EntryRows`
-keeps each entry as one row of a numpy structured array (~61 B, no Python object per entry)
-and bounds the rows in number, whatever the rate:
+keeps each entry as one row of a numpy structured array (37 B with its data pointer, no Python
+object per entry) and bounds the rows in number, whatever the rate:
 
-* what a row holds is everything a `Committed` holds except its links: the event (node,
-  kind, ts, id, data), real_ns, lamport, index, and for a RECV the position (node, index) of
-  the SEND it receives. `take` and `peek` rebuild `Committed` entries from the rows they
-  return, so the abstractions (abstraction.py) see the same entries as from `EntryBuffer`,
-  with two differences they never read: a RECV's `send` is the SEND only when the SEND is
-  among the returned entries (None otherwise: abstractions ignore arrows from outside the
-  window), and a SEND's `recvs` lists only the RECVs among them.
+* a row keeps what the readers of the entries it gives back read, and no more. Its only
+  reader is the mediator's window service (mallory/mediator/windows.py), which gives its
+  entries to the abstractions (abstraction.py: `summarize` for the learner's MinHash states,
+  `behaviour` for event-pair coverage and models) and to `trace_of`/`causal_times` (the
+  model's trace), and sends on only their results (`Window`). Those read, per column:
+
+  - real (real_ns): which window an entry falls in (`take`, `peek`, the bounds below) and
+    `causal_times`;
+  - node, kind, id, data (the event): every abstraction, `behaviour`, `trace_of`;
+  - send_node, send_index: which entry of the window a RECV receives (its `send`): every
+    causal abstraction and `causal_times`. They hold the position (node, index) of the SEND
+    a row is (for a SEND) or receives (for a RECV), so the two rows share one key; -1 when
+    a row is neither or a RECV has no SEND.
+
+  Not kept, because no reader reads them: the event's ts (the node's monotonic clock; the
+  window service works on real_ns), lamport (the abstractions derive causality from the
+  links; lamport numbers are the reports' and `mallory analyze`'s, which build their own
+  timeline from the recording), an entry's index other than a SEND's, and a SEND's `recvs`.
+  A rebuilt entry therefore has ts 0, lamport 0 (never a committed entry's: they start at
+  1), index -1 unless it is a SEND, and a SEND's recvs empty. Its `send` is the SEND only
+  when the SEND is among the returned entries (None otherwise: abstractions ignore arrows
+  from outside the window). Keeping ts, lamport and every index cost 24 B a row (61 B).
 * at most `max_entries` rows: adding beyond it drops the oldest rows (in commit order),
   counted in `dropped`. `dropped_until_ns` is then past every dropped row's time, so a window
   starting before it may miss entries (`truncated`): the caller must not take it for whole.
@@ -32,7 +47,7 @@ from mallory.timeline.builder import Committed
 from mallory.timeline.event import KIND_BY_VALUE, Event, Kind
 
 #: Rows kept at most. At the 94-minute soak's ~6,000 events/s this is ~40 s of stream, 16
-#: times the campaign loop's default window (2.5 s); it costs ~15 MB of rows (+ a quarter of
+#: times the campaign loop's default window (2.5 s); it costs ~9 MB of rows (+ a quarter of
 #: headroom for appends), where the same entries as `Committed` objects cost ~110 MB.
 MAX_ENTRIES = 250_000
 #: Distinct data strings shared at most before the table starts afresh.
@@ -41,16 +56,17 @@ MAX_NODES = 32_767  # node codes are int16 (-1: no SEND)
 _INITIAL_CAPACITY = 4_096
 _NO_SEND = -1
 
+#: 29 B a row (packed), and 8 B more for its data pointer in a parallel object array
 ROW = np.dtype([
-    ("real", "<i8"), ("ts", "<i8"), ("lamport", "<i8"), ("index", "<i8"), ("id", "<u8"), ("send_index", "<i8"),
-    ("kind", "u1"), ("node", "<i2"), ("send_node", "<i2"),
+    ("real", "<i8"), ("id", "<u8"), ("send_index", "<i8"), ("kind", "u1"), ("node", "<i2"), ("send_node", "<i2"),
 ])
 _SEND = Kind.SEND
 
 
 class EntryRows:
     """Committed entries not yet taken by a window, as rows in commit order (a causal order);
-    the same calls as `EntryBuffer`, plus the bound (see the module docstring)."""
+    the same calls as `EntryBuffer`, plus the bound. The entries `peek` and `take` give back
+    carry what windows read of them, not the rest (see the module docstring)."""
 
     def __init__(self, max_entries: int = MAX_ENTRIES) -> None:
         if max_entries < 1:
@@ -100,13 +116,10 @@ class EntryRows:
         events = [e.event for e in entries]
         code = self._node_code
         rows["real"] = [e.real_ns for e in entries]
-        rows["lamport"] = [e.lamport for e in entries]
-        rows["index"] = [e.index for e in entries]
-        rows["ts"] = [e.ts for e in events]
         rows["id"] = [e.id for e in events]
         rows["kind"] = [e.kind for e in events]
         rows["node"] = [code(e.node) for e in events]
-        sends = [e.send for e in entries]
+        sends = [e if e.event.kind is _SEND else e.send for e in entries]  # the SEND a row is or receives
         rows["send_node"] = [_NO_SEND if s is None else code(s.event.node) for s in sends]
         rows["send_index"] = [_NO_SEND if s is None else s.index for s in sends]
         self._data[lo:hi] = [self._shared(e.data) for e in events]
@@ -226,7 +239,8 @@ class EntryRows:
         return found
 
     def _entries(self, positions: np.ndarray) -> list[Committed]:
-        """`Committed` entries rebuilt from the live rows at `positions` (ascending)."""
+        """`Committed` entries rebuilt from the live rows at `positions` (ascending), as the
+        module docstring says: what windows read, the rest 0 or -1."""
         if not len(positions):
             return []
         positions = positions + self._start
@@ -235,18 +249,16 @@ class EntryRows:
         kinds = KIND_BY_VALUE
         sends: dict[tuple[int, int], Committed] = {}  # (node code, index) -> SEND among these
         out: list[Committed] = []
-        for real, ts, lamport, index, ident, send_index, kind, node, send_node, data in zip(
-            rows["real"].tolist(), rows["ts"].tolist(), rows["lamport"].tolist(), rows["index"].tolist(),
-            rows["id"].tolist(), rows["send_index"].tolist(), rows["kind"].tolist(), rows["node"].tolist(),
-            rows["send_node"].tolist(), self._data[positions].tolist(),
+        for real, ident, send_index, kind, node, send_node, data in zip(
+            rows["real"].tolist(), rows["id"].tolist(), rows["send_index"].tolist(), rows["kind"].tolist(),
+            rows["node"].tolist(), rows["send_node"].tolist(), self._data[positions].tolist(),
         ):
             kind = kinds[kind]
-            name = nodes[node]
-            send = sends.get((send_node, send_index)) if send_node != _NO_SEND else None
-            entry = Committed(Event(name, kind, ts, ident, data), real, lamport, index, send)
-            if send is not None:
-                send.recvs.append((name, index))
-            elif kind is _SEND:
-                sends[(node, index)] = entry
+            event = Event(nodes[node], kind, 0, ident, data)
+            if kind is _SEND:
+                entry = sends[(send_node, send_index)] = Committed(event, real, 0, send_index, None)
+            else:
+                send = sends.get((send_node, send_index)) if send_node != _NO_SEND else None
+                entry = Committed(event, real, 0, -1, send)
             out.append(entry)
         return out

@@ -9,9 +9,10 @@ import pytest
 
 from mallory.errors import MalloryError
 from mallory.mediator.client import MediatorClient, TimelineWindows
+from mallory.mediator.ingest import Ingest
 from mallory.mediator.service import Mediator
 from mallory.mediator.windows import WindowService, trace_of
-from mallory.timeline.builder import Committed
+from mallory.timeline.builder import Committed, TimelineBuilder
 from mallory.timeline.event import Batch, ClockPair, Event, Kind
 
 NODES = {"n1": "10.9.1.2", "n2": "10.9.2.2"}
@@ -220,3 +221,34 @@ def test_a_trace_whose_beginning_was_dropped_starts_at_its_window_and_says_so(me
     assert cut.trace == tuple(("n1", f"FUNC:{7 + t % 3}") for t in range(950, 1_000))
     following = source.window(base + 1_000 * ms, base + 1_100 * ms, wait_s=0.1)
     assert not following.trace_cut
+
+
+def test_a_window_over_what_the_builders_bounds_left_out_says_truncated():
+    """n1's batch 1 never comes; the builder gives the gap up beyond max_early events
+    (timeline/builder.py). The window over the gap cannot be whole, and says so like one whose
+    entries the buffer dropped; the next one is whole. The metrics count what was skipped."""
+    ingest = Ingest(TimelineBuilder(skew_ns=10, nodes=["n1", "n2"], max_early=4))
+    windows = WindowService(ingest.frontier_ns, lost_until=ingest.lost_until_ns)
+    ingest.subscribers.append(windows.on_commit)
+    ms = 1_000_000
+    for n in ("n1", "n2"):
+        ingest.on_clock(ClockPair(n, 0, 0))
+    ingest.on_batch(Batch("n2", 0, 10_000 * ms, []))
+    ingest.on_batch(Batch("n1", 0, 100 * ms, [Event("n1", Kind.FUNC, 50 * ms, 7)]))
+    before = windows.window(0, 100 * ms, wait_s=0)
+    assert before.complete and before.events == 1 and not before.truncated, "asked before the gap was given up"
+    for seq in range(2, 4):  # batch 1 ([100, 200) ms) never comes
+        ingest.on_batch(Batch("n1", seq, (seq + 1) * 100 * ms, [Event("n1", Kind.FUNC, seq * 100 * ms, 8)]))
+    assert not windows.window(100 * ms, 300 * ms, wait_s=0).complete, "n1's horizon stands at the gap"
+    assert ingest.stats()["skipped_batches"] == {"n1": 0, "n2": 0}
+    ingest.on_batch(Batch("n1", 4, 500 * ms, [Event("n1", Kind.FUNC, 400 * ms, 9)]))  # beyond max_early
+    assert ingest.stats()["skipped_batches"] == {"n1": 1, "n2": 0} and ingest.stats()["forced_recvs"] == 0
+    over = windows.window(100 * ms, 300 * ms, wait_s=0)
+    assert over.truncated and not over.complete and over.events == 1
+    after = windows.window(300 * ms, 500 * ms, wait_s=0)
+    assert after.complete and not after.truncated and after.events == 2
+
+
+def test_the_metrics_count_what_the_builders_bounds_left_out(mediator):
+    ingest = client(mediator).metrics()["ingest"]
+    assert ingest["forced_recvs"] == 0 and ingest["skipped_batches"] == {n: 0 for n in [*NODES, "mediator"]}

@@ -103,6 +103,40 @@ def test_online_equals_offline_for_several_orders(seed, n_nodes, shuffles):
         assert online == reference
 
 
+@settings(max_examples=200, deadline=None)
+@given(seed=st.integers(0, 2**32), n_nodes=st.integers(2, 4), max_queue=st.integers(1, 6))
+def test_a_bounded_queue_only_ever_drops_links_and_says_where(seed, n_nodes, max_queue):
+    """Under any arrival order, forcing RECVs (MAX_QUEUE) keeps every node's order and every
+    link it makes true; a RECV missing its true SEND was forced, and before lost_until_ns."""
+    rng = random.Random(seed)
+    ex = generate(rng, n_nodes, 80, SKEW)
+    builder = TimelineBuilder(skew_ns=SKEW, nodes=ex.nodes, max_queue=max_queue)
+    committed: dict[tuple[str, int], Committed] = {}
+    order = arrival_order(rng, ex, batches(rng, ex), locality=3)
+    order.sort(key=lambda r: not isinstance(r, ClockPair))  # clocks first, as observers send them
+    for record in order:
+        if isinstance(record, ClockPair):
+            builder.add_clock(record)
+        else:
+            builder.add_batch(record)
+        for entry in builder.drain():
+            assert _key(entry) not in committed, "event committed twice"
+            committed[_key(entry)] = entry
+            assert all(len(s.queue) <= max_queue for s in builder._streams.values())
+    builder.finish()
+    committed.update((_key(e), e) for e in builder.drain())
+    assert set(committed) == {(n, i) for n, evs in ex.events.items() for i in range(len(evs))}
+    unlinked = 0
+    for (node, index), entry in committed.items():
+        assert entry.event == ex.events[node][index]
+        if entry.event.kind is Kind.RECV and entry.send is not None:
+            assert _key(entry.send) == ex.link[(node, index)], "a RECV linked to the wrong SEND"
+        elif entry.event.kind is Kind.RECV and ex.link[(node, index)] is not None:
+            unlinked += 1
+            assert builder.lost_until_ns is not None and entry.real_ns < builder.lost_until_ns
+    assert unlinked <= builder.forced_recvs
+
+
 def test_recv_before_send_waits_then_links():
     b = TimelineBuilder(skew_ns=SKEW)
     b.add_clock(ClockPair("a", 0, 0))
@@ -228,3 +262,107 @@ def test_committed_entries_hold_no_reference_cycles():
         assert gc.collect() == 0, "a SEND/RECV pair was kept alive only by a cycle"
     finally:
         gc.enable()
+
+
+def test_a_gap_that_never_fills_is_given_up_beyond_max_early_and_counted():
+    """a's batch 1 never comes (refused, then acknowledged with the next): without the
+    bound every later batch of a waited behind it, and a's horizon, so the frontier, stood
+    still. Beyond max_early events the builder goes on from batch 2 and says what is lost."""
+    b = TimelineBuilder(skew_ns=10, nodes=["a", "b"], max_early=5)
+    for n in "ab":
+        b.add_clock(ClockPair(n, 0, 1_000))
+    b.add_batch(Batch("a", 0, 100, [Event("a", Kind.FUNC, 50, 1)]))
+    b.add_batch(Batch("b", 0, 10_000, []))
+    assert len(b.drain()) == 1 and b.frontier_ns == 1_100
+    for seq in range(2, 4):  # 2 batches of one event: weight 4, within the bound
+        b.add_batch(Batch("a", seq, seq * 100 + 90, [Event("a", Kind.FUNC, seq * 100, seq)]))
+    assert b.drain() == [] and b.stats()["early_batches"]["a"] == 2 and b.lost_until_ns is None
+    b.add_batch(Batch("a", 4, 490, [Event("a", Kind.FUNC, 400, 4)]))  # weight 6 > 5: the gap goes
+    assert [e.event.id for e in b.drain()] == [2, 3, 4]
+    stats = b.stats()
+    assert stats["early_batches"]["a"] == 0 and stats["skipped_batches"] == {"a": 1, "b": 0}
+    assert b.frontier_ns == 1_490, "a's horizon moves on"
+    assert b.lost_until_ns == 1_000 + 200 + 1, "what batch 1 held was no later than batch 2's first event"
+    b.add_batch(Batch("a", 1, 150, [Event("a", Kind.FUNC, 120, 9)]))
+    assert b.drain() == [] and b.duplicate_batches == 1, "a skipped batch that comes after all is dropped"
+
+
+def test_early_batches_stay_within_max_early_whatever_the_stream():
+    b = TimelineBuilder(nodes=["a"], max_early=100)
+    b.add_clock(ClockPair("a", 0, 0))
+    for seq in range(1, 2_000):  # seq 0 never comes; a few events a batch, and empty batches
+        events = [Event("a", Kind.FUNC, seq * 10 + i, 1) for i in range(seq % 4)]
+        b.add_batch(Batch("a", seq, seq * 10 + 9, events))
+        stream = b._streams["a"]
+        assert sum(1 + len(x.events) for x in stream.early.values()) == stream.early_weight <= 100
+    assert b.stats()["skipped_batches"]["a"] == 1 and b.committed_total == sum(s % 4 for s in range(1, 2_000))
+
+
+def test_a_gap_given_up_before_the_clock_pair_is_placed_when_it_comes():
+    b = TimelineBuilder(nodes=["a"], max_early=1)
+    b.add_batch(Batch("a", 1, 200, [Event("a", Kind.FUNC, 150, 1)]))  # weight 2 > 1
+    assert b.stats()["skipped_batches"]["a"] == 1 and b.lost_until_ns is None, "no time axis yet"
+    b.add_clock(ClockPair("a", 0, 5_000))
+    assert [e.real_ns for e in b.drain()] == [5_150] and b.lost_until_ns == 5_150 + 1
+
+
+def test_a_queue_behind_a_recv_from_outside_is_bounded_while_a_node_is_never_heard_from():
+    """c's observer never connects (the cluster is fixed), so no RECV without a SEND can
+    commit on b: without the bound b's queue took b's whole stream. Beyond max_queue the
+    oldest blocked RECV commits without its SEND, counted, and windows over it are marked."""
+    b = TimelineBuilder(skew_ns=10, nodes=["a", "b", "c"], max_queue=100)
+    for n in "ab":
+        b.add_clock(ClockPair(n, 0, 0))
+    b.add_batch(Batch("a", 0, 10**9, []))
+    committed = []
+    for seq in range(50):  # a client's request (a RECV no node sent) and 9 code events, each batch
+        t = seq * 100
+        events = [Event("b", Kind.RECV, t, 10_000 + seq, "req")] + [Event("b", Kind.FUNC, t + i, i) for i in range(1, 10)]
+        b.add_batch(Batch("b", seq, t + 99, events))
+        committed += b.drain()
+        assert b.stats()["pending"]["b"] <= 100
+    forced = [e for e in committed if e.event.kind is Kind.RECV]
+    assert len(forced) == b.forced_recvs == 40 and b.unmatched_recvs == 0
+    assert all(e.send is None for e in forced)
+    assert b.lost_until_ns == forced[-1].real_ns + 1
+    assert b.stats()["forced_recvs"] == 40
+    b.add_clock(ClockPair("c", 0, 0))
+    b.add_batch(Batch("c", 0, 10**9, []))  # c is heard from: the rest commit as before, unforced
+    rest = b.drain()
+    assert len(committed) + len(rest) == 500 and b.forced_recvs == 40 and b.unmatched_recvs == 10
+
+
+def test_a_recv_waiting_for_a_send_stuck_in_another_queue_is_forced_beyond_max_queue():
+    """a's SEND is queued behind a RECV that cannot commit (c has sent no batch); b's RECV
+    of it waits for it, and b's queue behind that RECV is bounded too."""
+    b = TimelineBuilder(skew_ns=10, nodes=["a", "b", "c"], max_queue=20)
+    for n in "abc":
+        b.add_clock(ClockPair(n, 0, 0))
+    b.add_batch(Batch("a", 0, 10, [Event("a", Kind.RECV, 1, 555, "req"), Event("a", Kind.SEND, 2, 77, "x")]))
+    b.add_batch(Batch("b", 0, 100, [Event("b", Kind.RECV, 5, 77, "x")] + [Event("b", Kind.FUNC, 6 + i, 1) for i in range(19)]))
+    assert b.drain() == [] and b.stats()["pending"]["b"] == 20, "at the bound, not beyond: b waits"
+    b.add_batch(Batch("b", 1, 200, [Event("b", Kind.FUNC, 150, 2)]))
+    entries = b.drain()
+    assert len(entries) == 21 and b.forced_recvs == 1 and b.stats()["pending"] == {"a": 2, "b": 0, "c": 0}
+    assert entries[0].event.id == 77 and entries[0].send is None
+    assert b.lost_until_ns == 5 + 1, "windows over the RECV may miss its link"
+    b.add_batch(Batch("c", 0, 10**9, []))  # c is heard from: a's RECV commits unmatched, then its SEND
+    send = [e for e in b.drain() if e.event.kind is Kind.SEND]
+    assert len(send) == 1 and send[0].recvs == [] and b.unmatched_recvs == 1
+
+
+def test_batches_before_a_clock_pair_are_refused_beyond_max_queue():
+    b = TimelineBuilder(nodes=["a"], max_queue=10)
+    b.add_batch(Batch("a", 0, 100, [Event("a", Kind.FUNC, t, 1) for t in range(8)]))
+    with pytest.raises(BatchRejected, match="more than 10 events before its clock pair"):
+        b.add_batch(Batch("a", 1, 200, [Event("a", Kind.FUNC, 100 + t, 1) for t in range(3)]))
+    b.add_clock(ClockPair("a", 0, 0))
+    assert len(b.drain()) == 8, "what was taken before is kept"
+    b.add_batch(Batch("a", 1, 200, [Event("a", Kind.FUNC, 100 + t, 1) for t in range(3)]))
+    assert len(b.drain()) == 3
+
+
+def test_the_bounds_must_be_positive():
+    for bound in ("max_sends", "max_early", "max_queue"):
+        with pytest.raises(ValueError):
+            TimelineBuilder(**{bound: 0})

@@ -43,6 +43,14 @@ def answer(entries: list[Committed]) -> tuple:
     return (len(entries), seen.types, seen.pairs, *(summarize(entries, name) for name in sorted(ABSTRACTIONS)))
 
 
+def read(entries: list[Committed]) -> list[tuple]:
+    """What the readers of a window's entries read of each (rows.py's module docstring): its
+    event but for ts, its real time, and which entry of the same list its SEND is."""
+    at = {id(e): i for i, e in enumerate(entries)}
+    return [(e.event.node, e.event.kind, e.event.id, e.event.data, e.real_ns,
+             None if e.send is None else at.get(id(e.send), "outside")) for e in entries]
+
+
 def test_windows_are_answered_as_the_object_buffer_answers_them():
     batches = committed_batches(20_000)
     flat = [e for batch in batches for e in batch]
@@ -59,8 +67,8 @@ def test_windows_are_answered_as_the_object_buffer_answers_them():
         expected = objects.take(t0, t0 + WINDOW_NS)
         got = rows.take(t0, t0 + WINDOW_NS)
         assert answer(got) == answer(expected)
-        assert [(e.event, e.real_ns, e.lamport, e.index) for e in got] == [
-            (e.event, e.real_ns, e.lamport, e.index) for e in expected]
+        assert read(got) == [  # the buffer links a RECV only to a SEND it also returns
+            (*r[:5], None if r[5] == "outside" else r[5]) for r in read(expected)]
         assert len(rows) == len(objects) and rows.late == objects.late
         t0 += WINDOW_NS
         windows += 1
@@ -75,9 +83,34 @@ def test_rebuilt_recvs_point_at_their_send_only_inside_the_take():
     rows.add([send, recv, dup])
     got_send, got_recv, got_dup = rows.peek(0, 100)
     assert got_recv.send is got_send and got_dup.send is got_send
-    assert got_send.recvs == [("b", 0), ("b", 1)]
     (alone,) = rows.peek(20, 35)
-    assert alone.event == recv.event and alone.send is None, "its SEND is outside this window"
+    assert alone.event[:2] == recv.event[:2] and alone.send is None, "its SEND is outside this window"
+
+
+def test_a_rebuilt_recv_is_linked_to_its_own_send_not_another_with_its_packet_id():
+    """c's SEND of the same packet id commits first but is stamped later (c's clock runs
+    ahead): inside [20, 35) it is the only SEND with that id, and still not the RECV's."""
+    other = Committed(Event("c", Kind.SEND, 25, 99, "beef"), 25, 1, 0, None)
+    send = Committed(Event("a", Kind.SEND, 10, 99, "beef"), 10, 1, 0, None)
+    recv = Committed(Event("b", Kind.RECV, 30, 99, "beef"), 30, 2, 0, send)
+    rows = EntryRows()
+    rows.add([other, send, recv])
+    got_other, got_recv = rows.peek(20, 35)
+    assert got_other.event.node == "c" and got_recv.send is None
+
+
+def test_rebuilt_entries_carry_no_made_up_clock_or_lamport_values():
+    """ts, lamport and a non-SEND's index are not kept (no window reads them): a rebuilt
+    entry says so (0, 0, -1) rather than carrying values that look real."""
+    send = Committed(Event("a", Kind.SEND, 123, 7, "x"), 10, 5, 3, None)
+    recv = Committed(Event("b", Kind.RECV, 456, 7, "x"), 20, 6, 9, send)
+    rows = EntryRows()
+    rows.add([send, recv])
+    got_send, got_recv = rows.peek(0, 100)
+    assert (got_send.event.ts, got_send.lamport, got_send.index) == (0, 0, 3), "a SEND keeps its index: its key"
+    assert (got_recv.event.ts, got_recv.lamport, got_recv.index) == (0, 0, -1)
+    assert got_recv.send is got_send and got_send.recvs == []
+    assert (got_recv.event.node, got_recv.event.id, got_recv.event.data, got_recv.real_ns) == ("b", 7, "x", 20)
 
 
 def test_beyond_max_entries_the_oldest_are_dropped_counted_and_windows_before_them_truncated():
@@ -92,7 +125,7 @@ def test_beyond_max_entries_the_oldest_are_dropped_counted_and_windows_before_th
     assert len(rows) == bound and rows.dropped == len(flat) - bound
     kept = flat[-bound:]
     # rows moved down in place (a full buffer) or reallocated: the newest, in commit order
-    assert [(e.event, e.real_ns) for e in rows.peek(0, 2**63 - 1)] == [(e.event, e.real_ns) for e in kept]
+    assert read(rows.peek(0, 2**63 - 1)) == [(*r[:5], None if r[5] == "outside" else r[5]) for r in read(kept)]
     assert rows.dropped_until_ns == max(e.real_ns for e in flat[:-bound]) + 1
     assert rows.truncated(flat[0].real_ns) and not rows.truncated(rows.dropped_until_ns)
     # a window inside what is kept is the window the unbounded buffer gives
