@@ -72,7 +72,7 @@ class FilterSetDriver(MessageDriver):
             self.roles = dict(roles) if name is not None else {}
             self.counts = {}
             self.activations += name is not None
-        if held.deliver and self.release is not None:
+        if (held.deliver or held.forget) and self.release is not None:
             self.release(held)
         if ended is not None:
             ended["released"] = len(held.deliver)

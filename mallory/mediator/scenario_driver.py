@@ -108,9 +108,7 @@ class MessageDriver:
             self._delivered.add(message.id)
             outcome = Outcome() if self._undisturbed() else self._outcome(self.engine.step(receive(message)))
             if self._outstanding[message.id] <= 0 and not self._in_a_set(message.id):
-                del self._outstanding[message.id]
-                self._delivered.discard(message.id)  # let go: the proxy can deliver it no more
-                outcome = Outcome(outcome.deliver, (*outcome.forget, message.id))
+                outcome = Outcome(outcome.deliver, (*outcome.forget, self._let_go(message.id)))
             return outcome
 
     # -- the timeline's events ------------------------------------------------------------
@@ -129,7 +127,7 @@ class MessageDriver:
                     return
                 assert self.engine is not None
                 outcome = self._outcome(self.engine.step(event))
-            if outcome.deliver and self.release is not None:
+            if (outcome.deliver or outcome.forget) and self.release is not None:
                 self.release(outcome)
 
     def scenario_event(self, event: Event) -> ScenarioEvent | None:
@@ -153,17 +151,31 @@ class MessageDriver:
     # -- inside --------------------------------------------------------------------------
 
     def _outcome(self, decision: Decision) -> Outcome:
-        deliver = []
-        for message in decision.deliver:
-            if self.duplicates or (message.id not in self._delivered and not self._outstanding[message.id]):
-                deliver.append(Delivery(message.id))
-                self._outstanding[message.id] += 1
-        for message, delay_ns in decision.delayed:
-            if self.duplicates or (message.id not in self._delivered and not self._outstanding[message.id]):
+        """The proxy's outcome of `decision`: its messages delivered (now or later). Without
+        DUPLICATES one delivered or ordered already is not, and one delivered already that
+        is in no set any more (let out of one by DeliverAllFromSet) is let go: nothing can
+        name it again, so the proxy need not keep its bytes."""
+        deliver: list[Delivery] = []
+        forget: list[str] = []
+        for message, delay_ns, delayed in (*((m, 0, False) for m in decision.deliver),
+                                           *((m, ns, True) for m, ns in decision.delayed)):
+            if self.duplicates or not (message.id in self._delivered or self._outstanding[message.id]
+                                       or message.id in forget):
                 deliver.append(Delivery(message.id, delay_ns))
                 self._outstanding[message.id] += 1
-                self._count(message, "delayed")
-        return Outcome(tuple(deliver))
+                if delayed:
+                    self._count(message, "delayed")
+            elif message.id in self._delivered and not self._outstanding[message.id] \
+                    and not self._in_a_set(message.id):
+                forget.append(self._let_go(message.id))
+        return Outcome(tuple(deliver), tuple(forget))
+
+    def _let_go(self, message_id: str) -> str:
+        """Forget `message_id` (the proxy is told to let its bytes go): it is delivered,
+        not to be delivered again and in no set."""
+        self._outstanding.pop(message_id, None)
+        self._delivered.discard(message_id)
+        return message_id
 
     def _in_a_set(self, message_id: str) -> bool:
         return self.engine is not None and any(message_id in held for held in self.engine.ctx.sets.values())

@@ -19,6 +19,7 @@ from mallory.mediator.service import Mediator
 from mallory.observer.messages import MessageFormat, PeerMessages, TypeField
 from mallory.scenario import (
     Count,
+    Deliver,
     DeliverAllFromSet,
     Drop,
     If,
@@ -95,6 +96,20 @@ def test_what_a_set_held_is_delivered_when_it_goes_out_of_force_and_then_let_go(
     assert ended["released"] == 2 and ended["messages"]["n1->n2"]["vote"] == {"sent": 3, "held": 2}
     assert released.outcomes == [Outcome((Delivery("m1"), Delivery("m2")))]
     assert d.on_delivered(msg(1, "vote")) == Outcome((), ("m1",))  # in no set any more: let go
+
+
+def test_a_message_a_set_delivered_and_held_is_let_go_when_the_set_goes_out_of_force():
+    """Delivered once already (no duplicates): not delivered again, but let go, or the
+    proxy kept its bytes for the connection's life."""
+    d = FilterSetDriver({"deliver-and-keep": FilterSet([If(IsMessageType("vote")).Then(
+        Deliver(), StoreInSet(Set("votes")))])}, NODES)
+    d.release = released = Released()
+    d.switch("deliver-and-keep", {})
+    assert d.on_message(msg(1, "vote")) == Outcome((Delivery("m1"),))
+    assert d.on_delivered(msg(1, "vote")) == Outcome()  # still in the set: kept
+    assert d.switch(None, {})["ended"]["released"] == 0
+    assert released.outcomes == [Outcome((), ("m1",))]
+    assert not d._delivered and not d._outstanding
 
 
 def test_timeline_events_reach_the_set_in_force_only():
