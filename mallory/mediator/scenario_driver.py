@@ -18,7 +18,8 @@ events are not a scenario's: its messages come from the proxy. Messages those ev
 release (a filter on a code event delivering a held set) go to the proxy through
 `release` (its thread-safe `deliver`).
 
-Once the run has ended (its machine reached a final verdict), every message is delivered
+Once the run has ended (its machine reached a final verdict), what it still held in sets
+is delivered (counted `released`), every later message is delivered at once, uncounted,
 and no more events are stepped: the SUT runs on undisturbed until the command tears it
 down. One lock keeps the proxy's thread and the ingest's apart.
 
@@ -89,9 +90,8 @@ class MessageDriver:
             if self._undisturbed():
                 self._outstanding[message.id] += 1
                 return Outcome((Delivery(message.id),))
-            assert self.engine is not None
             self._count(message, "sent")
-            outcome = self._outcome(self.engine.step(send(message)))
+            outcome = self._step(send(message))
             if not self._outstanding[message.id]:
                 if self._in_a_set(message.id):
                     self._count(message, "held")
@@ -106,7 +106,7 @@ class MessageDriver:
                 self._count(message, "delivered")
             self._outstanding[message.id] -= 1
             self._delivered.add(message.id)
-            outcome = Outcome() if self._undisturbed() else self._outcome(self.engine.step(receive(message)))
+            outcome = Outcome() if self._undisturbed() else self._step(receive(message))
             if self._outstanding[message.id] <= 0 and not self._in_a_set(message.id):
                 outcome = Outcome(outcome.deliver, (*outcome.forget, self._let_go(message.id)))
             return outcome
@@ -125,8 +125,7 @@ class MessageDriver:
             with self._lock:
                 if self._undisturbed():
                     return
-                assert self.engine is not None
-                outcome = self._outcome(self.engine.step(event))
+                outcome = self._step(event)
             if (outcome.deliver or outcome.forget) and self.release is not None:
                 self.release(outcome)
 
@@ -149,6 +148,32 @@ class MessageDriver:
         return None
 
     # -- inside --------------------------------------------------------------------------
+
+    def _step(self, event: ScenarioEvent) -> Outcome:
+        """The engine in force steps on `event`: the outcome of its decision, and, when the
+        event ended the run, of every message the run still held (the SUT runs on
+        undisturbed from now: a message left in a set would be a drop nobody asked for)."""
+        assert self.engine is not None
+        outcome = self._outcome(self.engine.step(event))
+        if self.engine.ended:
+            held = self._release_held()
+            outcome = Outcome((*outcome.deliver, *held.deliver), (*outcome.forget, *held.forget))
+        return outcome
+
+    def _release_held(self) -> Outcome:
+        """Deliveries of every message the engine in force holds in its message sets, now
+        let out of them (so each is let go once delivered), each counted `released`."""
+        if self.engine is None:
+            return Outcome()
+        held = [m for found in self.engine.ctx.sets.values() for m in found.values()]
+        for found in self.engine.ctx.sets.values():
+            found.clear()
+        outcome = self._outcome(Decision(tuple(held), None))
+        ordered = {d.message_id for d in outcome.deliver}
+        for message in {m.id: m for m in held}.values():
+            if message.id in ordered:
+                self._count(message, "released")
+        return outcome
 
     def _outcome(self, decision: Decision) -> Outcome:
         """The proxy's outcome of `decision`: its messages delivered (now or later). Without

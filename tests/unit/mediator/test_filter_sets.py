@@ -93,7 +93,7 @@ def test_what_a_set_held_is_delivered_when_it_goes_out_of_force_and_then_let_go(
     assert d.on_message(msg(2, "vote")) == Outcome()
     assert d.on_message(msg(3, "vote")) == Outcome((Delivery("m3"),))  # the counter is at 2
     ended = d.switch("drop-appends-to-a-follower", {"follower": "n3"})["ended"]  # a switch ends it too
-    assert ended["released"] == 2 and ended["messages"]["n1->n2"]["vote"] == {"sent": 3, "held": 2}
+    assert ended["released"] == 2 and ended["messages"]["n1->n2"]["vote"] == {"sent": 3, "held": 2, "released": 2}
     assert released.outcomes == [Outcome((Delivery("m1"), Delivery("m2")))]
     assert d.on_delivered(msg(1, "vote")) == Outcome((), ("m1",))  # in no set any more: let go
 

@@ -125,6 +125,31 @@ def test_the_run_ends_then_everything_passes_and_the_report_says_how_it_went():
     assert report["messages"]["n1->n2"]["append"] == {"sent": 1, "dropped": 1}
 
 
+def test_what_the_run_held_is_delivered_when_it_ends_and_counted_released():
+    """After the end the SUT runs on undisturbed: a message still held in a set would be
+    a drop the scenario never asked for (and its bytes kept for the connection's life)."""
+    machine = StateMachine()
+    machine.builder().on(IsMessageType("vote"), SUCCESS)
+    d = driver([If(IsMessageType("append")).Then(StoreInSet(Set("held")))], machine)
+    assert d.on_message(msg(1)) == Outcome()
+    assert d.on_message(msg(2, "vote")) == Outcome((Delivery("m2"), Delivery("m1")))  # the vote ends the run
+    assert d.engine.ended and not d._in_a_set("m1")
+    assert d.on_delivered(msg(1)) == Outcome((), ("m1",))
+    assert d.report()["messages"]["n1->n2"] == {"append": {"sent": 1, "held": 1, "released": 1},
+                                                "vote": {"sent": 1}}
+
+
+def test_a_run_ended_by_a_timeline_event_releases_what_it_held_through_the_proxy():
+    machine = StateMachine()
+    machine.builder().on(IsEventType("became-leader"), SUCCESS)
+    d = driver([If(IsMessageType("append")).Then(StoreInSet(Set("held")))], machine)
+    released = []
+    d.release = released.append
+    d.on_message(msg(1))
+    d.on_entries([entry(Event("n3", Kind.FUNC, 6, 7))])
+    assert d.engine.ended and released == [Outcome((Delivery("m1"),))]
+
+
 def test_what_a_scenario_sees_of_the_timeline():
     d = driver([])
     seen = d.scenario_event
