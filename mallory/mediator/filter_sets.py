@@ -70,6 +70,7 @@ class FilterSetDriver(MessageDriver):
             self.active = name
             self.roles = dict(roles) if name is not None else {}
             self.counts = {}
+            self._sent = set()
             self.activations += name is not None
         if (held.deliver or held.forget) and self.release is not None:
             self.release(held)

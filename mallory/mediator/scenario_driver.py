@@ -78,6 +78,9 @@ class MessageDriver:
         self.errors = 0  # events the engine refused (logged as a count: the run goes on)
         self._outstanding: Counter[str] = Counter()  # deliveries ordered, not yet made
         self._delivered: set[str] = set()  # delivered and not yet let go
+        #: messages counted `sent` by the engine in force, not yet let go: only their
+        #: deliveries are its to count (not those of messages an earlier one released)
+        self._sent: set[str] = set()
         self._lock = threading.Lock()
 
     def _undisturbed(self) -> bool:
@@ -91,18 +94,19 @@ class MessageDriver:
                 self._outstanding[message.id] += 1
                 return Outcome((Delivery(message.id),))
             self._count(message, "sent")
+            self._sent.add(message.id)
             outcome = self._step(send(message))
             if not self._outstanding[message.id]:
                 if self._in_a_set(message.id):
                     self._count(message, "held")
                 else:
                     self._count(message, "dropped")
-                    outcome = Outcome(outcome.deliver, (*outcome.forget, message.id))
+                    outcome = Outcome(outcome.deliver, (*outcome.forget, self._let_go(message.id)))
             return outcome
 
     def on_delivered(self, message: Message) -> Outcome:
         with self._lock:
-            if not self._undisturbed():
+            if not self._undisturbed() and message.id in self._sent:
                 self._count(message, "delivered")
             self._outstanding[message.id] -= 1
             self._delivered.add(message.id)
@@ -200,6 +204,7 @@ class MessageDriver:
         not to be delivered again and in no set."""
         self._outstanding.pop(message_id, None)
         self._delivered.discard(message_id)
+        self._sent.discard(message_id)
         return message_id
 
     def _in_a_set(self, message_id: str) -> bool:

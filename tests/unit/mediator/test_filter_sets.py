@@ -98,6 +98,20 @@ def test_what_a_set_held_is_delivered_when_it_goes_out_of_force_and_then_let_go(
     assert d.on_delivered(msg(1, "vote")) == Outcome((), ("m1",))  # in no set any more: let go
 
 
+def test_an_activation_counts_the_deliveries_of_its_own_messages_only():
+    """What the set before held is released at the switch and delivered while the next is
+    in force: the next one's account must not say it delivered messages it never saw."""
+    d, released = driver()
+    d.switch("hold-votes", {})
+    assert d.on_message(msg(1, "vote")) == Outcome()
+    d.switch("drop-appends-to-a-follower", {"follower": "n3"})
+    assert released.outcomes == [Outcome((Delivery("m1"),))]
+    assert d.on_delivered(msg(1, "vote")) == Outcome((), ("m1",))
+    assert d.on_message(msg(2, "vote")) == Outcome((Delivery("m2"),))
+    d.on_delivered(msg(2, "vote"))
+    assert d.switch(None, {})["ended"]["messages"] == {"n1->n2": {"vote": {"sent": 1, "delivered": 1}}}
+
+
 def test_a_message_a_set_delivered_and_held_is_let_go_when_the_set_goes_out_of_force():
     """Delivered once already (no duplicates): not delivered again, but let go, or the
     proxy kept its bytes for the connection's life."""
