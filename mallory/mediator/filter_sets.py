@@ -66,17 +66,18 @@ class FilterSetDriver(MessageDriver):
         with self._lock:
             held = self._release_held()
             ended = self._account() if self.engine is not None else None
+            if ended is not None:
+                ended["released"] = len(held.deliver)
             self.engine = engine
             self.active = name
             self.roles = dict(roles) if name is not None else {}
             self.counts = {}
             self._sent = set()
             self.activations += name is not None
+            answer = {**self.state(), "ended": ended}  # now: another switch may follow at once
         if (held.deliver or held.forget) and self.release is not None:
             self.release(held)
-        if ended is not None:
-            ended["released"] = len(held.deliver)
-        return {**self.state(), "ended": ended}
+        return answer
 
     def state(self) -> dict[str, Any]:
         """The set in force (None: none) and its roles."""

@@ -145,6 +145,19 @@ def test_timeline_events_reach_the_set_in_force_only():
     assert released.outcomes == [Outcome((Delivery("m1"),))]
 
 
+def test_a_switch_answers_with_the_state_it_made_though_another_switch_follows_at_once():
+    """The API serves each request in a thread of its own: a second switch may run while
+    the first releases what its set held (outside the lock); the first's answer is still
+    the state it made, not the second's."""
+    d, _ = driver()
+    d.switch("hold-votes", {})
+    d.on_message(msg(1, "vote"))
+    d.release = lambda outcome: d.switch("drop-appends-to-a-follower", {"follower": "n2"})  # the other thread
+    answer = d.switch(None, {})
+    assert answer["active"] is None and answer["roles"] == {} and answer["ended"]["set"] == "hold-votes"
+    assert d.state()["active"] == "drop-appends-to-a-follower"
+
+
 @pytest.mark.parametrize("name, roles, error", [
     ("no-such-set", {}, "no filter set 'no-such-set' \\(sets: drop-appends-to-a-follower, hold-votes\\)"),
     ("drop-appends-to-a-follower", {"boss": "n1"}, "unknown role 'boss'"),
