@@ -97,7 +97,8 @@ class Outcome(NamedTuple):
 
 class Decider(Protocol):
     """Decides every message of the proxied connections (mallory/mediator/scenario_driver.py
-    drives a scenario's engine with them). Both calls come from the proxy's thread."""
+    drives a scenario's engine with them). Every call comes from the proxy's thread, never
+    while the decider is in another of them."""
 
     def on_message(self, message: Message) -> Outcome:
         """`message` has arrived whole at the gateway, from its sender."""
@@ -105,6 +106,12 @@ class Decider(Protocol):
 
     def on_delivered(self, message: Message) -> Outcome:
         """`message`'s last byte went to its receiver's socket."""
+        ...
+
+    def on_lost(self, message_id: str) -> None:
+        """The proxy has let go of message `message_id` without being told to (its
+        connection closed), or was told to deliver it after that: it will never be
+        delivered, and the decider forgets it. May come more than once for one message."""
         ...
 
 
@@ -278,6 +285,8 @@ class Relay:
         for message_id in stranded:
             del self.pending[message_id]
         self.counts["undeliverable"] += len(set(stranded) - unwritten)
+        for message_id in stranded:
+            self._lost(message_id)
 
     def close_all(self, abort: bool = False) -> None:
         for conn in list(self.connections.values()):
@@ -317,6 +326,7 @@ class Relay:
         found = self.pending.get(message_id)
         if found is None:
             self.counts["gone"] += 1  # forgotten before: nothing left to write
+            self._lost(message_id)
             return
         direction, piece, message = found
         if direction.writer.closed or direction.writer.write_shut:
@@ -392,6 +402,14 @@ class Relay:
                 self.counts["duplicates_refused"] += len(outcome.deliver) - len(kept)
                 outcome = Outcome(tuple(kept), outcome.forget)
         return outcome
+
+    def _lost(self, message_id: str) -> None:
+        """The decider hears that `message_id` will never be delivered."""
+        try:
+            self.decider.on_lost(message_id)
+        except Exception as exc:  # as in _decide: the decider's bug must not stop the relay
+            self.counts["decider_errors"] += 1
+            log.warning("message layer: the decider failed on losing %s: %s: %s", message_id, type(exc).__name__, exc)
 
     def _connection_of(self, leg: Leg) -> Connection | None:
         for conn in self.connections.values():

@@ -115,6 +115,10 @@ class MessageDriver:
                 outcome = Outcome(outcome.deliver, (*outcome.forget, self._let_go(message.id)))
             return outcome
 
+    def on_lost(self, message_id: str) -> None:
+        with self._lock:
+            self._let_go(message_id)
+
     # -- the timeline's events ------------------------------------------------------------
 
     def on_entries(self, entries: Iterable[Committed]) -> None:

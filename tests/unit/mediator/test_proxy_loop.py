@@ -31,6 +31,9 @@ class DeliverAll:
     def on_delivered(self, message):
         return Outcome(forget=(message.id,))
 
+    def on_lost(self, message_id):
+        pass
+
 
 class FakeTransparentProxy(MessageProxy):
     """A fake MessageProxy: a plain listener on 127.0.0.1, every accepted connection's

@@ -52,7 +52,7 @@ class FakeDecider:
 
     def __init__(self, rule=None) -> None:
         self.rule = rule or (lambda m: Outcome((Delivery(m.id),)))
-        self.arrived, self.delivered = [], []
+        self.arrived, self.delivered, self.lost = [], [], []
 
     def on_message(self, message):
         self.arrived.append(message)
@@ -61,6 +61,9 @@ class FakeDecider:
     def on_delivered(self, message):
         self.delivered.append(message)
         return Outcome(forget=(message.id,))
+
+    def on_lost(self, message_id):
+        self.lost.append(message_id)
 
 
 def relay(decider, room=None, **options):
@@ -204,5 +207,17 @@ def test_a_closed_connection_lets_its_held_messages_go():
     assert len(r.pending) == 2
     r.failed(conn, conn.one, ConnectionResetError("reset"))
     assert r.pending == {} and r.counts["undeliverable"] == 2
+    assert decider.lost == ["m1", "m2"]  # the decider lets go of them too
     r.apply(Outcome((Delivery("m1"),)))
     assert two.sent == b"" and r.counts["gone"] == 1
+    assert decider.lost == ["m1", "m2", "m1"]  # a delivery it ordered that cannot be made
+
+
+def test_a_message_lost_with_its_connection_is_let_go_by_the_decider_too():
+    """Written into a socket that took none of it, then reset: the decider still waited
+    for its delivery, and would for ever (one entry per message lost, a leak)."""
+    decider = FakeDecider()
+    r, conn, one, two, _ = relay(decider, room=0)
+    r.received(conn.directions[0], b"A 1\n")
+    r.failed(conn, conn.two, ConnectionResetError("reset"))
+    assert decider.delivered == [] and decider.lost == ["m1"]

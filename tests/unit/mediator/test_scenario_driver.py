@@ -74,6 +74,23 @@ def test_a_held_set_is_released_by_a_code_event_from_the_timeline():
     assert d.on_delivered(msg(1)) == Outcome((), ("m1",))
 
 
+def test_a_message_the_proxy_lost_is_forgotten_whatever_was_ordered_for_it():
+    """Its connection closed before its delivery: the driver keeps nothing of it (else an
+    entry per message lost with a connection, for the mediator's life). Still held in a
+    set, it may be released later: then it is ordered, lost again, forgotten again."""
+    d = driver([If(IsMessageType("vote")).Then(StoreInSet(Set("votes"))),
+                If(IsEventType("became-leader")).Then(DeliverAllFromSet(Set("votes")))])
+    d.release = lambda outcome: None
+    assert d.on_message(msg(1)) == Outcome((Delivery("m1"),))
+    assert d.on_message(msg(2, "vote")) == Outcome()
+    d.on_lost("m1")
+    d.on_lost("m2")
+    assert not d._outstanding and not d._sent and d._in_a_set("m2")
+    d.on_entries([entry(Event("n3", Kind.FUNC, 6, 7))])
+    d.on_lost("m2")
+    assert not d._outstanding and not d._sent and not d._delivered
+
+
 def test_a_delay_is_a_later_delivery_and_counted():
     d = driver([If(IsMessageType("append")).Then(Delay(20))])
     assert d.on_message(msg(1)) == Outcome((Delivery("m1", 20_000_000),))
