@@ -98,7 +98,8 @@ class Outcome(NamedTuple):
 class Decider(Protocol):
     """Decides every message of the proxied connections (mallory/mediator/scenario_driver.py
     drives a scenario's engine with them). Every call comes from the proxy's thread, never
-    while the decider is in another of them."""
+    while the decider is in another of them. The proxy writes every delivery an outcome
+    lists: whether a message may go twice is the decider's to say."""
 
     def on_message(self, message: Message) -> Outcome:
         """`message` has arrived whole at the gateway, from its sender."""
@@ -177,12 +178,10 @@ class Relay:
     it out of its selector then, while its descriptor is still its own)."""
 
     def __init__(self, node_addresses: Mapping[str, str], new_stream: Callable[[], MessageStream], decider: Decider,
-                 *, duplicates: bool = False,
-                 on_written: Callable[[Key, int, int, int], None] | None = None) -> None:
+                 *, on_written: Callable[[Key, int, int, int], None] | None = None) -> None:
         self.node_by_ip = {ip_int(address): node for node, address in node_addresses.items()}
         self.new_stream = new_stream
         self.decider = decider
-        self.duplicates = duplicates
         self.on_written = on_written
         self.closing: Callable[[Conn], None] = lambda sock: None
         self.connections: dict[int, Connection] = {}
@@ -381,27 +380,15 @@ class Relay:
             self._close_if_done(conn)
 
     def _decide(self, message: Message, arriving: bool) -> Outcome:
-        """The decider's outcome for `message` arriving (or delivered), a duplicate delivery
-        left out unless duplicates are allowed; an arriving message is delivered when the
-        decider fails."""
+        """The decider's outcome for `message` arriving (or delivered); an arriving message
+        is delivered when the decider fails."""
         try:
-            outcome = self.decider.on_message(message) if arriving else self.decider.on_delivered(message)
+            return self.decider.on_message(message) if arriving else self.decider.on_delivered(message)
         except Exception as exc:  # the decider's bug must not cut the SUT's links
             self.counts["decider_errors"] += 1
             log.warning("message layer: the decider failed on %s (delivered as is): %s: %s",
                         message, type(exc).__name__, exc)
             return Outcome((Delivery(message.id),) if arriving else ())
-        if not self.duplicates:
-            seen: set[str] = set()
-            kept = []
-            for delivery in outcome.deliver:
-                if delivery.message_id not in seen:
-                    seen.add(delivery.message_id)
-                    kept.append(delivery)
-            if len(kept) < len(outcome.deliver):
-                self.counts["duplicates_refused"] += len(outcome.deliver) - len(kept)
-                outcome = Outcome(tuple(kept), outcome.forget)
-        return outcome
 
     def _lost(self, message_id: str) -> None:
         """The decider hears that `message_id` will never be delivered."""
