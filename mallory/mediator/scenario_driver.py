@@ -30,6 +30,7 @@ scenario from the start.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
@@ -55,6 +56,8 @@ from mallory.scenario.machine import START
 from mallory.timeline.builder import Committed
 from mallory.timeline.event import Event, Kind
 
+logger = logging.getLogger(__name__)
+
 
 class MessageDriver:
     """What a decider of the message layer shares, whatever puts its engine there: the
@@ -75,7 +78,9 @@ class MessageDriver:
         #: while an engine ran (not after its end: the SUT's undisturbed traffic until the
         #: tear-down is not the run's)
         self.counts: dict[tuple[str, str, str], Counter[str]] = {}
-        self.errors = 0  # events the engine refused (logged as a count: the run goes on)
+        #: timeline events the scenario could not take (a bad name, an action that failed):
+        #: skipped and counted, the run goes on
+        self.errors = 0
         self._outstanding: Counter[str] = Counter()  # deliveries ordered, not yet made
         self._delivered: set[str] = set()  # delivered and not yet let go
         #: messages counted `sent` by the engine in force, not yet let go: only their
@@ -133,7 +138,13 @@ class MessageDriver:
             with self._lock:
                 if self._undisturbed():
                     return
-                outcome = self._step(event)
+                try:
+                    outcome = self._step(event)
+                except Exception as exc:  # the scenario's error must not stop the ingest
+                    self.errors += 1
+                    logger.warning("message layer: the scenario failed on %s (event skipped): %s: %s",
+                                event, type(exc).__name__, exc)
+                    continue
             if (outcome.deliver or outcome.forget) and self.release is not None:
                 self.release(outcome)
 

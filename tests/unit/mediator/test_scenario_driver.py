@@ -9,6 +9,7 @@ from mallory.mediator.proxy import Delivery, Outcome
 from mallory.mediator.scenario_driver import ScenarioDriver
 from mallory.scenario import (
     SUCCESS,
+    CreatePartition,
     Delay,
     Deliver,
     DeliverAllFromSet,
@@ -165,6 +166,21 @@ def test_a_run_ended_by_a_timeline_event_releases_what_it_held_through_the_proxy
     d.on_message(msg(1))
     d.on_entries([entry(Event("n3", Kind.FUNC, 6, 7))])
     assert d.engine.ended and released == [Outcome((Delivery("m1"),))]
+
+
+def test_a_timeline_event_the_scenario_fails_on_is_counted_and_the_ingest_goes_on():
+    """on_entries runs in the ingest (an observer's connection, the mediator's own ticker):
+    a scenario's error escaping it would reject an observer's good batch, or end the
+    ticker thread and with it the mediator's own events. Counted like a refused event, and
+    the events after it are still stepped."""
+    d = driver([If(IsEventType("became-leader")).Then(CreatePartition(one=["n1"], two=1)),  # 2 of 3 nodes
+                If(IsMessageSend() & IsMessageType("append")).Then(StoreInSet(Set("held"))),
+                If(IsEventType("truncate")).Then(DeliverAllFromSet(Set("held")))])
+    released = []
+    d.release = released.append
+    d.on_message(msg(1))
+    d.on_entries([entry(Event("n3", Kind.FUNC, 6, 7)), entry(Event("n2", Kind.LOG, 7, 5, "truncate"))])
+    assert d.report()["refused_events"] == 1 and released == [Outcome((Delivery("m1"),))]
 
 
 def test_what_a_scenario_sees_of_the_timeline():
