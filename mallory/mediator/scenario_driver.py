@@ -111,11 +111,12 @@ class MessageDriver:
 
     def on_delivered(self, message: Message) -> Outcome:
         with self._lock:
-            if not self._undisturbed() and message.id in self._sent:
+            seen_sent = not self._undisturbed() and message.id in self._sent
+            if seen_sent:
                 self._count(message, "delivered")
             self._outstanding[message.id] -= 1
             self._delivered.add(message.id)
-            outcome = Outcome() if self._undisturbed() else self._step(receive(message))
+            outcome = self._step(receive(message)) if seen_sent else Outcome()
             if self._outstanding[message.id] <= 0 and not self._in_a_set(message.id):
                 outcome = Outcome(outcome.deliver, (*outcome.forget, self._let_go(message.id)))
             return outcome

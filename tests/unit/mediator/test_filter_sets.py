@@ -112,6 +112,16 @@ def test_an_activation_counts_the_deliveries_of_its_own_messages_only():
     assert d.switch(None, {})["ended"]["messages"] == {"n1->n2": {"vote": {"sent": 1, "delivered": 1}}}
 
 
+def test_a_set_sees_the_receipt_of_the_messages_it_saw_sent_only():
+    """A message sent before the set went into force and delivered after: its RECV is no
+    event of this set's (a filter counting receipts would count one it never saw sent)."""
+    d, _ = driver()
+    assert d.on_message(msg(1, "vote")) == Outcome((Delivery("m1"),))
+    d.switch("hold-votes", {})
+    assert d.on_delivered(msg(1, "vote")) == Outcome((), ("m1",))
+    assert d.report()["current"]["events"] == 0
+
+
 def test_a_message_a_set_delivered_and_held_is_let_go_when_the_set_goes_out_of_force():
     """Delivered once already (no duplicates): not delivered again, but let go, or the
     proxy kept its bytes for the connection's life."""
