@@ -80,7 +80,8 @@ class FilterSetDriver(MessageDriver):
         return answer
 
     def state(self) -> dict[str, Any]:
-        """The set in force (None: none) and its roles."""
+        """The set in force (None: none) and its roles (read under the lock for an answer
+        that must match the account: `switch`, `report`)."""
         return {"active": self.active, "roles": dict(self.roles)}
 
     def report(self) -> dict[str, Any]:

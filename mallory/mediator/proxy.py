@@ -25,7 +25,8 @@ arrive) and the decider's `Outcome` says which messages to write now, which afte
 and which it will never ask for again (their bytes are let go). A message is written whole,
 in the order the outcomes list it: one delivered later than its successors is reordered,
 one never delivered is dropped, one delivered twice is duplicated. When a message's last
-byte has been handed to the receiver's socket the decider hears of it (`on_delivered`).
+byte has been handed to the receiver's socket the decider hears of it (`on_delivered`);
+when its connection closes before that, it hears that it is lost (`on_lost`).
 Bytes that make no message (the stream lost sync, or ended mid-message) are passed on
 unframed, in order, undecided. A decider that raises has its message delivered (a bug of
 ours must not cut the SUT's links) and is counted.
@@ -45,7 +46,8 @@ would have seen without the layer, and the gateway keeps no TIME_WAIT socket who
 Threading: `Relay` holds the connections and makes every decision call and write; it is
 driven by one thread (`MessageProxy`'s loop: a selector over the listener, every leg and
 a wake pipe, with a timeout at the next delayed delivery). Nothing here runs, and no
-socket is open, unless the mediator was given a scenario (`mallory mediator --scenario`).
+socket is open, unless the mediator was given a scenario or filter sets (`mallory mediator
+--scenario`, `--filter-sets`).
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ release (a filter on a code event delivering a held set) go to the proxy through
 Once the run has ended (its machine reached a final verdict), what it still held in sets
 is delivered (counted `released`), every later message is delivered at once, uncounted,
 and no more events are stepped: the SUT runs on undisturbed until the command tears it
-down. One lock keeps the proxy's thread and the ingest's apart.
+down.
 
 `MessageDriver` is what this shares with the campaign's filter sets
 (mallory/mediator/filter_sets.py), whose engine comes and goes; `ScenarioDriver` runs one
@@ -63,7 +63,25 @@ class MessageDriver:
     """What a decider of the message layer shares, whatever puts its engine there: the
     proxy's calls, the timeline's events and the per-message bookkeeping (see the module
     docstring). `engine` None, or one whose run has ended, leaves every message undisturbed
-    (delivered at once and uncounted)."""
+    (`_undisturbed`).
+
+    Threads: `on_message`, `on_delivered` and `on_lost` come from the proxy's thread (the
+    `Decider` contract); `on_entries` from the ingest, one call at a time under its lock
+    (an observer's receiver thread, or the mediator's ticker); reports and a subclass's
+    engine switch from the API's threads. One lock covers the engine, `counts` and the
+    bookkeeping, so the engine (pure, not thread-safe) steps one event at a time, and a
+    message arriving while the engine is swapped is decided wholly by the old one or wholly
+    by the new. Whoever installs or removes an engine does it under the lock, first
+    releasing what the old one held (`_release_held`) and resetting `counts` and `_sent`.
+    Nothing is called while the lock is held but the engine: `release` (the proxy's
+    `deliver`, which only queues) is called after it is let go.
+
+    A message is tracked from its arrival until it is let go (its id in an outcome's
+    `forget`, so the proxy lets its bytes go too): when it is delivered, with no delivery
+    outstanding and in no set of the engine in force; at once when dropped; or when the
+    proxy lost it (`on_lost`). What an engine holds in its sets is delivered when its run
+    ends or it is replaced, so a held message is never lost by the driver, and without
+    DUPLICATES never delivered twice."""
 
     def __init__(self, nodes: Sequence[str], catalogue: Catalogue | None = None, own_node: str = "mediator",
                  duplicates: bool = False) -> None:
@@ -89,6 +107,9 @@ class MessageDriver:
         self._lock = threading.Lock()
 
     def _undisturbed(self) -> bool:
+        """No engine in force, or its run has ended (its sets were emptied then: `_step`):
+        a message is delivered at once, nothing is counted and no event is stepped. Read
+        under the lock; `on_entries` also reads it before, only to skip work early."""
         return self.engine is None or self.engine.ended
 
     # -- the proxy's Decider ------------------------------------------------------------
