@@ -426,6 +426,9 @@ class MessageProxy:
         os.set_blocking(self._wake_w, False)
         self._stop = False
         self._stopped = False
+        #: `deliver` (any thread) and `stop` closing the wake pipe: a wake byte written after
+        #: the close would go to whatever file has the descriptor number by then
+        self._wake_lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._listener: socket.socket | None = None
         self._selector = selectors.DefaultSelector()
@@ -482,12 +485,15 @@ class MessageProxy:
             raise
 
     def deliver(self, outcome: Outcome) -> None:
-        """Make `outcome` in the proxy's thread (from any thread)."""
-        self._incoming.append(outcome)
-        try:
-            os.write(self._wake_w, b"x")
-        except OSError:
-            pass
+        """Make `outcome` in the proxy's thread (from any thread); after the stop, nothing."""
+        with self._wake_lock:
+            if self._stopped:
+                return
+            self._incoming.append(outcome)
+            try:
+                os.write(self._wake_w, b"x")
+            except OSError:  # the pipe is full: the loop is woken already
+                pass
 
     def stop(self) -> None:
         """Stop the loop (which resets every proxied connection) and close what it used;
@@ -499,10 +505,11 @@ class MessageProxy:
         if self._thread is not None:
             self._thread.join(2.0)
         if self._thread is None or not self._thread.is_alive():
-            self._stopped = True
-            self._selector.close()
-            os.close(self._wake_r)
-            os.close(self._wake_w)
+            with self._wake_lock:
+                self._stopped = True
+                self._selector.close()
+                os.close(self._wake_r)
+                os.close(self._wake_w)
 
     # -- the loop ------------------------------------------------------------------------
 
