@@ -19,7 +19,6 @@ event led to (`InState`), and an event that ends the run is still filtered.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -58,9 +57,6 @@ class Engine:
         self.ctx = Context(nodes, START, roles)
         self.run = Run(machine, self.ctx)
         self.events = 0
-        #: how many events each filter decided (None: the default filter), Netrix's
-        #: FilterSetStats
-        self.decided: Counter[int | None] = Counter()
 
     @property
     def ended(self) -> bool:
@@ -72,9 +68,7 @@ class Engine:
             raise ScenarioError(f"the run has ended in {self.run.state.label}: it takes no more events")
         self.run.step(self.events, event)
         self.events += 1
-        decision = self.filters.decide(event, self.ctx)
-        self.decided[decision.filter] += 1
-        return decision
+        return self.filters.decide(event, self.ctx)
 
     def verdict(self) -> Verdict:
         """The verdict now: final once `ended`, else the timeout's (pass in a success state)."""
