@@ -96,8 +96,8 @@ class MessageDriver:
         #: while an engine ran (not after its end: the SUT's undisturbed traffic until the
         #: tear-down is not the run's)
         self.counts: dict[tuple[str, str, str], Counter[str]] = {}
-        #: timeline events the scenario could not take (a bad name, an action that failed):
-        #: skipped and counted, the run goes on
+        #: events the scenario could not take (a timeline event's bad name, an action that
+        #: raised): counted, and the run goes on (`_step`)
         self.errors = 0
         self._outstanding: Counter[str] = Counter()  # deliveries ordered, not yet made
         self._delivered: set[str] = set()  # delivered and not yet let go
@@ -160,13 +160,7 @@ class MessageDriver:
             with self._lock:
                 if self._undisturbed():
                     return
-                try:
-                    outcome = self._step(event)
-                except Exception as exc:  # the scenario's error must not stop the ingest
-                    self.errors += 1
-                    logger.warning("message layer: the scenario failed on %s (event skipped): %s: %s",
-                                event, type(exc).__name__, exc)
-                    continue
+                outcome = self._step(event)
             if (outcome.deliver or outcome.forget) and self.release is not None:
                 self.release(outcome)
 
@@ -193,9 +187,19 @@ class MessageDriver:
     def _step(self, event: ScenarioEvent) -> Outcome:
         """The engine in force steps on `event`: the outcome of its decision, and, when the
         event ended the run, of every message the run still held (the SUT runs on
-        undisturbed from now: a message left in a set would be a drop nobody asked for)."""
+        undisturbed from now: a message left in a set would be a drop nobody asked for).
+        When the scenario raises (an action that cannot be done, a node function of the
+        scenario file's) the error is counted and the event goes on as if no filter had
+        handled it: a SEND's message is delivered. The proxy's thread, the ingest's, the
+        bookkeeping: none may be stopped by a scenario's error."""
         assert self.engine is not None
-        outcome = self._outcome(self.engine.step(event))
+        try:
+            decision = self.engine.step(event)
+        except Exception as exc:
+            self.errors += 1
+            logger.warning("message layer: the scenario failed on %s: %s: %s", event, type(exc).__name__, exc)
+            decision = Decision((event.message,) if event.kind is Kind.SEND and event.message else (), None)
+        outcome = self._outcome(decision)
         if self.engine.ended:
             held = self._release_held()
             outcome = Outcome((*outcome.deliver, *held.deliver), (*outcome.forget, *held.forget))
@@ -237,8 +241,8 @@ class MessageDriver:
         return Outcome(tuple(deliver), tuple(forget))
 
     def _let_go(self, message_id: str) -> str:
-        """Forget `message_id` (the proxy is told to let its bytes go): it is delivered,
-        not to be delivered again and in no set."""
+        """Forget `message_id` (the caller tells the proxy to let its bytes go, unless the
+        proxy lost it): no delivery of it is outstanding and none will be ordered again."""
         self._outstanding.pop(message_id, None)
         self._delivered.discard(message_id)
         self._sent.discard(message_id)

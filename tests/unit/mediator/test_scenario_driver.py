@@ -16,6 +16,7 @@ from mallory.scenario import (
     Drop,
     If,
     IsEventType,
+    IsMessageReceive,
     IsMessageSend,
     IsMessageType,
     Set,
@@ -181,6 +182,18 @@ def test_a_timeline_event_the_scenario_fails_on_is_counted_and_the_ingest_goes_o
     d.on_message(msg(1))
     d.on_entries([entry(Event("n3", Kind.FUNC, 6, 7)), entry(Event("n2", Kind.LOG, 7, 5, "truncate"))])
     assert d.report()["refused_events"] == 1 and released == [Outcome((Delivery("m1"),))]
+
+
+def test_a_message_the_scenario_fails_on_is_delivered_counted_and_let_go():
+    """An action that raises on a message's SEND or RECV: the message goes on as if no
+    filter had handled it, the error is the scenario's (refused_events), and the driver
+    still lets the message go (else its id and bytes stayed for the connection's life)."""
+    bad = CreatePartition(one=["n1"], two=1)  # 2 of the 3 nodes: raises
+    d = driver([If(IsMessageReceive()).Then(bad), If(IsMessageSend() & IsMessageType("vote")).Then(bad)])
+    assert d.on_message(msg(1)) == Outcome((Delivery("m1"),))
+    assert d.on_delivered(msg(1)) == Outcome((), ("m1",))
+    assert d.on_message(msg(2, "vote")) == Outcome((Delivery("m2"),))
+    assert d.report()["refused_events"] == 2 and not d._delivered and d._outstanding == {"m2": 1}
 
 
 def test_what_a_scenario_sees_of_the_timeline():
