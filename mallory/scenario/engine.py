@@ -8,8 +8,9 @@ time comes (a message the decision leaves out is dropped, or held in a set until
 decision releases it). The other events of the run (receipts, code and log
 events, client operations, faults) are stepped as they arrive, so that the state machine
 sees them and filters may release held messages on them. Their decisions deliver only held
-messages. When `Engine.ended` turns true the driver stops the run; at the scenario's
-timeout it stops it too; either way `Engine.verdict()` says how the run went.
+messages. When `Engine.ended` turns true the driver stops the run (what its sets still
+hold is delivered then, and no more events are stepped: `step` refuses them); at the
+scenario's timeout it stops it too; either way `Engine.verdict()` says how the run went.
 
 Per event, as Netrix's test driver does (netrix testlib/driver.go, testlib/testcase.go:
 the state machine's handler is the filter set's first filter and never handles an event):
