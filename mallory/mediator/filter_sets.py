@@ -10,8 +10,8 @@ bookkeeping this shares), with a fresh context per activation (counters, message
 flags and partition start empty; its roles bound to the nodes the request names) and no
 state machine (`InState` sees the start state throughout). Switching ends the set in force:
 what its filters still held in message sets is delivered then (the fault is over, and what
-it held back arrives late, as after a delay), and its account, per link and message type
-what became of the messages while it was in force, is returned.
+it held back arrives late, as after a delay; counted `released`), and its account, per link
+and message type what became of the messages while it was in force, is returned.
 """
 
 from __future__ import annotations
@@ -20,11 +20,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from mallory.instrument.catalogue import Catalogue
-from mallory.mediator.proxy import Outcome
 from mallory.mediator.scenario_driver import MessageDriver
 from mallory.scenario.engine import Engine
 from mallory.scenario.events import ScenarioError
-from mallory.scenario.filters import Decision, FilterSet
+from mallory.scenario.filters import FilterSet
 from mallory.scenario.machine import StateMachine
 from mallory.scenario.roles import ROLES, roles_named
 
@@ -65,21 +64,24 @@ class FilterSetDriver(MessageDriver):
         elif roles:
             raise ScenarioError("no filter set in force binds no roles")
         with self._lock:
-            ended = self._account() if self.engine is not None else None
             held = self._release_held()
+            ended = self._account() if self.engine is not None else None
+            if ended is not None:
+                ended["released"] = len(held.deliver)
             self.engine = engine
             self.active = name
             self.roles = dict(roles) if name is not None else {}
             self.counts = {}
+            self._sent = set()
             self.activations += name is not None
-        if held.deliver and self.release is not None:
+            answer = {**self.state(), "ended": ended}  # now: another switch may follow at once
+        if (held.deliver or held.forget) and self.release is not None:
             self.release(held)
-        if ended is not None:
-            ended["released"] = len(held.deliver)
-        return {**self.state(), "ended": ended}
+        return answer
 
     def state(self) -> dict[str, Any]:
-        """The set in force (None: none) and its roles."""
+        """The set in force (None: none) and its roles (read under the lock for an answer
+        that must match the account: `switch`, `report`)."""
         return {"active": self.active, "roles": dict(self.roles)}
 
     def report(self) -> dict[str, Any]:
@@ -95,13 +97,3 @@ class FilterSetDriver(MessageDriver):
         assert self.engine is not None
         return {"set": self.active, "roles": dict(self.roles), "events": self.engine.events,
                 "messages": self._messages()}
-
-    def _release_held(self) -> Outcome:
-        """Deliveries of every message the set in force holds in its message sets (now let
-        out of them, so each is let go once delivered)."""
-        if self.engine is None:
-            return Outcome()
-        held = [m for found in self.engine.ctx.sets.values() for m in found.values()]
-        for found in self.engine.ctx.sets.values():
-            found.clear()
-        return self._outcome(Decision(tuple(held), None))

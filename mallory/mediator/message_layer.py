@@ -72,7 +72,7 @@ class MessageLayer:
         self.driver = config.driver(sorted(node_addresses))
         self.join = LegJoin()
         self.relay = Relay(node_addresses, stream_factory(config.declared.format), self.driver,
-                           duplicates=self.driver.duplicates, on_written=self.join.written)
+                           on_written=self.join.written)
         self.proxy = MessageProxy(self.relay, config.proxy_port)
         self.driver.release = self.proxy.deliver
         self.capture = LegCapture(self.join, node_addresses, lambda: firewall.table.rules, firewall.seen)

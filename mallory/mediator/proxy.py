@@ -25,7 +25,8 @@ arrive) and the decider's `Outcome` says which messages to write now, which afte
 and which it will never ask for again (their bytes are let go). A message is written whole,
 in the order the outcomes list it: one delivered later than its successors is reordered,
 one never delivered is dropped, one delivered twice is duplicated. When a message's last
-byte has been handed to the receiver's socket the decider hears of it (`on_delivered`).
+byte has been handed to the receiver's socket the decider hears of it (`on_delivered`);
+when its connection closes before that, it hears that it is lost (`on_lost`).
 Bytes that make no message (the stream lost sync, or ended mid-message) are passed on
 unframed, in order, undecided. A decider that raises has its message delivered (a bug of
 ours must not cut the SUT's links) and is counted.
@@ -45,7 +46,8 @@ would have seen without the layer, and the gateway keeps no TIME_WAIT socket who
 Threading: `Relay` holds the connections and makes every decision call and write; it is
 driven by one thread (`MessageProxy`'s loop: a selector over the listener, every leg and
 a wake pipe, with a timeout at the next delayed delivery). Nothing here runs, and no
-socket is open, unless the mediator was given a scenario (`mallory mediator --scenario`).
+socket is open, unless the mediator was given a scenario or filter sets (`mallory mediator
+--scenario`, `--filter-sets`).
 """
 
 from __future__ import annotations
@@ -97,7 +99,9 @@ class Outcome(NamedTuple):
 
 class Decider(Protocol):
     """Decides every message of the proxied connections (mallory/mediator/scenario_driver.py
-    drives a scenario's engine with them). Both calls come from the proxy's thread."""
+    drives a scenario's engine with them). Every call comes from the proxy's thread, never
+    while the decider is in another of them. The proxy writes every delivery an outcome
+    lists: whether a message may go twice is the decider's to say."""
 
     def on_message(self, message: Message) -> Outcome:
         """`message` has arrived whole at the gateway, from its sender."""
@@ -105,6 +109,12 @@ class Decider(Protocol):
 
     def on_delivered(self, message: Message) -> Outcome:
         """`message`'s last byte went to its receiver's socket."""
+        ...
+
+    def on_lost(self, message_id: str) -> None:
+        """The proxy has let go of message `message_id` without being told to (its
+        connection closed), or was told to deliver it after that: it will never be
+        delivered, and the decider forgets it. May come more than once for one message."""
         ...
 
 
@@ -170,12 +180,10 @@ class Relay:
     it out of its selector then, while its descriptor is still its own)."""
 
     def __init__(self, node_addresses: Mapping[str, str], new_stream: Callable[[], MessageStream], decider: Decider,
-                 *, duplicates: bool = False,
-                 on_written: Callable[[Key, int, int, int], None] | None = None) -> None:
+                 *, on_written: Callable[[Key, int, int, int], None] | None = None) -> None:
         self.node_by_ip = {ip_int(address): node for node, address in node_addresses.items()}
         self.new_stream = new_stream
         self.decider = decider
-        self.duplicates = duplicates
         self.on_written = on_written
         self.closing: Callable[[Conn], None] = lambda sock: None
         self.connections: dict[int, Connection] = {}
@@ -278,6 +286,8 @@ class Relay:
         for message_id in stranded:
             del self.pending[message_id]
         self.counts["undeliverable"] += len(set(stranded) - unwritten)
+        for message_id in stranded:
+            self._lost(message_id)
 
     def close_all(self, abort: bool = False) -> None:
         for conn in list(self.connections.values()):
@@ -317,6 +327,7 @@ class Relay:
         found = self.pending.get(message_id)
         if found is None:
             self.counts["gone"] += 1  # forgotten before: nothing left to write
+            self._lost(message_id)
             return
         direction, piece, message = found
         if direction.writer.closed or direction.writer.write_shut:
@@ -371,27 +382,23 @@ class Relay:
             self._close_if_done(conn)
 
     def _decide(self, message: Message, arriving: bool) -> Outcome:
-        """The decider's outcome for `message` arriving (or delivered), a duplicate delivery
-        left out unless duplicates are allowed; an arriving message is delivered when the
-        decider fails."""
+        """The decider's outcome for `message` arriving (or delivered); an arriving message
+        is delivered when the decider fails."""
         try:
-            outcome = self.decider.on_message(message) if arriving else self.decider.on_delivered(message)
+            return self.decider.on_message(message) if arriving else self.decider.on_delivered(message)
         except Exception as exc:  # the decider's bug must not cut the SUT's links
             self.counts["decider_errors"] += 1
             log.warning("message layer: the decider failed on %s (delivered as is): %s: %s",
                         message, type(exc).__name__, exc)
             return Outcome((Delivery(message.id),) if arriving else ())
-        if not self.duplicates:
-            seen: set[str] = set()
-            kept = []
-            for delivery in outcome.deliver:
-                if delivery.message_id not in seen:
-                    seen.add(delivery.message_id)
-                    kept.append(delivery)
-            if len(kept) < len(outcome.deliver):
-                self.counts["duplicates_refused"] += len(outcome.deliver) - len(kept)
-                outcome = Outcome(tuple(kept), outcome.forget)
-        return outcome
+
+    def _lost(self, message_id: str) -> None:
+        """The decider hears that `message_id` will never be delivered."""
+        try:
+            self.decider.on_lost(message_id)
+        except Exception as exc:  # as in _decide: the decider's bug must not stop the relay
+            self.counts["decider_errors"] += 1
+            log.warning("message layer: the decider failed on losing %s: %s: %s", message_id, type(exc).__name__, exc)
 
     def _connection_of(self, leg: Leg) -> Connection | None:
         for conn in self.connections.values():
@@ -419,6 +426,9 @@ class MessageProxy:
         os.set_blocking(self._wake_w, False)
         self._stop = False
         self._stopped = False
+        #: `deliver` (any thread) and `stop` closing the wake pipe: a wake byte written after
+        #: the close would go to whatever file has the descriptor number by then
+        self._wake_lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._listener: socket.socket | None = None
         self._selector = selectors.DefaultSelector()
@@ -475,12 +485,15 @@ class MessageProxy:
             raise
 
     def deliver(self, outcome: Outcome) -> None:
-        """Make `outcome` in the proxy's thread (from any thread)."""
-        self._incoming.append(outcome)
-        try:
-            os.write(self._wake_w, b"x")
-        except OSError:
-            pass
+        """Make `outcome` in the proxy's thread (from any thread); after the stop, nothing."""
+        with self._wake_lock:
+            if self._stopped:
+                return
+            self._incoming.append(outcome)
+            try:
+                os.write(self._wake_w, b"x")
+            except OSError:  # the pipe is full: the loop is woken already
+                pass
 
     def stop(self) -> None:
         """Stop the loop (which resets every proxied connection) and close what it used;
@@ -492,10 +505,11 @@ class MessageProxy:
         if self._thread is not None:
             self._thread.join(2.0)
         if self._thread is None or not self._thread.is_alive():
-            self._stopped = True
-            self._selector.close()
-            os.close(self._wake_r)
-            os.close(self._wake_w)
+            with self._wake_lock:
+                self._stopped = True
+                self._selector.close()
+                os.close(self._wake_r)
+                os.close(self._wake_w)
 
     # -- the loop ------------------------------------------------------------------------
 

@@ -8,8 +8,9 @@ time comes (a message the decision leaves out is dropped, or held in a set until
 decision releases it). The other events of the run (receipts, code and log
 events, client operations, faults) are stepped as they arrive, so that the state machine
 sees them and filters may release held messages on them. Their decisions deliver only held
-messages. When `Engine.ended` turns true the driver stops the run; at the scenario's
-timeout it stops it too; either way `Engine.verdict()` says how the run went.
+messages. When `Engine.ended` turns true the driver stops the run (what its sets still
+hold is delivered then, and no more events are stepped: `step` refuses them); at the
+scenario's timeout it stops it too; either way `Engine.verdict()` says how the run went.
 
 Per event, as Netrix's test driver does (netrix testlib/driver.go, testlib/testcase.go:
 the state machine's handler is the filter set's first filter and never handles an event):
@@ -19,7 +20,6 @@ event led to (`InState`), and an event that ends the run is still filtered.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -58,9 +58,6 @@ class Engine:
         self.ctx = Context(nodes, START, roles)
         self.run = Run(machine, self.ctx)
         self.events = 0
-        #: how many events each filter decided (None: the default filter), Netrix's
-        #: FilterSetStats
-        self.decided: Counter[int | None] = Counter()
 
     @property
     def ended(self) -> bool:
@@ -72,9 +69,7 @@ class Engine:
             raise ScenarioError(f"the run has ended in {self.run.state.label}: it takes no more events")
         self.run.step(self.events, event)
         self.events += 1
-        decision = self.filters.decide(event, self.ctx)
-        self.decided[decision.filter] += 1
-        return decision
+        return self.filters.decide(event, self.ctx)
 
     def verdict(self) -> Verdict:
         """The verdict now: final once `ended`, else the timeout's (pass in a success state)."""

@@ -19,6 +19,7 @@ from mallory.mediator.service import Mediator
 from mallory.observer.messages import MessageFormat, PeerMessages, TypeField
 from mallory.scenario import (
     Count,
+    Deliver,
     DeliverAllFromSet,
     Drop,
     If,
@@ -92,9 +93,47 @@ def test_what_a_set_held_is_delivered_when_it_goes_out_of_force_and_then_let_go(
     assert d.on_message(msg(2, "vote")) == Outcome()
     assert d.on_message(msg(3, "vote")) == Outcome((Delivery("m3"),))  # the counter is at 2
     ended = d.switch("drop-appends-to-a-follower", {"follower": "n3"})["ended"]  # a switch ends it too
-    assert ended["released"] == 2 and ended["messages"]["n1->n2"]["vote"] == {"sent": 3, "held": 2}
+    assert ended["released"] == 2 and ended["messages"]["n1->n2"]["vote"] == {"sent": 3, "held": 2, "released": 2}
     assert released.outcomes == [Outcome((Delivery("m1"), Delivery("m2")))]
     assert d.on_delivered(msg(1, "vote")) == Outcome((), ("m1",))  # in no set any more: let go
+
+
+def test_an_activation_counts_the_deliveries_of_its_own_messages_only():
+    """What the set before held is released at the switch and delivered while the next is
+    in force: the next one's account must not say it delivered messages it never saw."""
+    d, released = driver()
+    d.switch("hold-votes", {})
+    assert d.on_message(msg(1, "vote")) == Outcome()
+    d.switch("drop-appends-to-a-follower", {"follower": "n3"})
+    assert released.outcomes == [Outcome((Delivery("m1"),))]
+    assert d.on_delivered(msg(1, "vote")) == Outcome((), ("m1",))
+    assert d.on_message(msg(2, "vote")) == Outcome((Delivery("m2"),))
+    d.on_delivered(msg(2, "vote"))
+    assert d.switch(None, {})["ended"]["messages"] == {"n1->n2": {"vote": {"sent": 1, "delivered": 1}}}
+
+
+def test_a_set_sees_the_receipt_of_the_messages_it_saw_sent_only():
+    """A message sent before the set went into force and delivered after: its RECV is no
+    event of this set's (a filter counting receipts would count one it never saw sent)."""
+    d, _ = driver()
+    assert d.on_message(msg(1, "vote")) == Outcome((Delivery("m1"),))
+    d.switch("hold-votes", {})
+    assert d.on_delivered(msg(1, "vote")) == Outcome((), ("m1",))
+    assert d.report()["current"]["events"] == 0
+
+
+def test_a_message_a_set_delivered_and_held_is_let_go_when_the_set_goes_out_of_force():
+    """Delivered once already (no duplicates): not delivered again, but let go, or the
+    proxy kept its bytes for the connection's life."""
+    d = FilterSetDriver({"deliver-and-keep": FilterSet([If(IsMessageType("vote")).Then(
+        Deliver(), StoreInSet(Set("votes")))])}, NODES)
+    d.release = released = Released()
+    d.switch("deliver-and-keep", {})
+    assert d.on_message(msg(1, "vote")) == Outcome((Delivery("m1"),))
+    assert d.on_delivered(msg(1, "vote")) == Outcome()  # still in the set: kept
+    assert d.switch(None, {})["ended"]["released"] == 0
+    assert released.outcomes == [Outcome((), ("m1",))]
+    assert not d._delivered and not d._outstanding
 
 
 def test_timeline_events_reach_the_set_in_force_only():
@@ -114,6 +153,19 @@ def test_timeline_events_reach_the_set_in_force_only():
     assert d.on_message(msg(1, "vote")) == Outcome()
     d.on_entries([became_leader])
     assert released.outcomes == [Outcome((Delivery("m1"),))]
+
+
+def test_a_switch_answers_with_the_state_it_made_though_another_switch_follows_at_once():
+    """The API serves each request in a thread of its own: a second switch may run while
+    the first releases what its set held (outside the lock); the first's answer is still
+    the state it made, not the second's."""
+    d, _ = driver()
+    d.switch("hold-votes", {})
+    d.on_message(msg(1, "vote"))
+    d.release = lambda outcome: d.switch("drop-appends-to-a-follower", {"follower": "n2"})  # the other thread
+    answer = d.switch(None, {})
+    assert answer["active"] is None and answer["roles"] == {} and answer["ended"]["set"] == "hold-votes"
+    assert d.state()["active"] == "drop-appends-to-a-follower"
 
 
 @pytest.mark.parametrize("name, roles, error", [

@@ -6,6 +6,7 @@ resets passed on as resets, and a stop that resets what is still open."""
 
 from __future__ import annotations
 
+import os
 import socket
 import struct
 import threading
@@ -30,6 +31,9 @@ class DeliverAll:
 
     def on_delivered(self, message):
         return Outcome(forget=(message.id,))
+
+    def on_lost(self, message_id):
+        pass
 
 
 class FakeTransparentProxy(MessageProxy):
@@ -180,3 +184,20 @@ def test_stop_resets_the_connections_still_open(layer):
     with pytest.raises(ConnectionResetError):
         sock.recv(10)
     sock.close()
+
+
+def test_a_release_after_the_stop_writes_to_no_descriptor():
+    """The ingest or the API may still release messages while the mediator stops: the
+    proxy's wake pipe is closed by then, and its descriptor number may already be another
+    file's, which must not get the wake byte."""
+    proxy = MessageProxy(Relay(NODES, stream_factory(LINES), DeliverAll()), 0)
+    proxy.stop()  # never started: the pipe closes at once
+    other_r, other_w = os.pipe()  # the lowest free descriptors: the wake pipe's
+    try:
+        os.set_blocking(other_r, False)
+        proxy.deliver(Outcome((Delivery("m1"),)))
+        with pytest.raises(BlockingIOError):
+            os.read(other_r, 1)
+    finally:
+        os.close(other_r)
+        os.close(other_w)
