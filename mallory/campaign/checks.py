@@ -278,7 +278,7 @@ class ScheduleChecks:
             record["replicas"] = {node: {str(i): d for i, d in applied.items()} for node, applied in digests.items()}
             findings += divergence_findings(digests)
         unready = _reset_report(record).get("unready", {})
-        findings += cannot_restart_findings(unready, list(self.adapter.backend.nodes), main)
+        findings += cannot_restart_findings(unready, list(self.adapter.backend.nodes), main, self.patterns)
         findings += stuck_findings(ops, self.stuck_after_s, self._watched_until)
         return findings
 

@@ -1,10 +1,11 @@
 """The checks after each schedule, on run directories written by hand (no cluster): one
 history gives one bug whatever its anomalies, beside results.edn lie the pictures of its
 verdict, a log line seen twice in a schedule is one sighting, the lines an SUT names as
-bugs (raft-kv's, on raft10's real log) are findings beside the built-in patterns, and two schedules with
-different anomaly mixes of one class are one bundle with two sightings; the replica and
-liveness oracles are wired in (each fires on its fake evidence, none on a healthy
-schedule), and a death carries its node's last lines and backtrace into report.json."""
+bugs (raft-kv's, on raft10's real log) are findings beside the built-in patterns, and two
+schedules with different anomaly mixes of one class are one bundle with two sightings;
+the replica and liveness oracles are wired in (each fires on its fake evidence, none on a
+healthy schedule; a node that cannot restart names the bug line among its last), and a
+death carries its node's last lines and backtrace into report.json."""
 
 from __future__ import annotations
 
@@ -190,8 +191,20 @@ def test_the_one_node_a_reset_could_not_bring_back_is_a_bug_with_its_last_lines(
                                   reset=reset)
     assert evidence.report["kind"] == "cannot-restart" and evidence.report["node"] == "n2"
     assert evidence.report["details"]["last_log_lines"] == ["loading log", "raft_start: bad format version 99"]
+    assert evidence.report["details"]["log_bug"] is None
     healthy = {"healthy": True, "unready": {}}
     assert run_schedule(sc, directory, 1, logs={"n2": "fine\n"}, reset=healthy)[0] == []
+
+
+def test_a_node_that_cannot_restart_names_the_bug_line_among_its_last(tmp_path):
+    sc, directory, _ = checks(tmp_path, FakeRaftKvAdapter(tmp_path))
+    reset = {"healthy": False, "unready": {"n1": {"how": "exited", "message": "n1 exited before it was ready"}}}
+    found, _ = run_schedule(sc, directory, 0, logs={"n1": RAFT10_N1}, reset=reset)
+    (restart,) = [e for e in found if e.report["kind"] == "cannot-restart"]
+    assert restart.report["details"]["log_bug"] == {"name": "libraft-committed-entry-conflict", "line": RAFT10_N1.splitlines()[3]}
+    assert "libraft-committed-entry-conflict" in restart.report["message"]
+    plain, _ = run_schedule(sc, directory, 1, logs={"n1": "starting\n"}, reset=reset)
+    assert [e.signature for e in plain] == [restart.signature]  # the cause is named, not signed
 
 
 def _served(ok_after_heal_s: float | None) -> list[Op]:
