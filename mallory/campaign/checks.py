@@ -6,7 +6,8 @@ every fault is healed it records a `heal` nemesis op. At the schedule's end it g
 cluster up to `stuck_after_s` from that heal to serve a client again, stops the workload,
 checks the history (the checker is inferred from the workload: linearizability for
 registers, Elle-style for transactions) and draws its verdict beside it
-(`check_run_history`), scans the log lines the schedule added for the log patterns,
+(`check_run_history`), scans the log lines the schedule added for the log patterns (the
+SUT's own `[[log_bugs]]` first, then the built-in ones),
 AddressSanitizer reports and two leaders in one term, notices processes that died by an
 unexpected signal (with their last log lines and, when the fault shim caught the crash,
 its backtrace, symbolized), compares what the replicas applied (an adapter that
@@ -31,7 +32,12 @@ from mallory.campaign.loop import BugEvidence
 from mallory.campaign.symbols import symbolize
 from mallory.errors import MalloryError
 from mallory.files import atomic_write
-from mallory.harness.adapter import HasProcess, ReportsApplied, SutAdapter
+from mallory.harness.adapter import (
+    DeclaresLogBugs,
+    HasProcess,
+    ReportsApplied,
+    SutAdapter,
+)
 from mallory.harness.history import HistoryRecorder
 from mallory.harness.runner import RunConfig, WorkloadRunner
 from mallory.harness.session import client_node_for
@@ -103,13 +109,16 @@ class ScheduleChecks:
         stuck_after_s: float = STUCK_AFTER_S,
         leader_line: str = "",
     ) -> None:
-        """`leader_line`: the regex of the line a node logs when it becomes leader, group
-        `term` its term (a ProcessAdapter's `leader_line`; "" = no two-leaders check)."""
+        """`patterns`: the log oracle's built-in patterns; the lines the SUT itself names as
+        bugs (an adapter that `DeclaresLogBugs`) come before them, so a line both match is
+        called what the SUT says it means. `leader_line`: the regex of the line a node logs
+        when it becomes leader, group `term` its term (a ProcessAdapter's `leader_line`;
+        "" = no two-leaders check)."""
         self.adapter = adapter
         self.dir = directory
         self.workload = workload
         self.run_config = run_config
-        self.patterns = patterns
+        self.patterns = (adapter.log_bugs if isinstance(adapter, DeclaresLogBugs) else ()) + patterns
         self.check_time_limit = check_time_limit
         self.stuck_after_s = stuck_after_s
         self.recorder: HistoryRecorder | None = None
@@ -269,7 +278,7 @@ class ScheduleChecks:
             record["replicas"] = {node: {str(i): d for i, d in applied.items()} for node, applied in digests.items()}
             findings += divergence_findings(digests)
         unready = _reset_report(record).get("unready", {})
-        findings += cannot_restart_findings(unready, list(self.adapter.backend.nodes), main)
+        findings += cannot_restart_findings(unready, list(self.adapter.backend.nodes), main, self.patterns)
         findings += stuck_findings(ops, self.stuck_after_s, self._watched_until)
         return findings
 

@@ -8,7 +8,7 @@ so one adapter runs on every backend.
 
 What only some SUTs can do is a small protocol of its own, each with its contract below:
 `Killable`, `Stoppable`, `Pausable`, `HasProcess`, `LogWatching`, `FramesMessages`, `TakesEnvOverlay`,
-`HasPrimaries`, `Promotable`, `Membership`, `ReportsApplied`. An adapter that can do it defines the methods;
+`HasPrimaries`, `Promotable`, `Membership`, `ReportsApplied`, `DeclaresLogBugs`. An adapter that can do it defines the methods;
 one that cannot does not define them at all (no stub that raises). Whoever needs an ability
 asks `isinstance(adapter, Ability)` first, so the nemesis refuses a fault up front instead
 of failing mid-schedule.
@@ -251,10 +251,20 @@ class ReportsApplied(Protocol):
         ...
 
 
-class ProcessAdapter(SutAdapter, Killable, Stoppable, Pausable, HasProcess, LogWatching, TakesEnvOverlay):
+@runtime_checkable
+class DeclaresLogBugs(Protocol):
+    """The SUT names the lines it logs only when a safety invariant of its own broke (a
+    spec's `[[log_bugs]]`, `mallory.oracles.logs.parse_log_bugs`): the log oracle looks for
+    them in every node's logs, first, then for the built-in patterns. Empty: it names none."""
+
+    log_bugs: tuple[LogPattern, ...]
+
+
+class ProcessAdapter(SutAdapter, Killable, Stoppable, Pausable, HasProcess, LogWatching, TakesEnvOverlay,
+                     DeclaresLogBugs):
     """Process control shared by SUTs that run one main process ("sut") per node: a
-    `SutAdapter` that is `Killable`, `Stoppable`, `Pausable`, `HasProcess`, `LogWatching`
-    and `TakesEnvOverlay`.
+    `SutAdapter` that is `Killable`, `Stoppable`, `Pausable`, `HasProcess`, `LogWatching`,
+    `TakesEnvOverlay` and `DeclaresLogBugs` (none, unless a subclass names some).
 
     Subclasses provide `command(node)` and `probe(node)`, and may override `env(node)`,
     `extra_log_paths(node)`, `client`, and add the abilities their SUT has (`HasPrimaries`,
@@ -273,6 +283,9 @@ class ProcessAdapter(SutAdapter, Killable, Stoppable, Pausable, HasProcess, LogW
     #: a regex matching the line the process logs when its node becomes leader, its group
     #: `term` the term ("" = it logs none): the two-leaders oracle reads the logs with it
     leader_line: str = ""
+    #: the lines the process logs only when a safety invariant of the SUT broke (named
+    #: `LogPattern`s: each match is a log-oracle finding of that name); `DeclaresLogBugs`
+    log_bugs: tuple[LogPattern, ...] = ()
     #: how long one communication round of the protocol lasts, in seconds: the period at
     #: which the round faults (nemesis/faults/rounds.py) change the links; for a Raft-like
     #: SUT its election timeout

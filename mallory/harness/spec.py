@@ -33,6 +33,14 @@
     pattern = 'became leader at term (?P<term>\\d+)'  # node becomes leader, `term` its term
                                          # (the two-leaders-in-a-term oracle reads it)
 
+    [[log_bugs]]                         # optional, repeatable: a line the SUT logs only
+    name = "committed-entry-conflict"    # when a safety invariant of its own broke; a
+    pattern = 'conflicting terms \\d+ and \\d+ for entry'  # match is a log-oracle finding
+                                         # of that name, signed by the normalised line,
+                                         # beside the built-in patterns (panic, fatal...;
+                                         # mallory/oracles/logs.py); case-sensitive unless
+                                         # the regex says (?i)
+
     [messages]                           # optional: how the peer streams split into
     ports = ["peer"]                     # messages and what each is called (framing:
     delimiter = "\n"                     # length, delimiter or framer; naming: type or
@@ -76,6 +84,7 @@ from mallory.errors import MalloryError
 from mallory.log_lines import LogPattern
 from mallory.observer.log_events import parse_log_events
 from mallory.observer.messages import MessageFormat, parse_messages
+from mallory.oracles.logs import parse_log_bugs
 
 PROBES = ("tcp", "command", "log")
 PLACEHOLDERS = ("node", "index", "address", "port", "peers", "nodes", "data_dir", "log_dir")
@@ -90,6 +99,7 @@ _SECTIONS = {
     "client": {"kind", "port", "timeout"},
     "log_events": None,  # an array of tables, checked by log_events.parse_log_events
     "leader": {"pattern"},
+    "log_bugs": None,  # an array of tables, checked by oracles.logs.parse_log_bugs
     "messages": None,  # checked by messages.parse_messages
     "rounds": {"length"},
 }
@@ -129,6 +139,8 @@ class SutSpec:
     client: ClientSpec | None = None
     log_events: tuple[LogPattern, ...] = ()
     leader_line: str = ""
+    #: the `[[log_bugs]]`: lines that mean a safety invariant of the SUT broke
+    log_bugs: tuple[LogPattern, ...] = ()
     messages: MessageFormat | None = None
     #: the `[rounds] length` in seconds, None when the spec names none
     round_s: float | None = None
@@ -245,6 +257,7 @@ class _Validator:
             client=self.client(raw.get("client"), ports),
             log_events=self.log_events(raw.get("log_events", []), ports),
             leader_line=self.leader_line(raw.get("leader", {})),
+            log_bugs=self.log_bugs(raw.get("log_bugs", [])),
             messages=self.messages(raw["messages"], ports) if "messages" in raw else None,
             round_s=self.round_length(raw.get("rounds", {})),
             source=self.source,
@@ -296,6 +309,12 @@ class _Validator:
             return parse_log_events(raw, self.source, lambda text, fieldname: self.template(text, fieldname, ports))
         except SpecError:
             raise
+        except MalloryError as exc:
+            raise SpecError(str(exc)) from None
+
+    def log_bugs(self, raw: Any) -> tuple[LogPattern, ...]:
+        try:
+            return parse_log_bugs(raw, self.source)
         except MalloryError as exc:
             raise SpecError(str(exc)) from None
 

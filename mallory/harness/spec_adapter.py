@@ -55,6 +55,7 @@ class SpecAdapter(ProcessAdapter):
         self._log_offsets: dict[str, dict[Path, int]] = {}
         self.log_events = spec.log_events
         self.leader_line = spec.leader_line
+        self.log_bugs = spec.log_bugs
         if spec.round_s is not None:
             self.round_s = spec.round_s
 

@@ -4,7 +4,9 @@
   failed to start, exited before it was ready, or never became ready. With every other
   node healthy the cluster could take it, so the node's own state (or the SUT's handling
   of it) is what keeps it out. Signed by how it failed; the node's last log lines are its
-  details.
+  details, and the first of them a log pattern matches (a line the SUT names as a bug, or a
+  panic...) is named there as the likely cause (never in the signature: that one line has
+  its own log finding).
 - stuck: no client operation succeeded for `limit_s` after every fault of the schedule
   was healed (the history's last `heal` nemesis op), though clients kept asking. Signed by
   its class alone.
@@ -15,7 +17,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from mallory.history.ops import Op
-from mallory.oracles.logs import log_tail
+from mallory.log_lines import LogPattern
+from mallory.oracles.logs import DEFAULT_PATTERNS, log_tail, scan_log
 from mallory.oracles.triage import Finding
 
 ORACLE = "liveness"
@@ -28,17 +31,25 @@ HOW_UNREADY = ("start-failed", "exited", "not-ready")
 
 
 def cannot_restart_findings(unready: Mapping[str, Mapping[str, str]], nodes: Sequence[str],
-                            logs: Mapping[str, str]) -> list[Finding]:
+                            logs: Mapping[str, str],
+                            patterns: Sequence[LogPattern] = DEFAULT_PATTERNS) -> list[Finding]:
     """`unready`: node -> {"how": one of HOW_UNREADY, "message": the adapter's words}, the
     nodes a reset could not bring back; `nodes`: the cluster's; `logs`: node -> what it
-    logged during the schedule. A finding when exactly one node of two or more is unready."""
+    logged during the schedule. A finding when exactly one node of two or more is unready;
+    its details' `log_bug` is the first of the node's last lines one of `patterns` (the log
+    oracle's) matches, {"name", "line"}, or None."""
     if len(unready) != 1 or len(nodes) < 2:
         return []
     ((node, why),) = unready.items()
     how = why.get("how", "not-ready")
-    message = f"{node} did not come back after the reset ({how}) while every other node did: {why.get('message', '')}"
-    details = {"how": how, "reason": why.get("message", ""), "last_log_lines": log_tail(logs.get(node, ""))}
-    return [Finding(ORACLE, CANNOT_RESTART, (how,), message.strip(), node, details)]
+    message = f"{node} did not come back after the reset ({how}) while every other node did: {why.get('message', '')}".strip()
+    tail = log_tail(logs.get(node, ""))
+    cause = next(iter(scan_log(tail, node, patterns)), None)
+    log_bug = None if cause is None else {"name": cause.kind, "line": cause.message}
+    if log_bug is not None:
+        message += f" (its log: {log_bug['name']}: {log_bug['line']})"
+    details = {"how": how, "reason": why.get("message", ""), "last_log_lines": tail, "log_bug": log_bug}
+    return [Finding(ORACLE, CANNOT_RESTART, (how,), message, node, details)]
 
 
 def stuck_findings(ops: Sequence[Op], limit_s: float, watched_until: int | None = None) -> list[Finding]:

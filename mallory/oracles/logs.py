@@ -2,8 +2,10 @@
 
 Default patterns catch what usually means a bug in a distributed system's log: fatal
 errors, panics (Go, Rust), failed assertions, segfaults and aborts, uncaught exceptions,
-and "two leaders"-style split-brain messages. Users add their own as NAME=REGEX. Each
-match is a finding whose signature is the pattern name plus the normalised line (times,
+and "two leaders"-style split-brain messages. Users add their own as NAME=REGEX, and a SUT
+spec declares the lines that mean its own safety invariants broke as `[[log_bugs]]` tables
+(`parse_log_bugs`; the campaign scans with those first, then the defaults). Each match is
+a finding whose signature is the pattern name plus the normalised line (times,
 numbers, addresses, ids blanked), so the same message from another node, term or run is
 the same bug.
 
@@ -62,6 +64,44 @@ def parse_pattern(spec: str) -> LogPattern:
     except re.error as exc:
         raise MalloryError(f"log pattern {name.strip()!r}: bad regular expression: {exc}") from None
     return LogPattern(regex, name.strip())
+
+
+#: what a `[[log_bugs]]` entry may be called: it names a bug (and its bundle directory)
+LOG_BUG_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+LOG_BUG_FIELDS = ("name", "pattern")
+
+
+def parse_log_bugs(raw: object, source: str) -> tuple[LogPattern, ...]:
+    """Validate a SUT spec's `[[log_bugs]]`: a list of `{name, pattern}` tables, each a line
+    the SUT logs only when a safety invariant of its own broke. `pattern` is a Python regex
+    searched in each line (case-sensitive unless it says `(?i)`); `name` (letters, digits,
+    `.`, `_`, `-`) is the kind of the finding a matching line gives. Errors are one line
+    naming `source` and the entry."""
+    if not isinstance(raw, list):
+        raise MalloryError(f"{source}: log_bugs: must be a list of tables ([[log_bugs]])")
+    found = []
+    for i, entry in enumerate(raw):
+        where = f"{source}: log_bugs[{i}]"
+        if not isinstance(entry, dict):
+            raise MalloryError(f"{where}: must be a table with a `name` and a `pattern`")
+        unknown = set(entry) - set(LOG_BUG_FIELDS)
+        if unknown:
+            raise MalloryError(f"{where}.{sorted(unknown)[0]}: unknown field (known: {', '.join(LOG_BUG_FIELDS)})")
+        name = entry.get("name")
+        if not isinstance(name, str) or not LOG_BUG_NAME.fullmatch(name):
+            raise MalloryError(f"{where}.name: required: the bug's name, 1-64 letters, digits, '.', '_' or '-', "
+                               f"not {name!r}")
+        pattern = entry.get("pattern")
+        if not isinstance(pattern, str) or not pattern:
+            raise MalloryError(f"{where}.pattern: required: a non-empty regex string")
+        try:
+            regex = re.compile(pattern)
+        except re.error as exc:
+            raise MalloryError(f"{where}.pattern: not a valid regex: {exc}") from None
+        if regex.search("") is not None:  # it would make a bug of every line
+            raise MalloryError(f"{where}.pattern: matches the empty string, so every line: {pattern!r}")
+        found.append(LogPattern(pattern, name))
+    return tuple(found)
 
 
 def scan_log(lines: Iterable[str], node: str | None = None,

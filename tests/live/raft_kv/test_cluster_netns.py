@@ -22,7 +22,7 @@ from mallory.history.ops import read_history
 from mallory.instrument.catalogue import Catalogue, catalogue_path
 from mallory.oracles.elle import check_elle
 from mallory.oracles.linearizability import check_linearizable
-from mallory.oracles.logs import scan_log
+from mallory.oracles.logs import DEFAULT_PATTERNS, scan_log
 from mallory.oracles.models import CasRegister
 from mallory.polling import wait_until
 from mallory.timeline.codec import read_records
@@ -115,7 +115,7 @@ def test_observed_cluster_survives_faults_and_membership_changes(cluster, binary
         result = check_elle(read_history(tmp_path / "run3" / "history.edn")[1], "list-append")
         assert result.valid is True, result.explanation
         for node in cluster.nodes:
-            assert scan_log(rc.log_text(sut, node).splitlines(), node) == []
+            assert scan_log(rc.log_text(sut, node).splitlines(), node, sut.log_bugs + DEFAULT_PATTERNS) == []
             assert "snapshot taken: " in rc.log_text(sut, node)
     finally:
         teardown_all(sut)

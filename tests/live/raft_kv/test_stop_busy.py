@@ -23,7 +23,7 @@ from mallory.harness.session import record_run, start_all, teardown_all
 from mallory.harness.workload import make_workload
 from mallory.history.ops import read_history
 from mallory.oracles.elle import check_elle
-from mallory.oracles.logs import death_finding, scan_log
+from mallory.oracles.logs import DEFAULT_PATTERNS, death_finding, scan_log
 from nemesis.faults.base import FaultContext
 from nemesis.nemesis import Nemesis
 from tests.live.raft_kv import raft_cluster as rc
@@ -78,7 +78,7 @@ def test_a_stop_fault_runs_sigterm_through_raft_kv_while_it_is_busy(binary: Path
                     text = rc.log_text(sut, node)
                     status = report.evidence["stop"][node]["status"]
                     assert "signal 15: closing raft" in text
-                    assert scan_log(text.splitlines(), node) == []
+                    assert scan_log(text.splitlines(), node, sut.log_bugs + DEFAULT_PATTERNS) == []
                     if status == 0:
                         assert f"[raft-kv {sut.raft_address(node)}] stopped\n" in text
                         assert death_finding(status, node, log=text) is None

@@ -1,9 +1,11 @@
 """The checks after each schedule, on run directories written by hand (no cluster): one
 history gives one bug whatever its anomalies, beside results.edn lie the pictures of its
-verdict, a log line seen twice in a schedule is one sighting, and two schedules with
-different anomaly mixes of one class are one bundle with two sightings; the replica and
-liveness oracles are wired in (each fires on its fake evidence, none on a healthy
-schedule), and a death carries its node's last lines and backtrace into report.json."""
+verdict, a log line seen twice in a schedule is one sighting, the lines an SUT names as
+bugs (raft-kv's, on raft10's real log) are findings beside the built-in patterns, and two
+schedules with different anomaly mixes of one class are one bundle with two sightings;
+the replica and liveness oracles are wired in (each fires on its fake evidence, none on a
+healthy schedule; a node that cannot restart names the bug line among its last), and a
+death carries its node's last lines and backtrace into report.json."""
 
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from mallory.history.ops import NEMESIS, Op, write_edn
 from tests.unit.oracles.txn_histories import concurrent
 from tests.unit.pictures.histories import failover_history, stale_read_history
 from tests.unit.pictures.svg_checks import cycle_parts, elements, parse_svg
+from tests.unit.suts.test_raft_kv_log_bugs import RAFT10_N1
 
 
 class FakeBackend:
@@ -62,7 +65,14 @@ class FakeReplicatedAdapter(FakeAdapter):
         return self.digests
 
 
-RAFT_KV_LEADER = load_spec(paths.SUTS / "raft" / "raft.toml").leader_line
+RAFT_KV = load_spec(paths.SUTS / "raft" / "raft.toml")
+RAFT_KV_LEADER = RAFT_KV.leader_line
+
+
+class FakeRaftKvAdapter(FakeAdapter):
+    """Nodes that run raft-kv, as far as the log oracle can tell: its spec's `log_bugs`."""
+
+    log_bugs = RAFT_KV.log_bugs
 
 
 def checks(tmp_path: Path, adapter: FakeAdapter | None = None, **options) -> tuple[ScheduleChecks, CampaignDir, FakeAdapter]:
@@ -136,6 +146,15 @@ def test_a_log_line_seen_twice_in_a_schedule_is_one_sighting(tmp_path):
     assert line["occurrences"] == 3
 
 
+def test_the_lines_the_sut_names_as_bugs_are_findings_beside_the_built_in_patterns(tmp_path):
+    sc, directory, _ = checks(tmp_path, FakeRaftKvAdapter(tmp_path))
+    found, _ = run_schedule(sc, directory, 0, logs={"n1": RAFT10_N1, "n2": "panic: term 5 index 1\n"})
+    kinds = {(e.report["kind"], e.report["node"]) for e in found}
+    assert kinds == {("libraft-committed-entry-conflict", "n1"), ("panic", "n2")}
+    again, _ = run_schedule(sc, directory, 1, logs={"n2": RAFT10_N1.replace("313", "7").replace("10254", "12")})
+    assert [e.signature for e in again] == [e.signature for e in found if e.report["node"] == "n1"]
+
+
 def test_a_death_is_signed_by_the_signal_and_the_last_line_logged(tmp_path):
     sc, directory, adapter = checks(tmp_path)
     adapter.backend.exit_status["n2"] = -signal.SIGSEGV
@@ -172,8 +191,20 @@ def test_the_one_node_a_reset_could_not_bring_back_is_a_bug_with_its_last_lines(
                                   reset=reset)
     assert evidence.report["kind"] == "cannot-restart" and evidence.report["node"] == "n2"
     assert evidence.report["details"]["last_log_lines"] == ["loading log", "raft_start: bad format version 99"]
+    assert evidence.report["details"]["log_bug"] is None
     healthy = {"healthy": True, "unready": {}}
     assert run_schedule(sc, directory, 1, logs={"n2": "fine\n"}, reset=healthy)[0] == []
+
+
+def test_a_node_that_cannot_restart_names_the_bug_line_among_its_last(tmp_path):
+    sc, directory, _ = checks(tmp_path, FakeRaftKvAdapter(tmp_path))
+    reset = {"healthy": False, "unready": {"n1": {"how": "exited", "message": "n1 exited before it was ready"}}}
+    found, _ = run_schedule(sc, directory, 0, logs={"n1": RAFT10_N1}, reset=reset)
+    (restart,) = [e for e in found if e.report["kind"] == "cannot-restart"]
+    assert restart.report["details"]["log_bug"] == {"name": "libraft-committed-entry-conflict", "line": RAFT10_N1.splitlines()[3]}
+    assert "libraft-committed-entry-conflict" in restart.report["message"]
+    plain, _ = run_schedule(sc, directory, 1, logs={"n1": "starting\n"}, reset=reset)
+    assert [e.signature for e in plain] == [restart.signature]  # the cause is named, not signed
 
 
 def _served(ok_after_heal_s: float | None) -> list[Op]:

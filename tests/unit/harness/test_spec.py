@@ -73,6 +73,12 @@ def _replace(old: str, new: str) -> str:
     return GOOD.replace(old, new, 1)
 
 
+LOG_BUG = """
+[[log_bugs]]
+name = "entry-conflict"
+pattern = 'committed (?P<index>\\d+) conflicts'
+"""
+
 BROKEN = [
     (_replace('name = "redis"', 'name = ""'), r"name: required"),
     (_replace('name = "redis"', ""), r"name: required"),
@@ -101,6 +107,12 @@ BROKEN = [
     (GOOD + "\n[rounds]\nlength = \"300ms\"\n", r"rounds\.length: must be a number of seconds"),
     (GOOD + "\n[rounds]\nlength = nan\n", r"rounds\.length: must be a number of seconds"),
     (GOOD + "\n[rounds]\nperiod = 0.3\n", r"rounds\.period: unknown field \(known: length\)"),
+    (GOOD + LOG_BUG.replace("committed (?P<index>", "committed (?P<index"), r"log_bugs\[0\]\.pattern: not a valid regex"),
+    (GOOD + LOG_BUG.replace('name = "entry-conflict"\n', ""), r"log_bugs\[0\]\.name: required"),
+    (GOOD + LOG_BUG.replace("entry-conflict", "entry conflict"), r"log_bugs\[0\]\.name: required: the bug's name"),
+    (GOOD + LOG_BUG.replace("pattern = ", "regex = "), r"log_bugs\[0\]\.regex: unknown field \(known: name, pattern\)"),
+    (GOOD + LOG_BUG.replace("\\d+) conflicts", "\\d+)? conflicts|"), r"log_bugs\[0\]\.pattern: matches the empty string"),
+    ("log_bugs = 'shutdown'\n" + GOOD, r"log_bugs: must be a list of tables"),
 ]
 
 
@@ -125,6 +137,21 @@ def test_the_shipped_example_specs_load() -> None:
     for path in specs:
         spec = load_spec(path)
         assert spec.client is not None and spec.ready.timeout > 0
+
+
+def test_log_bugs_load_in_order_and_reach_the_adapter() -> None:
+    from mallory.harness.spec_adapter import SpecAdapter
+
+    class Backend:
+        nodes = ["n1"]
+
+    second = LOG_BUG.replace("entry-conflict", "second").replace("committed", "(?i)COMMITTED")
+    spec = parse_spec(GOOD + LOG_BUG + second, "x.toml")
+    assert [(p.name, p.pattern) for p in spec.log_bugs] == [
+        ("entry-conflict", r"committed (?P<index>\d+) conflicts"), ("second", r"(?i)COMMITTED (?P<index>\d+) conflicts"),
+    ]  # fmt: skip
+    assert SpecAdapter(spec, Backend(), clients={"redis": object}).log_bugs == spec.log_bugs
+    assert parse_spec(GOOD, "x.toml").log_bugs == ()
 
 
 def test_a_spec_without_a_leader_line_has_none() -> None:

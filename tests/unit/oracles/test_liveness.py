@@ -1,7 +1,8 @@
 """The liveness oracles on fake data: cannot restart fires for the one node a reset could
-not bring back and stays quiet when none or several failed; stuck fires when no client op
-succeeded within the limit after the last heal and stays quiet when one did, when the
-history was not watched that long, or when nothing was healed."""
+not bring back (naming the bug line among its last, unsigned) and stays quiet when none or
+several failed; stuck fires when no client op succeeded within the limit after the last
+heal and stays quiet when one did, when the history was not watched that long, or when
+nothing was healed."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import pytest
 
 from mallory.history.edn import Keyword
 from mallory.history.ops import NEMESIS, Op
+from mallory.log_lines import LogPattern
 from mallory.oracles.liveness import cannot_restart_findings, stuck_findings
 
 NODES = ["n1", "n2", "n3"]
@@ -25,6 +27,20 @@ def test_cannot_restart_fires_for_the_one_node_that_did_not_come_back_with_its_l
     never = cannot_restart_findings({"n1": {"how": "not-ready", "message": "not ready after 20 s"}}, NODES, {})[0]
     assert never.signature != finding.signature  # exits and never-ready are told apart
     assert cannot_restart_findings({"n3": {"how": "exited", "message": "x"}}, NODES, {})[0].signature == finding.signature
+
+
+def test_cannot_restart_names_the_first_bug_line_among_the_last_lines_but_is_not_signed_by_it():
+    unready = {"n2": {"how": "exited", "message": "n2 exited before it was ready"}}
+    log = "starting\nreplica 2: applied 7\nassertion failed: applied <= committed\nabort\n"
+    (finding,) = cannot_restart_findings(unready, NODES, {"n2": log})
+    assert finding.details["log_bug"] == {"name": "assertion", "line": "assertion failed: applied <= committed"}
+    assert finding.message.endswith("(its log: assertion: assertion failed: applied <= committed)")
+    lost = LogPattern(r"lost committed entry \d+", "lost-entry")
+    (named,) = cannot_restart_findings(unready, NODES, {"n2": "lost committed entry 9\n" + log}, (lost,))
+    assert named.details["log_bug"]["name"] == "lost-entry"
+    (plain,) = cannot_restart_findings(unready, NODES, {"n2": "starting\n"})
+    assert plain.details["log_bug"] is None and "its log" not in plain.message
+    assert finding.signature == named.signature == plain.signature
 
 
 @pytest.mark.parametrize("unready, nodes", [
