@@ -17,9 +17,8 @@ Public entry points (what the harness, the campaign and `mallory check` use):
 - linearizability: `linearizability.check_linearizable(ops, models.make_model(name, initial))`
   for register, cas-register, mutex, kv, multi-register.
 - findings: `asan.parse_asan(text, node)`, `logs.scan_log(lines, node, patterns)`,
-  `logs.parse_pattern("NAME=REGEX")` (a `mallory.log_lines.LogPattern`, the class the
-  observer's log events use too), `logs.parse_log_bugs(tables, source)` (a spec's
-  `[[log_bugs]]`), `logs.death_finding(returncode, node, log=...)`,
+  `logs.parse_log_bugs(tables, source)` (a spec's `[[log_bugs]]`, as
+  `mallory.log_lines.LogPattern`s, the class the observer's log events use too), `logs.death_finding(returncode, node, log=...)`,
   `triage.findings_from_result(result)` (one per invalid history), `triage.deduplicate(findings)`;
   every `triage.Finding` has a filesystem-safe `.signature` for `bugs/<signature>/`, the same
   for every sighting of one root cause (see `triage`).

@@ -2,12 +2,11 @@
 
 Default patterns catch what usually means a bug in a distributed system's log: fatal
 errors, panics (Go, Rust), failed assertions, segfaults and aborts, uncaught exceptions,
-and "two leaders"-style split-brain messages. Users add their own as NAME=REGEX, and a SUT
-spec declares the lines that mean its own safety invariants broke as `[[log_bugs]]` tables
-(`parse_log_bugs`; the campaign scans with those first, then the defaults). Each match is
-a finding whose signature is the pattern name plus the normalised line (times,
-numbers, addresses, ids blanked), so the same message from another node, term or run is
-the same bug.
+and "two leaders"-style split-brain messages. A SUT spec declares the lines that mean its
+own safety invariants broke as `[[log_bugs]]` tables (`parse_log_bugs`; the campaign scans
+with those first, then the defaults). Each match is a finding whose signature is the
+pattern name plus the normalised line (times, numbers, addresses, ids blanked), so the same
+message from another node, term or run is the same bug.
 
 `death_finding` turns a process's exit into a finding when it died by a signal the
 harness did not send (by default SIGKILL/SIGTERM/SIGINT are the harness's own), signed by
@@ -52,18 +51,6 @@ DEFAULT_PATTERNS: tuple[LogPattern, ...] = (
     _p("uncaught-exception", r"Traceback \(most recent call last\)|\buncaught exception\b|\bunhandled exception\b"),
     _p("two-leaders", r"\btwo leaders\b|\bmultiple leaders\b|\bmore than one leader\b|\bsplit[- ]brain\b"),
 )
-
-
-def parse_pattern(spec: str) -> LogPattern:
-    """A user pattern written NAME=REGEX (case-sensitive unless the regex says `(?i)`)."""
-    name, sep, regex = spec.partition("=")
-    if not sep or not name.strip() or not regex:
-        raise MalloryError(f"log pattern {spec!r} must be NAME=REGEX")
-    try:
-        re.compile(regex)
-    except re.error as exc:
-        raise MalloryError(f"log pattern {name.strip()!r}: bad regular expression: {exc}") from None
-    return LogPattern(regex, name.strip())
 
 
 #: what a `[[log_bugs]]` entry may be called: it names a bug (and its bundle directory)

@@ -9,12 +9,12 @@ from hypothesis import strategies as st
 
 from mallory.log_lines import LogPattern, normalise
 from mallory.observer.log_events import parse_log_events
-from mallory.oracles.logs import DEFAULT_PATTERNS, parse_pattern, scan_log
+from mallory.oracles.logs import DEFAULT_PATTERNS, scan_log
 
 
 def test_one_pattern_for_the_log_oracle_and_the_log_events():
     configured = parse_log_events([{"pattern": r"stale term \d+", "name": "stale-term"}], "x.toml")
-    assert configured == (parse_pattern(r"stale-term=stale term \d+"),)
+    assert configured == (LogPattern(r"stale term \d+", "stale-term"),)
     [finding] = scan_log(["rejecting append from stale term 4"], patterns=configured)
     assert finding.kind == "stale-term" and finding.key == ("stale term <n>",)
     panic = next(p for p in DEFAULT_PATTERNS if p.name == "panic")

@@ -12,14 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from mallory.errors import MalloryError
 from mallory.oracles.asan import parse_asan
 from mallory.oracles.logs import (
     DEFAULT_PATTERNS,
     crash_backtrace,
     death_finding,
     log_tail,
-    parse_pattern,
     scan_log,
 )
 from mallory.oracles.triage import deduplicate
@@ -147,16 +145,6 @@ def test_default_log_patterns_and_normalised_signatures():
     bugs = deduplicate(findings)
     assert len(bugs) == 6  # the two "two leaders" lines differ only in the term
     assert all(p.name for p in DEFAULT_PATTERNS)
-
-
-def test_user_patterns():
-    pat = parse_pattern("stale-term=rejecting append from stale term \\d+")
-    findings = scan_log(["rejecting append from stale term 4", "fine"], patterns=[pat])
-    assert [f.kind for f in findings] == ["stale-term"]
-    with pytest.raises(MalloryError, match="NAME=REGEX"):
-        parse_pattern("no-equals-sign")
-    with pytest.raises(MalloryError, match="bad regular expression"):
-        parse_pattern("x=(unclosed")
 
 
 def test_death_by_signal_from_a_real_process():
