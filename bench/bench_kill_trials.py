@@ -20,16 +20,47 @@ Counted per trial:
                   iptables lines of the run's addresses, processes the run's journal named
                   (or that mention `--run RUN`), shm segments, processes left paused
                   (SIGSTOP), and the run's state directory
-    blackholed    seconds of probe packets lost while no fault asked for it. A probe (this
-                  process, no process in the run) sends a UDP datagram every 10 ms from n1's
-                  namespace to n2's, through both observers' queues and the mediator's; the
-                  mediator's rules are polled every 100 ms (its /status, with the token from
-                  the run's state directory). A lost probe counts when every poll within
-                  RULE_MARGIN of its sending saw no drop or delay rule on n1->n2 (a dead
-                  mediator holds no rule). Measured from the first step until the campaign
-                  starts tearing its cluster down (the first observer or mediator found dead
-                  that the trial did not kill), or, when the fuzz process was killed, until
-                  cleanup
+    blackholed    seconds of probe packets lost while no fault asked for it, not counting
+                  those in flight at the kill (below). A probe (this process, no process in
+                  the run) sends a UDP datagram every 10 ms from n1's namespace to n2's,
+                  through both observers' queues and the mediator's; the mediator's rules are
+                  polled every 100 ms (its /status, with the token from the run's state
+                  directory). A lost probe is unasked when every poll within RULE_MARGIN of
+                  its sending saw no drop or delay rule on n1->n2 (a dead mediator holds no
+                  rule). Measured from the first step until the campaign starts tearing its
+                  cluster down (the first observer or mediator found dead that the trial did
+                  not kill), or, when the fuzz process was killed, until cleanup. Target 0:
+                  a dead part must not stop the SUT's traffic (--queue-bypass, fail-open)
+    in flight     probes lost unasked that sat in the killed reader's queue when it died
+                  (count and seconds; mediator and observer victims only, which read an
+                  NFQUEUE queue). Linux drops them and nothing in user space can prevent it:
+                  the reader's death releases its netlink socket, NETLINK_URELEASE makes
+                  nfqnl_rcv_nl_event() call __instance_destroy() on its queue, which unlinks
+                  it (later packets find no queue and --queue-bypass lets them by) and
+                  call_rcu()s instance_destroy_rcu() -> nfqnl_flush(inst, NULL, 0) ->
+                  nfqnl_reinject(entry, NF_DROP) for every packet still queued
+                  (net/netfilter/nfnetlink_queue.c; mainline blob 8b7b39d8a109, January
+                  2026: the NF_DROP at line 412). In flight: sent no earlier than
+                  IN_FLIGHT_BEFORE before the kill (the bench's time.time_ns() just before
+                  its SIGKILL, the clock of the probe's send stamps) and no later than the
+                  reader's exit as this process saw it (a pidfd opened before the kill turns
+                  readable once the process is gone, after do_exit() released its files, the
+                  netlink socket among them: a probe stamped later cannot have entered the
+                  dead queue, and a stamp precedes its packet's sendto). IN_FLIGHT_BEFORE
+                  (200 ms) bounds how long an unfaulted probe takes through the three
+                  queues: each reader gives its verdicts as soon as it reads (the observer
+                  before it looks at the packets, mallory/observer/nfq.py `drain`; the
+                  mediator per slice of 64, mallory/mediator/firewall.py `_loop`), and
+                  between reads does one bounded piece of work: the observer a cut of at
+                  most MAX_BATCH_EVENTS events every 0.1 s and a log poll, the mediator its
+                  queued rule changes; a Python thread waits 5 ms per switch for the GIL.
+                  Twice the observer's cut interval is a wide bound on that, and a probe
+                  lost earlier before the kill stays blackholed (so does any probe lost
+                  after the reader's exit, or around a kill of the fuzz process, which
+                  reads no queue). Each trial records the offsets of its in-flight probes
+                  from the kill, the reader's time to exit, and the longest transit of an
+                  unasked probe received within 1 s of the kill (`transit_near_kill_ms`),
+                  which must stay well under IN_FLIGHT_BEFORE for the bound to hold
     lost          steps done but recorded in no schedule when the campaign died, and the
                   schedules they belonged to (target: at most the one in flight)
     resume        whether `mallory fuzz --resume DIR --schedules 1` succeeded and continued
@@ -54,6 +85,7 @@ import json
 import math
 import os
 import random
+import select
 import signal
 import socket
 import struct
@@ -93,6 +125,10 @@ PROBE_INTERVAL_S = 0.01
 POLL_INTERVAL_S = 0.1
 RULE_MARGIN_NS = 300_000_000  # rule changes vs probe timing: polls are 100 ms apart
 PROBE_LINK = ("n1", "n2")
+QUEUE_READERS = ("mediator", "observer", "observer+sut")  # victims whose death flushes an NFQUEUE queue
+IN_FLIGHT_BEFORE_NS = 200_000_000  # the longest an unfaulted probe takes through the queues (see above)
+DEATH_WAIT_S = 2.0  # how long the bench waits to see a killed queue reader exit
+NEAR_KILL_NS = 1_000_000_000  # the probes whose transit is recorded: sent this close to the kill
 
 # -- pure parts (tests/unit/bench/test_kill_trials.py) -----------------------------------------
 
@@ -121,20 +157,54 @@ def unasked(samples: Sequence[tuple[int, str]], t_ns: int, margin_ns: int = RULE
     return all(state == CLEAR for state in [before[-1][1], after[0][1], *near])
 
 
-def blackholed(sent: Mapping[int, int], received: Iterable[int], samples: Sequence[tuple[int, str]],
-               span: tuple[int, int]) -> tuple[float, float]:
-    """(seconds of probes lost without a fault asked for, the longest such run in
-    seconds), over probes sent within `span` [start_ns, end_ns)."""
+def in_flight_window(kill_ns: int, exited_ns: int | None, before_ns: int = IN_FLIGHT_BEFORE_NS) -> tuple[int, int]:
+    """The send times [start_ns, end_ns] of the probes that can have been in a queue reader's
+    queue when it died: from `before_ns` before the kill to the reader's exit as seen
+    (`exited_ns`; the kill itself when its exit was not seen)."""
+    return kill_ns - before_ns, max(kill_ns, exited_ns if exited_ns is not None else kill_ns)
+
+
+@dataclass(frozen=True)
+class ProbeLosses:
+    """The probes lost unasked, by sequence number, split at a kill: `in_flight` sent within
+    the in-flight window, `blackholed` all the others."""
+
+    blackholed: list[int]
+    in_flight: list[int]
+
+    def longest_blackhole(self) -> int:
+        """The most consecutive probes in `blackholed`."""
+        longest = run = 0
+        previous = None
+        for seq in self.blackholed:
+            run = run + 1 if previous is not None and seq == previous + 1 else 1
+            longest = max(longest, run)
+            previous = seq
+        return longest
+
+
+def probe_losses(sent: Mapping[int, int], received: Iterable[int], samples: Sequence[tuple[int, str]],
+                 span: tuple[int, int], in_flight: tuple[int, int] | None = None) -> ProbeLosses:
+    """The probes sent within `span` [start_ns, end_ns) that never arrived although no fault
+    was asked for (`unasked`), split by `in_flight` (send times [start_ns, end_ns], from
+    `in_flight_window`; None when no queue reader was killed: all are blackholed)."""
     got = set(received)
     lost = sorted(seq for seq, t in sent.items() if span[0] <= t < span[1] and seq not in got)
     unasked_lost = [seq for seq in lost if unasked(samples, sent[seq])]
-    longest = run = 0
-    previous = None
-    for seq in unasked_lost:
-        run = run + 1 if previous is not None and seq == previous + 1 else 1
-        longest = max(longest, run)
-        previous = seq
-    return len(unasked_lost) * PROBE_INTERVAL_S, longest * PROBE_INTERVAL_S
+    if in_flight is None:
+        return ProbeLosses(unasked_lost, [])
+    start, end = in_flight
+    return ProbeLosses([seq for seq in unasked_lost if not start <= sent[seq] <= end],
+                       [seq for seq in unasked_lost if start <= sent[seq] <= end])
+
+
+def transit_near(sent: Mapping[int, int], received_at: Mapping[int, int], samples: Sequence[tuple[int, str]],
+                 at_ns: int, around_ns: int = NEAR_KILL_NS) -> float | None:
+    """The longest transit in ms (arrival minus sending) of a probe sent within `around_ns`
+    of `at_ns` that arrived and met no fault anyone asked for; None without one."""
+    transits = [received_at[seq] - t for seq, t in sent.items()
+                if abs(t - at_ns) <= around_ns and seq in received_at and unasked(samples, t)]
+    return round(max(transits) / 1e6, 1) if transits else None
 
 
 def lost_work(steps_done: int, schedules: Sequence[Mapping], steps_per_schedule: int) -> tuple[int, int]:
@@ -182,6 +252,11 @@ class Trial:
     leak_details: list[str] = field(default_factory=list)
     blackholed_s: float = 0.0
     longest_blackhole_s: float = 0.0
+    in_flight_probes: int = 0
+    in_flight_s: float = 0.0
+    in_flight_offsets_ms: list[float] = field(default_factory=list)  # each one's sending minus the kill
+    reader_exit_ms: float | None = None  # from the kill to the killed queue reader's exit, as seen
+    transit_near_kill_ms: float | None = None  # see transit_near
     probes_sent: int = 0
     steps_lost: int = 0
     schedules_lost: int = 0
@@ -196,10 +271,17 @@ class Trial:
         return sum(self.leaks.values())
 
 
+def max_or_dash(values: Iterable[float | None]) -> str:
+    """The largest of the values that are not None, or '-' when none is."""
+    known = [v for v in values if v is not None]
+    return str(max(known)) if known else "-"
+
+
 def summarize(trials: Sequence[Trial]) -> tuple[str, bool]:
     """The per-victim table and the closing figures; whether every target was met."""
     lines = [f"{'victim':<13} {'trials':>6} {'started':>7} {'leaks':>5} {'blackholed s':>12} {'longest s':>9} "
-             f"{'lost steps':>10} {'lost sched':>10} {'resume ok':>9} {'gap finds':>9} {'detect s':>8}"]
+             f"{'in flight':>9} {'in flight s':>11} {'lost steps':>10} {'lost sched':>10} {'resume ok':>9} "
+             f"{'gap finds':>9} {'detect s':>8}"]
     for victim in VICTIMS:
         mine = [t for t in trials if t.victim == victim]
         if not mine:
@@ -209,6 +291,7 @@ def summarize(trials: Sequence[Trial]) -> tuple[str, bool]:
         lines.append(
             f"{victim:<13} {len(mine):>6} {sum(t.started for t in mine):>7} {sum(t.leaked for t in mine):>5} "
             f"{sum(t.blackholed_s for t in mine):>12.2f} {max(t.longest_blackhole_s for t in mine):>9.2f} "
+            f"{sum(t.in_flight_probes for t in mine):>9} {sum(t.in_flight_s for t in mine):>11.2f} "
             f"{sum(t.steps_lost for t in mine):>10} {max(t.schedules_lost for t in mine):>10} "
             f"{(f'{sum(resumes)}/{len(resumes)}' if resumes else '-'):>9} {sum(t.gap_findings for t in mine):>9} "
             f"{(f'{max(detections):.1f}' if detections else '-'):>8}")
@@ -217,6 +300,8 @@ def summarize(trials: Sequence[Trial]) -> tuple[str, bool]:
         "trials": len(trials),
         "leaks": sum(leaks.values()),
         "blackholed_s": round(sum(t.blackholed_s for t in trials), 2),
+        "in_flight_probes": sum(t.in_flight_probes for t in trials),
+        "in_flight_s": round(sum(t.in_flight_s for t in trials), 2),
         "schedules_lost_max": max((t.schedules_lost for t in trials), default=0),
         "gap_findings": sum(t.gap_findings for t in trials),
         "failed_resumes": sum(1 for t in trials if t.resumed is False),
@@ -229,6 +314,11 @@ def summarize(trials: Sequence[Trial]) -> tuple[str, bool]:
         f"kill trials run        : {total['trials']} ({total['not_started']} did not start)",
         f"leaks                  : {total['leaks']} (target 0): " + ", ".join(f"{k} {n}" for k, n in leaks.items()),
         f"blackholed seconds     : {total['blackholed_s']} (target 0)",
+        f"lost in flight at kill : {total['in_flight_probes']} probes, {total['in_flight_s']} s (in the killed "
+        f"reader's queue, which Linux drops: reported, no target)",
+        f"in-flight window       : sent {IN_FLIGHT_BEFORE_NS // 1_000_000} ms before the kill to the reader's exit "
+        f"(seen at most {max_or_dash(t.reader_exit_ms for t in trials)} ms after it); longest unasked transit "
+        f"near a kill {max_or_dash(t.transit_near_kill_ms for t in trials)} ms",
         f"schedules lost/resume  : at most {total['schedules_lost_max']} (target <= 1); "
         f"{total['failed_resumes']} resumes failed",
         f"unobserved-step finds  : {total['gap_findings']} (target 0)",
@@ -251,7 +341,7 @@ def in_namespace_socket(namespace: str, address: tuple[str, int]) -> socket.sock
 
 class LinkProbe:
     """A datagram every PROBE_INTERVAL_S from one node's namespace to another's: which were
-    sent when, and which arrived. Runs in this process (threads), so `mallory cleanup` has
+    sent when, and which arrived when (time.time_ns(), as the kill's stamp). Runs in this process (threads), so `mallory cleanup` has
     nothing of it to kill; `stop()` closes its sockets, which would keep the namespaces alive."""
 
     def __init__(self, layout: ClusterLayout, src: str, dst: str) -> None:
@@ -260,7 +350,7 @@ class LinkProbe:
         self.receiver.settimeout(0.1)
         self.target = (layout.node(dst).address, PROBE_PORT)
         self.sent: dict[int, int] = {}
-        self.received: set[int] = set()
+        self.received: dict[int, int] = {}
         self._stop = threading.Event()
         self._threads = [threading.Thread(target=self._send, daemon=True), threading.Thread(target=self._receive, daemon=True)]
         for thread in self._threads:
@@ -287,7 +377,7 @@ class LinkProbe:
             except (TimeoutError, OSError):
                 continue
             if len(data) == 8:
-                self.received.add(struct.unpack("!Q", data)[0])
+                self.received[struct.unpack("!Q", data)[0]] = time.time_ns()
 
     def stop(self) -> None:
         self._stop.set()
@@ -403,6 +493,32 @@ def victims_of(victim: str, fuzz: subprocess.Popen, entries: Sequence[dict], rng
     return [latest(node, "observer")] + ([latest(node, "sut")] if victim == "observer+sut" else [])
 
 
+def kill_all(pids: Sequence[int], reader: int | None) -> tuple[int, int | None]:
+    """SIGKILL `pids`, in order: (time.time_ns() just before the first signal, time.time_ns()
+    once the queue reader `reader` has exited, or None when it was not seen to within
+    DEATH_WAIT_S). The exit is seen through a pidfd opened before the kill (so a reused pid
+    cannot fool it), readable once the whole process is gone."""
+    pidfd = None
+    if reader is not None:
+        try:
+            pidfd = os.pidfd_open(reader)
+        except ProcessLookupError:
+            pass  # gone before the kill: it died of something else, nothing flushed by us
+    kill_ns = time.time_ns()
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    if pidfd is None:
+        return kill_ns, None
+    try:
+        readable, _, _ = select.select([pidfd], [], [], DEATH_WAIT_S)
+        return kill_ns, (time.time_ns() if readable else None)
+    finally:
+        os.close(pidfd)
+
+
 def runs_for(process: subprocess.Popen, seconds: float) -> bool:
     """Wait `seconds`; whether the process still runs then."""
     try:
@@ -458,6 +574,7 @@ def run_trial(index: int, victim: str, args: argparse.Namespace, rng: random.Ran
     fuzz_id = ProcessId(fuzz.pid, proc_start_ticks(fuzz.pid))
     probe = watcher = None
     run = None
+    kill_ns = exited_ns = reader = None
     try:
         if not wait_for(lambda: "cluster_run" in directory.read_stats(), 240, fuzz):
             trial.error = f"no first step (exit {fuzz.poll()}; see {log})"
@@ -476,11 +593,8 @@ def run_trial(index: int, victim: str, args: argparse.Namespace, rng: random.Ran
             trial.killed = victims_of(victim, fuzz, watcher.entries, rng)
             watcher.killed.update(trial.killed)  # first: the watcher must not take their deaths for a teardown
             kill_boottime = time.clock_gettime(time.CLOCK_BOOTTIME)
-            for pid in trial.killed:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+            reader = trial.killed[0] if victim in QUEUE_READERS else None  # the observer before its SUT
+            kill_ns, exited_ns = kill_all(trial.killed, reader)
         if victim == "fuzz" and not trial.error:
             fuzz.wait()
             time.sleep(args.after)  # the cluster runs on without its controller, until cleanup
@@ -497,8 +611,17 @@ def run_trial(index: int, victim: str, args: argparse.Namespace, rng: random.Ran
         watcher.stop()
         probe.stop()  # before cleanup: its sockets would keep the namespaces alive
         trial.probes_sent = sum(1 for t in probe.sent.values() if span_start <= t < span_end)
-        trial.blackholed_s, trial.longest_blackhole_s = blackholed(probe.sent, probe.received, watcher.samples,
-                                                                   (span_start, span_end))
+        window = in_flight_window(kill_ns, exited_ns) if reader is not None else None
+        losses = probe_losses(probe.sent, probe.received, watcher.samples, (span_start, span_end), window)
+        trial.blackholed_s = len(losses.blackholed) * PROBE_INTERVAL_S
+        trial.longest_blackhole_s = losses.longest_blackhole() * PROBE_INTERVAL_S
+        trial.in_flight_probes = len(losses.in_flight)
+        trial.in_flight_s = len(losses.in_flight) * PROBE_INTERVAL_S
+        if kill_ns is not None:
+            trial.in_flight_offsets_ms = [round((probe.sent[seq] - kill_ns) / 1e6, 1) for seq in losses.in_flight]
+            trial.transit_near_kill_ms = transit_near(probe.sent, probe.received, watcher.samples, kill_ns)
+        if exited_ns is not None:
+            trial.reader_exit_ms = round((exited_ns - kill_ns) / 1e6, 1)
         if victim.startswith("observer") and trial.killed:
             trial.detection_s = detection_s(watcher.entries, trial.killed[0], kill_boottime)
 
@@ -553,7 +676,8 @@ def main() -> int:
         trial = run_trial(i, VICTIMS[i % len(VICTIMS)], args, rng)
         trials.append(trial)
         print(f"trial {i:3d} {trial.victim:<12} kill at +{trial.kill_after_s:5.1f}s exit {trial.exit_code} "
-              f"leaks {trial.leaked} blackholed {trial.blackholed_s:.2f}s lost {trial.steps_lost} steps "
+              f"leaks {trial.leaked} blackholed {trial.blackholed_s:.2f}s in flight {trial.in_flight_probes} "
+              f"lost {trial.steps_lost} steps "
               f"resume {trial.resumed} gap findings {trial.gap_findings} detect {trial.detection_s} "
               f"{trial.error}", flush=True)
         for detail in trial.leak_details[:10]:
