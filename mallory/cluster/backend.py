@@ -22,6 +22,10 @@ class NodeProcess:
     name: str  # e.g. "sut", "sentinel", "observer": unique per node
     pid: int  # pid as seen from the controller (root pid namespace for netns)
     log_path: Path  # stdout and stderr, appended
+    #: its start time (clock ticks since boot, /proc/PID/stat), which tells it from a later
+    #: process the kernel gives the same pid (pid_max can be 32768: pids come round within
+    #: a campaign); None: unknown
+    start: int | None = None
 
 
 class ClusterBackend(Protocol):

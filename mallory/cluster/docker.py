@@ -136,8 +136,7 @@ class DockerCluster(JournaledCluster):
         self.record = record
         self.layout = layout
         self.client = client
-        self._execs: dict[int, str] = {}  # pid -> exec id (ours)
-        self._starts: dict[int, int | None] = {}
+        self._execs: dict[int, tuple[int | None, str]] = {}  # pid -> (start ticks, exec id), ours
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -242,8 +241,9 @@ class DockerCluster(JournaledCluster):
         )["Id"]
         self.client.api.exec_start(exec_id, detach=True)
         pid = self._exec_pid(exec_id, node, argv)
-        self._execs[pid] = exec_id
-        return self._journal(node, name, pid, log_path, exec=exec_id)
+        proc = self._journal(node, name, pid, log_path, exec=exec_id)
+        self._execs[pid] = (proc.start, exec_id)
+        return proc
 
     def _exec_pid(self, exec_id: str, node: str, argv: Sequence[str]) -> int:
         deadline = time.monotonic() + 30
@@ -265,7 +265,9 @@ class DockerCluster(JournaledCluster):
         exit code."""
         if not self._wait_gone(proc, timeout):
             return None
-        exec_id = self._execs.get(proc.pid)
+        start, exec_id = self._execs.get(proc.pid, (None, None))
+        if start != proc.start:  # an exec of ours that the kernel later gave the same pid
+            exec_id = None
         info = self._finished_exec(exec_id, 5) if exec_id is not None else None
         code = info.get("ExitCode") if info is not None else None
         if code is None:

@@ -37,12 +37,11 @@ def run_layout(record: RunRecord, layout_type: Any) -> Any:
 
 class JournaledCluster:
     """Subclasses set `record` (the registered run) and `layout` (`names`, `node(name)`
-    with `address`), and start `_starts` empty."""
+    with `address`)."""
 
     record: RunRecord
     layout: Any
     run: str
-    _starts: dict[int, int | None]  # pid -> start ticks, as journaled
 
     def down(self) -> list[str]:
         """Kill the run's processes and remove what the run created (logs stay)."""
@@ -110,32 +109,37 @@ class JournaledCluster:
         controllers); the process."""
         start = proc_start_ticks(pid)
         self.record.record(proc=pid, start=start, node=node, name=name, log=str(log_path), **extra)
-        self._starts[pid] = start
-        return NodeProcess(node=node, name=name, pid=pid, log_path=log_path)
+        return NodeProcess(node=node, name=name, pid=pid, log_path=log_path, start=start)
 
     def processes(self) -> list[NodeProcess]:
         """Every process the run has spawned (from the journal, whichever controller did)."""
         return [
-            NodeProcess(node=e["node"], name=e["name"], pid=int(e["proc"]), log_path=Path(e["log"]))
+            NodeProcess(node=e["node"], name=e["name"], pid=int(e["proc"]), log_path=Path(e["log"]), start=e.get("start"))
             for e in self.record.entries()
             if "proc" in e
         ]
 
-    def _start_ticks(self, pid: int) -> int | None:
-        if pid not in self._starts:  # spawned by another controller: ask the journal
-            for entry in self.record.entries():
-                if entry.get("proc") == pid:
-                    self._starts[pid] = entry.get("start")
-        return self._starts.get(pid)
+    def _start_ticks(self, proc: NodeProcess) -> int | None:
+        """`proc`'s start time: its own, else the journal's for the newest entry of its pid,
+        node and name (a process described without it, by another controller)."""
+        if proc.start is not None:
+            return proc.start
+        start = None
+        for entry in self.record.entries():
+            if entry.get("proc") == proc.pid and entry.get("node") == proc.node and entry.get("name") == proc.name:
+                start = entry.get("start")
+        return start
 
-    def _same_process(self, pid: int) -> bool:
-        start = self._start_ticks(pid)
-        return start is None or proc_start_ticks(pid) == start
+    def _same_process(self, proc: NodeProcess) -> bool:
+        """The process now at `proc.pid` is `proc`, not a later one given its pid (when its
+        start time is unknown, whatever has the pid is taken for it)."""
+        start = self._start_ticks(proc)
+        return start is None or proc_start_ticks(proc.pid) == start
 
     def is_running(self, proc: NodeProcess) -> bool:
         """The process exists, is not a zombie, and is the one we started (not a reused pid)."""
         state = proc_state(proc.pid)
-        return state is not None and state != "Z" and self._same_process(proc.pid)
+        return state is not None and state != "Z" and self._same_process(proc)
 
     def _wait_gone(self, proc: NodeProcess, timeout: float) -> bool:
         """Poll until the process is no longer running; False on timeout."""
@@ -149,7 +153,7 @@ class JournaledCluster:
     def _kill(self, proc: NodeProcess, signum: int, group: bool) -> None:
         """Send `signum` to our process (its process group first when `group`); nothing
         when it has exited and its pid went to a stranger."""
-        if not self._same_process(proc.pid):
+        if not self._same_process(proc):
             return
         if group:
             try:

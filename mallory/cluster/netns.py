@@ -173,8 +173,7 @@ class NetnsCluster(JournaledCluster):
     def __init__(self, record: RunRecord, layout: ClusterLayout) -> None:
         self.record = record
         self.layout = layout
-        self._children: dict[int, subprocess.Popen] = {}
-        self._starts: dict[int, int | None] = {}  # pid -> start ticks, as journaled
+        self._children: dict[int, tuple[int | None, subprocess.Popen]] = {}  # pid -> (start ticks, child)
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -290,14 +289,21 @@ class NetnsCluster(JournaledCluster):
                 cwd=str(cwd) if cwd else None,
                 start_new_session=True,
             )
-        self._children[popen.pid] = popen
-        return self._journal(node, name, popen.pid, log_path)
+        proc = self._journal(node, name, popen.pid, log_path)
+        self._children[popen.pid] = (proc.start, popen)
+        return proc
 
     def signal(self, proc: NodeProcess, signum: int) -> None:
         self._kill(proc, signum, group=True)
 
+    def _child(self, proc: NodeProcess) -> subprocess.Popen | None:
+        """The Popen of `proc` if this controller spawned it (not of a later child that the
+        kernel gave the same pid)."""
+        start, popen = self._children.get(proc.pid, (None, None))
+        return popen if popen is not None and start == proc.start else None
+
     def is_running(self, proc: NodeProcess) -> bool:
-        child = self._children.get(proc.pid)
+        child = self._child(proc)
         if child is not None and child.poll() is not None:
             return False
         return super().is_running(proc)
@@ -305,7 +311,7 @@ class NetnsCluster(JournaledCluster):
     def wait(self, proc: NodeProcess, timeout: float) -> int | None:
         """The exit status (negative signal number if killed by one), None on timeout.
         For a process another controller spawned the status is unknowable: -1 once gone."""
-        child = self._children.get(proc.pid)
+        child = self._child(proc)
         if child is not None:
             try:
                 return child.wait(timeout)
