@@ -6,7 +6,8 @@ counted (`api_rejected`), and the mediator keeps running.
 
     GET  /status                       test, nodes, rules, counters (everything below)
     GET  /metrics                      counters only (windows served/incomplete/truncated, entries
-                                       late/dropped/retained: "windows")
+                                       late/dropped/retained: "windows"; the process's memory and
+                                       its tables' sizes: "memory", mediator/memory.py)
     POST /test/start   {"name": "t1"}
     POST /test/end     {}               heals every rule (no fault outlives a test)
     POST /client       {"process": 3, "type": "invoke"|"ok"|"fail"|"info", "f": "write"}

@@ -162,6 +162,18 @@ class Ingest:
         with self._lock:
             return self.builder.lost_until_ns
 
+    def held(self) -> dict[str, int]:
+        """How much the ingest and its builder hold now, each bounded (the mediator's memory
+        metrics): SEND/RECV ids waiting for a late join (MAX_WAITING_JOINS a node), commit
+        lags kept, the builder's committed SENDs remembered (MAX_SENDS), events received and
+        not committed, and batches waiting behind a gap (builder.py's bounds)."""
+        with self._lock:
+            builder = self.builder.stats()
+            return {"join_waiting": sum(len(n.waiting) for n in self._nodes.values()), "lags": len(self.lags_ns),
+                    "sends_remembered": builder["sends_remembered"],
+                    "pending_events": sum(builder["pending"].values()),
+                    "early_batches": sum(builder["early_batches"].values())}
+
     def stats(self) -> dict[str, object]:
         with self._lock:
             lags = sorted(self.lags_ns)

@@ -25,6 +25,7 @@ from mallory.mediator.api import ApiServer, Link
 from mallory.mediator.filter_sets import FilterSetDriver
 from mallory.mediator.firewall import Firewall, install_queue_rules, remove_queue_rules
 from mallory.mediator.ingest import Ingest
+from mallory.mediator.memory import process_memory
 from mallory.mediator.message_layer import LayerConfig, MessageLayer
 from mallory.mediator.receiver import BatchServer
 from mallory.mediator.windows import Window, WindowService
@@ -250,7 +251,13 @@ class Mediator:
             "message_layer": self.layer.stats() if self.layer is not None else None,
             "api_reasons": list(self.api.reasons),
             "uptime_s": round((time.monotonic_ns() - self.started_ns) / 1e9, 3),
+            "memory": self.memory(),
         }
+
+    def memory(self) -> dict:
+        """The process's memory (memory.py) and, under "held", the sizes of the tables that
+        grow with the traffic up to their bounds: a soak reads which one moved."""
+        return {**process_memory(), "held": {"seen_packets": len(self.firewall.seen), **self.ingest.held()}}
 
     def status(self) -> dict:
         return {

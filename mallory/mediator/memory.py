@@ -1,0 +1,83 @@
+"""What the mediator's own memory is made of, for its /metrics ("memory").
+
+A soak samples RSS from outside, and RSS alone cannot tell a leak from the high-water mark
+of a burst: memory freed after a burst mostly stays resident (pymalloc frees an arena only
+once every object in it is gone; glibc keeps freed chunks in its heaps and returns only the
+top of each). These figures, read each minute next to the event rate, can:
+
+* `python_blocks` (sys.getallocatedblocks): memory blocks of Python objects alive now. A
+  structure that keeps more and more objects makes it rise at a constant load; after a
+  burst it falls back, even while RSS stays up.
+* `malloc` (glibc's mallinfo2, over every arena): `in_use_mb`, chunks of malloc's heaps
+  handed out and not freed (Python objects over 512 bytes, such as a batch's line, lists'
+  item arrays, dict and set tables, numpy arrays; pymalloc's own arenas are mmapped
+  apart and not counted); `free_mb`, freed chunks the heaps keep: what a burst leaves
+  behind; `heap_mb`, the heaps' size (in use + free); `mmap_mb`, chunks mmapped on their
+  own (returned whole when freed). None where the C library has no mallinfo2 (not glibc,
+  or glibc before 2.33).
+* `rss_mb` / `anon_mb` (/proc/self/status): what the soak sees, read at the same moment.
+* `threads`: Python threads alive (one per observer connection and per API request in
+  flight, besides the mediator's own): a connection whose thread never ends shows here.
+
+Reading costs a /proc read and a walk of malloc's free lists (each arena locked in turn,
+without the GIL): fine once a second, not per batch.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import re
+import sys
+import threading
+from pathlib import Path
+
+_MB = 1024 * 1024
+
+
+class _Mallinfo2(ctypes.Structure):
+    """glibc's struct mallinfo2 (malloc.h), every field a size_t in bytes or a count."""
+
+    _fields_ = [(name, ctypes.c_size_t) for name in (
+        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+
+def _load_mallinfo2():  # the C library's mallinfo2, or None
+    try:
+        function = ctypes.CDLL(None).mallinfo2
+    except (OSError, AttributeError):
+        return None
+    function.restype = _Mallinfo2
+    function.argtypes = []
+    return function
+
+
+_mallinfo2 = _load_mallinfo2()
+
+
+def malloc_account() -> dict[str, float] | None:
+    """glibc malloc's account over all arenas in MB (see the module docstring), or None
+    without mallinfo2."""
+    if _mallinfo2 is None:
+        return None
+    info = _mallinfo2()
+    return {"heap_mb": round(info.arena / _MB, 2), "in_use_mb": round(info.uordblks / _MB, 2),
+            "free_mb": round(info.fordblks / _MB, 2), "mmap_mb": round(info.hblkhd / _MB, 2)}
+
+
+def resident_mb(status_text: str) -> dict[str, float | None]:
+    """VmRSS and RssAnon of a /proc/PID/status text in MB (None for a field it lacks)."""
+    out: dict[str, float | None] = {}
+    for key, name in (("rss_mb", "VmRSS"), ("anon_mb", "RssAnon")):
+        found = re.search(rf"^{name}:\s+(\d+) kB", status_text, re.MULTILINE)
+        out[key] = round(int(found.group(1)) / 1024, 2) if found else None
+    return out
+
+
+def process_memory() -> dict[str, object]:
+    """This process's memory now: rss_mb, anon_mb, python_blocks, malloc, threads."""
+    try:
+        resident = resident_mb(Path("/proc/self/status").read_text())
+    except OSError:  # no procfs
+        resident = {"rss_mb": None, "anon_mb": None}
+    return {**resident, "python_blocks": sys.getallocatedblocks(), "malloc": malloc_account(),
+            "threads": threading.active_count()}

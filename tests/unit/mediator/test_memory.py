@@ -1,0 +1,65 @@
+"""The mediator's memory figures (mallory/mediator/memory.py) follow what this process
+allocates and frees, and the mediator's /metrics carry them with its tables' sizes."""
+
+import threading
+
+import pytest
+
+from mallory.mediator.memory import malloc_account, process_memory, resident_mb
+from mallory.mediator.service import Mediator
+
+
+def test_resident_memory_is_read_from_proc_status():
+    status = "Name:\tpython3\nVmRSS:\t  112640 kB\nRssAnon:\t   81920 kB\nRssFile:\t   30720 kB\n"
+    assert resident_mb(status) == {"rss_mb": 110.0, "anon_mb": 80.0}
+    assert resident_mb("Name:\tkworker\n") == {"rss_mb": None, "anon_mb": None}
+    own = process_memory()
+    assert own["rss_mb"] > own["anon_mb"] > 0
+
+
+def test_python_blocks_follow_the_objects_alive():
+    before = process_memory()["python_blocks"]
+    kept = [object() for _ in range(100_000)]
+    assert process_memory()["python_blocks"] - before >= 100_000
+    del kept
+    assert process_memory()["python_blocks"] - before < 1_000
+
+
+@pytest.mark.skipif(malloc_account() is None, reason="no glibc mallinfo2 here")
+def test_malloc_tells_chunks_in_use_from_large_mmapped_ones():
+    before = malloc_account()
+    chunks = [bytes(2048) for _ in range(8192)]  # 16 MB beyond pymalloc's 512 bytes: malloc's heaps
+    during = malloc_account()
+    assert during["in_use_mb"] - before["in_use_mb"] >= 15
+    assert during["heap_mb"] >= during["in_use_mb"] + during["free_mb"] - 0.01
+    del chunks
+    after = malloc_account()
+    assert after["in_use_mb"] - before["in_use_mb"] < 2
+    big = bytearray(256 * 1024 * 1024)  # far above any mmap threshold: a mapping of its own
+    assert malloc_account()["mmap_mb"] - after["mmap_mb"] >= 255
+    del big
+
+
+def test_threads_alive_are_counted():
+    before = process_memory()["threads"]
+    stop = threading.Event()
+    thread = threading.Thread(target=stop.wait)
+    thread.start()
+    try:
+        assert process_memory()["threads"] == before + 1
+    finally:
+        stop.set()
+        thread.join()
+
+
+def test_the_metrics_carry_the_memory_and_the_tables_sizes():
+    mediator = Mediator({"n1": "10.9.1.2", "n2": "10.9.2.2"}, token="t", api_address=("127.0.0.1", 0),
+                        batch_address=("127.0.0.1", 0)).start()
+    try:
+        mediator.firewall.seen.add(12345)
+        memory = mediator.metrics()["memory"]
+    finally:
+        mediator.stop()
+    assert memory["rss_mb"] > 0 and memory["python_blocks"] > 0 and memory["threads"] >= 4  # API, batches, stream
+    assert memory["held"] == {"seen_packets": 1, "join_waiting": 0, "lags": 0, "sends_remembered": 0,
+                              "pending_events": 0, "early_batches": 0}
