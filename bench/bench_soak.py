@@ -23,6 +23,15 @@ mediator's window counters as last read (entries retained and dropped by its bou
 buffer, windows truncated by it). Targets of the issue: growth flat, observer RSS at most
 40 MB. Every sample also goes to OUT/soak.csv.
 
+RSS cannot tell a leak from the high-water mark of a burst (memory freed after a burst mostly
+stays resident). So each round also keeps the mediator's own account of its memory (its
+/metrics "memory": live Python blocks, glibc malloc's chunks in use and free, threads, and the
+sizes of its traffic-bounded tables; mallory/mediator/memory.py) in OUT/mediator_memory.csv,
+and the summary gives each one's growth per hour after the warm-up, and RssAnon's growth at
+a constant *peak* event rate (a fit on time and the highest rate so far): a leak grows at a
+constant load, in Python blocks or malloc's chunks in use; a high-water mark grows only with
+a new peak, between peaks in free chunks at most.
+
 The example SUT keeps its log across schedules and a restarted node re-applies all of it,
 so its event rate grows through a campaign; --stationary runs the campaign with
 `--fresh-data` (every schedule starts from empty data) for a load that stays level.
@@ -145,6 +154,56 @@ def growth_at_constant_load(points: Sequence[tuple[float, float, float]]) -> tup
         return None
     det = tt * rr - tr * tr
     return (tv * rr - rv * tr) / det * 3600, (rv * tt - tv * tr) / det * 1000
+
+
+def growth_beyond_peak(points: Sequence[tuple[float, float, float]]) -> tuple[float, float] | None:
+    """`growth_at_constant_load` of (seconds, events/min, MB) points against the highest rate
+    so far instead of the rate now: memory that keeps a burst's high-water mark follows the
+    peak, not the current load, so what grows at a constant peak is what no burst explains."""
+    peak = float("-inf")
+    running = []
+    for t, rate, mb in sorted(points):
+        peak = max(peak, rate)
+        running.append((t, peak, mb))
+    return growth_at_constant_load(running)
+
+
+#: the columns of OUT/mediator_memory.csv after time_s, from the mediator's /metrics "memory"
+MEMORY_COLUMNS = ("rss_mb", "anon_mb", "python_blocks", "malloc_in_use_mb", "malloc_free_mb", "malloc_heap_mb",
+                  "malloc_mmap_mb", "threads", "seen_packets", "sends_remembered", "pending_events",
+                  "early_batches", "join_waiting")
+
+
+def memory_row(memory: Mapping) -> dict[str, float | None]:
+    """The mediator's /metrics "memory" section as MEMORY_COLUMNS (None: not reported, such as
+    malloc's account without glibc's mallinfo2)."""
+    malloc = memory.get("malloc") or {}
+    held = memory.get("held") or {}
+    row = {k: memory.get(k) for k in ("rss_mb", "anon_mb", "python_blocks", "threads")}
+    row.update({f"malloc_{k}": malloc.get(k) for k in ("in_use_mb", "free_mb", "heap_mb", "mmap_mb")})
+    row.update({k: held.get(k) for k in ("seen_packets", "sends_remembered", "pending_events", "early_batches",
+                                         "join_waiting")})
+    return {k: row[k] for k in MEMORY_COLUMNS}
+
+
+def render_memory(rows: Sequence[tuple[float, Mapping]], warmup_s: float,
+                  anon_points: Sequence[tuple[float, float, float]]) -> str:
+    """The mediator's own memory account: per MEMORY_COLUMNS its value at the end and its
+    growth per hour after the warm-up ((seconds, memory_row) rows); then RssAnon's
+    `growth_beyond_peak` over (seconds, events/min, MB) points."""
+    late = [(t, row) for t, row in rows if t >= warmup_s] or list(rows)
+    lines = ["mediator memory (its /metrics): at the end, growth per hour after the warm-up"]
+    for column in MEMORY_COLUMNS:
+        points = [(t, row[column]) for t, row in late if row.get(column) is not None]
+        if points:
+            lines.append(f"  {column:<18} {points[-1][1]:>12.2f} {_signed(growth_per_hour(points)):>12}/h")
+    fit = growth_beyond_peak(anon_points)
+    if fit is not None:
+        lines.append(f"RssAnon at a constant peak event rate: {_signed(fit[0])} MB/h, "
+                     f"{_signed(fit[1], 3)} MB per 1000 events/min of a new peak")
+    lines.append("A leak grows at a constant load (python_blocks, malloc_in_use_mb, a table below its bound);\n"
+                 "a burst's high-water mark grows with a new peak only (malloc_free_mb, RSS flat between peaks).")
+    return "\n".join(lines)
 
 
 def smaps_by_file(smaps_text: str) -> dict[str, int]:
@@ -287,20 +346,26 @@ class MediatorEvents:
     """The events the run's mediator has ingested so far, from its /metrics: its API listens
     in the gateway namespace on the address the host reaches, with the token the campaign
     wrote to the run's state directory (mode 0600: this bench runs as root). `windows` keeps
-    the last window counters read with it (entries retained and dropped by the bounded buffer)."""
+    the last window counters read with it (entries retained and dropped by the bounded buffer),
+    `memory` the memory account of this very read."""
 
     def __init__(self, run: str) -> None:
         token = (load_run(run).state_dir / TOKEN_FILE).read_text()
         self.client = MediatorClient(ClusterLayout.load(run).gateway_control_address, API_PORT, token, timeout=5.0)
         self.windows: dict | None = None
+        #: the "memory" section of the last read that succeeded (None: none did, or it had none)
+        self.memory: dict | None = None
 
     def count(self) -> int | None:
         try:
             metrics = self.client.metrics()
             self.windows = metrics.get("windows", self.windows)
-            return int(metrics["ingest"]["events"])
+            count = int(metrics["ingest"]["events"])
         except (MalloryError, KeyError, TypeError, ValueError, AttributeError):
+            self.memory = None
             return None  # not up yet, or gone
+        self.memory = metrics.get("memory")
+        return count
 
 
 def running_processes(run: str) -> dict[str, int]:
@@ -350,6 +415,7 @@ def main() -> int:
     ticks = os.sysconf("SC_CLK_TCK")
     samples: list[Sample] = []
     counts: list[tuple[float, int]] = []  # (seconds, events the mediator ingested so far)
+    memory_rows: list[tuple[float, dict]] = []  # (seconds, memory_row of the mediator's /metrics)
     mediator: MediatorEvents | None = None
     mappings: dict[str, list[tuple[str, int]]] = {}
     directory = CampaignDir(campaign)
@@ -370,6 +436,8 @@ def main() -> int:
             count = mediator.count() if mediator is not None else None
             if count is not None:
                 counts.append((now, count))
+                if mediator.memory is not None:
+                    memory_rows.append((round(now, 1), memory_row(mediator.memory)))
             rate = event_rates(counts[-2:]).get(now)
             batch = [s for role, pid in roles.items()
                      if (s := sample_process(pid, role, now, ticks, rate)) is not None]
@@ -399,8 +467,16 @@ def main() -> int:
         writer.writerows((s.time_s, s.role, s.pid, round(s.rss_mb, 2), round(s.anon_mb, 2), round(s.file_mb, 2),
                           round(s.shmem_mb, 2), round(s.pss_mb, 2), round(s.cpu_s, 2),
                           "" if s.events_per_min is None else round(s.events_per_min)) for s in samples)
+    with open(args.out / "mediator_memory.csv", "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["time_s", *MEMORY_COLUMNS])
+        writer.writerows((t, *("" if row[k] is None else row[k] for k in MEMORY_COLUMNS)) for t, row in memory_rows)
     print(f"campaign exit {fuzz.returncode}; {len(samples)} samples in {args.out / 'soak.csv'}\n")
     print(render(summarize(samples, args.warmup), summarize_load(samples, args.warmup)))
+    if memory_rows:
+        anon = [(s.time_s, s.events_per_min, s.anon_mb) for s in samples
+                if s.role == "mediator" and s.events_per_min is not None and s.time_s >= args.warmup]
+        print("\n" + render_memory(memory_rows, args.warmup, anon))
     for role, top in mappings.items():
         print(f"\nlargest resident mappings of the {role}:")
         for path, kb in top:

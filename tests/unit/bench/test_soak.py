@@ -105,3 +105,33 @@ def test_summary_reports_each_kind_of_memory_and_the_load_it_grew_under():
     assert "+2.00" in text and "+0.500" in text
     assert "3000/min after the warm-up, 1000/min at the end, 2000/min on average" in text
     assert bench.summarize_load([S(0, "fuzz", 1, 50.0, 0.0)], 0) is None
+
+
+def test_growth_beyond_the_peak_tells_a_bursts_high_water_mark_from_a_leak():
+    rates = (1000, 3000, 1000, 1000, 5000, 1000, 1000)
+    # memory that keeps the highest burst's mark: 50 MB + 10 MB per 1000 events/min of the peak so far
+    high_water = [(h * 3600, r, 50 + 10 * max(rates[:h + 1]) / 1000) for h, r in enumerate(rates)]
+    growth, per_peak = bench.growth_beyond_peak(high_water)
+    assert round(growth, 9) == 0.0 and round(per_peak, 9) == 10.0
+    assert bench.growth_at_constant_load(high_water)[0] > 1.0  # against the rate now it passes for a leak
+    leak = [(t, r, 50 + 2 * t / 3600 + 10 * max(rates[:i + 1]) / 1000)
+            for i, (t, r, _) in enumerate(high_water)]
+    assert round(bench.growth_beyond_peak(leak)[0], 9) == 2.0
+
+
+def test_the_mediators_memory_account_becomes_rows_and_a_summary():
+    memory = {"rss_mb": 150.0, "anon_mb": 110.0, "python_blocks": 900_000, "threads": 6,
+              "malloc": {"heap_mb": 40.0, "in_use_mb": 25.0, "free_mb": 15.0, "mmap_mb": 9.0},
+              "held": {"seen_packets": 200_000, "sends_remembered": 7000, "pending_events": 30, "early_batches": 0,
+                       "join_waiting": 10_000, "lags": 10_000}}
+    row = bench.memory_row(memory)
+    assert list(row) == list(bench.MEMORY_COLUMNS)
+    assert (row["malloc_free_mb"], row["seen_packets"], row["python_blocks"]) == (15.0, 200_000, 900_000)
+    assert bench.memory_row({**memory, "malloc": None})["malloc_in_use_mb"] is None  # no mallinfo2
+    rows = [(0, bench.memory_row({**memory, "python_blocks": 1})),  # the warm-up: left out
+            (3600, row), (7200, bench.memory_row({**memory, "python_blocks": 1_000_000, "malloc": None}))]
+    anon = [(h * 3600, r, 100 + 5 * h) for h, r in enumerate((1000, 2000, 1000, 2000))]
+    text = bench.render_memory(rows, 1800, anon)
+    assert "python_blocks        1000000.00   +100000.00/h" in text
+    assert "malloc_free_mb            15.00            -/h" in text  # one reading after the warm-up
+    assert "RssAnon at a constant peak event rate: +5.00 MB/h" in text
