@@ -202,6 +202,8 @@ def run(args: argparse.Namespace) -> int:
                 raise MalloryError(f"firewall stopped: {mediator.firewall.error}")
             if mediator.layer is not None and mediator.layer.error is not None:
                 raise MalloryError(f"the message layer stopped: {mediator.layer.error}")
+            if mediator.stream_error is not None:
+                raise MalloryError(f"the mediator's own event stream stopped: {mediator.stream_error!r}")
     finally:
         mediator.stop()
     return 0

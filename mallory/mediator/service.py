@@ -95,6 +95,8 @@ class Mediator:
         self._own_seq = 0
         self._own_lock = threading.Lock()
         self._stop = threading.Event()
+        #: what ended the mediator's own event stream (`_tick`), None while it runs
+        self.stream_error: BaseException | None = None
         self._ticker = threading.Thread(target=self._tick, name="mediator-stream", daemon=True)
         self.started_ns = time.monotonic_ns()
         self._rules_installed = False
@@ -140,8 +142,15 @@ class Mediator:
         self.ingest.on_batch(batch)
 
     def _tick(self) -> None:
-        while not self._stop.wait(self.batch_interval):
-            self._flush_own()
+        """Flush the own events every batch interval. Whatever ends it (the recording's disk
+        full, a subscriber's bug) is kept in `stream_error` for the command to exit on: with
+        nothing flushing them, every client op and fault after it would stay in `_own`."""
+        try:
+            while not self._stop.wait(self.batch_interval):
+                self._flush_own()
+        except BaseException as exc:
+            self.stream_error = exc
+            raise
 
     # -- what the API does ---------------------------------------------------------------
 
