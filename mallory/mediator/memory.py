@@ -19,8 +19,9 @@ top of each). These figures, read each minute next to the event rate, can:
 * `threads`: Python threads alive (one per observer connection and per API request in
   flight, besides the mediator's own): a connection whose thread never ends shows here.
 
-Reading costs a /proc read and a walk of malloc's free lists (each arena locked in turn,
-without the GIL): fine once a second, not per batch.
+Reading costs a /proc read and a walk of malloc's free chunks, each arena locked in turn
+(without the GIL): ~3 ms with 50,000 free chunks (135 MB fragmented), far less in a mediator
+that is well. Fine once a second; not per batch.
 """
 
 from __future__ import annotations
