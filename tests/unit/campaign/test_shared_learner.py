@@ -32,7 +32,7 @@ from mallory.campaign.service import (
     unpack_files,
 )
 from mallory.campaign.workers import clean_dead_run, worker_directory, worker_seed
-from mallory.cluster.registry import register_run
+from mallory.cluster.registry import list_runs, register_run
 from mallory.learner.learner import Learner
 from mallory.mediator.windows import Window
 from tests.unit.campaign.test_loop import FakeClock, FakeNemesis, FakeTimeline
@@ -355,6 +355,14 @@ def test_a_dead_workers_run_is_cleaned_only_when_stale(tmp_path, monkeypatch):
     assert clean_dead_run("fzlive-w0", wait_s=0.0) == []
     assert record.state_dir.exists(), "a live run is never touched"
     assert clean_dead_run("fzabsent-w0", wait_s=0.0) == []
+    # a run whose owner (a worker's process) has exited, with a directory in its journal
+    made = tmp_path / "data" / "fzdead-w0-files"
+    code = ("import sys; from mallory.cluster.registry import register_run; "
+            "register_run('fzdead-w0').record(dir=sys.argv[1])")
+    subprocess.run([sys.executable, "-c", code, str(made)], check=True, cwd=paths.HOME, timeout=60)
+    made.mkdir(parents=True)
+    assert clean_dead_run("fzdead-w0", wait_s=0.0) == [f"dir {made}"]
+    assert not made.exists() and "fzdead-w0" not in {r.name for r in list_runs()}
 
 
 def test_mallory_fuzz_without_workers_never_imports_ray():
