@@ -597,6 +597,7 @@ def test_one_window_faults_and_truncated_windows_reach_a_shared_learner_as_a_loc
     assert not any(s.get("truncated") for s in steps[::2])
     configurations = set(hub.learner.configurations)
     assert {("novel",), ("dull-1", "novel")} <= configurations and ("novel", "novel") not in configurations
+    assert hub.learner.policy.q == {}, "scripted steps are watched, not learnt as choices"
     assert CampaignDir(root).read_stats()["late_steps"] == "1"
 
 
