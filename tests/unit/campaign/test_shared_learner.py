@@ -24,6 +24,7 @@ from mallory.campaign.loop import BugEvidence, Campaign, ScriptedStep
 from mallory.campaign.model import bind_model, load_model
 from mallory.campaign.remote import LearnerUnreachable, RemoteLearner
 from mallory.campaign.service import (
+    BugReport,
     LocalLearner,
     Transition,
     WindowSeen,
@@ -192,6 +193,26 @@ def test_only_the_first_report_of_a_bug_ships_its_files(tmp_path):
     archives = [args[2] for args in reports]
     assert len(archives) == 3 and archives[0] is not None and archives[1:] == [None, None]
     assert all(args[1].files == [] for args in reports), "the worker's own paths mean nothing on the hub's machine"
+
+
+def test_two_workers_shipping_one_new_bug_at_once_make_one_bundle_of_the_first(tmp_path):
+    """Both asked bug_known before either reported, so both ship their files: the bundle is
+    the first report's, the second is a sighting and its files are dropped."""
+    hub = LearnerHub(new_campaign(tmp_path))
+    runs = {}
+    for worker in ("w0", "w1"):
+        run = runs[worker] = tmp_path / worker / "000004"
+        run.mkdir(parents=True)
+        (run / "history.edn").write_text(f"{worker}'s history\n")
+    assert not hub.bug_known("log:two-leaders")
+    bug = BugReport("log:two-leaders", {"explanation": "two leaders"}, {"index": 4})
+    assert hub.report_bug("w0", bug, pack_files([runs["w0"]])) is True
+    assert hub.report_bug("w1", bug, pack_files([runs["w1"]])) is False
+    bundle = tmp_path / "campaign" / "bugs" / "log_two-leaders"
+    assert (bundle / "000004" / "history.edn").read_text() == "w0's history\n"
+    sightings = [orjson.loads(line) for line in (bundle / "sightings.jsonl").read_text().splitlines()]
+    assert [s["worker"] for s in sightings] == ["w0", "w1"] and hub.progress.bugs == 1
+    assert not list(bundle.parent.glob(".incoming-*"))
 
 
 def test_a_bug_the_learner_cannot_take_stays_in_the_workers_directory(tmp_path):
