@@ -9,7 +9,7 @@ import pytest
 
 from mallory.campaign.config import CampaignConfig, ConfigError, LoopConfig
 from mallory.campaign.directory import CampaignDir
-from mallory.campaign.loop import Campaign, schedule_seed
+from mallory.campaign.loop import Campaign, ScriptedStep, schedule_seed, step_rng
 from mallory.campaign.model import bind_model, load_model
 from mallory.learner.learner import Learner
 from mallory.learner.policies import ModelFuzzPolicy
@@ -19,8 +19,20 @@ from tests.unit.campaign.test_model import CATALOGUE, NODES, TracingTimeline, lo
 WINDOW_S, STEPS, SEED = 2.5, 6, 4
 
 
+class DrawingNemesis(FakeNemesis):
+    """Records each fault's first random number: which draw its targets came from."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.draws: list[tuple[str, float]] = []
+
+    def enact(self, action: str, rng) -> dict:
+        self.draws.append((action, rng.random()))
+        return super().enact(action, rng)
+
+
 def modelfuzz_campaign(tmp_path, lock_file, create: bool = True) -> Campaign:  # noqa: F811
-    clock, nemesis = FakeClock(), FakeNemesis()
+    clock, nemesis = FakeClock(), DrawingNemesis()
     directory = CampaignDir(tmp_path / "campaign")
     if create:
         directory.create(CampaignConfig(sut="fake", policy="modelfuzz", reward="model", model=str(lock_file),
@@ -60,6 +72,13 @@ def test_the_loop_plays_each_plan_exactly_and_writes_the_corpus_beside_the_check
     campaign.run(schedules=8)
     records = campaign.dir.read_schedules()
     assert [played(r) for r in records] == [(p.seed, [tuple(s) for s in p.steps]) for p in plans]
+    # what was enacted, not only what was recorded: each fault drew its targets from the
+    # plan's seed and the step's draw, and each window lasted the step's window
+    planned_steps = [(p.seed, s) for p in plans for s in p.steps]
+    assert campaign.nemesis.draws == [(s.action, step_rng(seed, s.draw).random())
+                                      for seed, s in planned_steps if s.action not in ("heal", "noop")]
+    spans = [s["window_ns"][1] - s["window_ns"][0] for r in records for s in r["steps"]]
+    assert all(abs(span - (s.window_s or WINDOW_S) * 1e9) < 1e3 for span, (_, s) in zip(spans, planned_steps))
     assert any(s.window_s is not None for p in plans for s in p.steps), "a window was mutated"
     # the first schedule is random and draws as the loop does; the others mutate an entry,
     # whose seed they keep so that their unmutated faults hit the same nodes
@@ -84,6 +103,16 @@ def test_the_corpus_survives_resume_and_a_missing_file_is_written_again(tmp_path
     resumed.run(schedules=1)
     assert read_corpus(resumed.dir)[:len(kept.entries)] == kept.to_state()
     assert resumed.dir.read_schedules()[-1]["plan"]["parent"] is not None, "it goes on mutating what it kept"
+
+
+def test_a_replayed_schedule_plays_its_script_under_its_own_seed_and_asks_no_plan(tmp_path, lock_file):  # noqa: F811
+    """replay and shrink re-enact a recorded schedule: modelfuzz neither plans it (its seed
+    would replace the recorded one, and with it every target) nor keeps it."""
+    campaign = modelfuzz_campaign(tmp_path, lock_file)
+    record = campaign.run_schedule(0, script=[ScriptedStep("novel", 5), ScriptedStep("dull-1", 9)], seed=1234)
+    assert record["seed"] == 1234 and "plan" not in record
+    assert campaign.nemesis.draws == [("novel", step_rng(1234, 5).random()), ("dull-1", step_rng(1234, 9).random())]
+    assert campaign.learner.learner.policy.corpus.entries == []
 
 
 def test_without_a_model_the_policy_is_refused():

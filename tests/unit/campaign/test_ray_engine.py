@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import hashlib
 import os
+import random
 import shutil
 import signal
 import stat
 import subprocess
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -35,7 +37,7 @@ from mallory.campaign.directory import CampaignDir  # noqa: E402
 from mallory.campaign.hub import LearnerHub  # noqa: E402
 from mallory.campaign.live import CampaignRefused  # noqa: E402
 from mallory.campaign.remote import LearnerUnreachable  # noqa: E402
-from mallory.campaign.workers import WorkerSummary  # noqa: E402
+from mallory.campaign.workers import WorkerSummary, worker_seed  # noqa: E402
 from mallory.cluster.registry import list_runs, proc_state, run_status  # noqa: E402
 from mallory.errors import MalloryError  # noqa: E402
 
@@ -256,6 +258,94 @@ def test_a_worker_that_dies_is_killed_cleaned_on_its_machine_forgotten_and_repla
     assert fake_ray.events == ["init", "shutdown"]
 
 
+@pytest.mark.parametrize("ending", ["stop", "deadline"])
+def test_a_worker_that_dies_as_the_campaign_ends_is_cleaned_but_not_replaced(fake_ray, tmp_path, ending):
+    """A Ctrl-C (stop) is passed to every worker; a worker dying then, or once the campaign's
+    time is up, leaves its slot empty."""
+    FakeWorker.OUTCOMES = {"w1": [ActorDiedError()]}
+    asked = []
+
+    def stop() -> bool:  # false while the workers start, then the user's Ctrl-C
+        asked.append(True)
+        return ending == "stop" and len(asked) > 1
+
+    result = ray_engine.run_on_ray(campaign(tmp_path), CONFIG, workers=2, address=None,
+                                   seconds=0.0 if ending == "deadline" else None, schedules=None, stop=stop,
+                                   on_update=lambda progress: None)
+    assert [death[0] for death in result.deaths] == ["w1"] and [s.worker for s in result.workers] == ["w0"]
+    names = [h.options["name"] for h in fake_ray.actors if "learner" not in h.options["name"]]
+    assert sorted(name.rsplit("-", 2)[1] for name in names) == ["w0", "w1"], "no replacement"
+    assert [node for node, _ in fake_ray.tasks] == [node_of("w1")], "cleaned all the same"
+    stopped = sorted(name for name, method in fake_ray.calls if method == "stop")
+    assert stopped == (sorted(names) if ending == "stop" else [])
+
+
+def test_the_learner_actor_lives_on_the_drivers_machine_and_is_restarted_and_workers_take_a_stop_while_running(
+        fake_ray, tmp_path):
+    run(campaign(tmp_path))
+    (hub,) = [h for h in fake_ray.actors if isinstance(h.instance, LearnerHub)]
+    strategy = hub.options["scheduling_strategy"]
+    assert strategy.node_id == DRIVER_NODE and strategy.soft is False, "it writes DIR on the driver's machine"
+    assert hub.options["max_restarts"] >= 1 and hub.options["max_task_retries"] == 0
+    workers = [h for h in fake_ray.actors if isinstance(h.instance, FakeWorker)]
+    assert workers and all(h.options["max_concurrency"] >= 2 and h.options["max_restarts"] == 0 for h in workers)
+
+
+def test_a_resumed_campaign_counts_its_schedules_done_and_shows_the_merged_counters(fake_ray, tmp_path):
+    """--resume with --schedules N: the hub grants N more than DIR holds; the driver's
+    result and its updates are the hub's merged counters (here the 2 schedules done)."""
+    directory = campaign(tmp_path)
+    for index in range(2):
+        directory.write_schedule(index, {"index": index, "steps": [{"action": "noop"}]})
+    updates = []
+    result = ray_engine.run_on_ray(directory, CONFIG, workers=1, address=None, seconds=None, schedules=3,
+                                   stop=lambda: False, on_update=updates.append)
+    (hub,) = [h.instance for h in fake_ray.actors if isinstance(h.instance, LearnerHub)]
+    assert hub.limit == 5
+    assert result.progress.schedules_done == 2 and result.progress.steps_done == 2
+    assert updates and updates[-1].schedules_done == 2
+
+
+def test_a_calibrated_configuration_is_written_and_given_to_every_worker(fake_ray, tmp_path, monkeypatch):
+    monkeypatch.setattr(FakeWorker, "calibrate", lambda self: replace(self.config, threshold=0.42))
+    given = []
+    run_one = FakeWorker.run
+    monkeypatch.setattr(FakeWorker, "run", lambda self, hub, config, seconds: (given.append(config.threshold),
+                                                                               run_one(self, hub, config, seconds))[1])
+    directory = CampaignDir(tmp_path / "c")
+    directory.create(CampaignConfig(sut="fake", seed=3, steps=2, calibrate=20))
+    ray_engine.run_on_ray(directory, directory.config(), workers=2, address=None, seconds=None, schedules=None,
+                          stop=lambda: False, on_update=lambda progress: None)
+    assert directory.config().threshold == 0.42 and given == [0.42, 0.42]
+
+
+def test_a_worker_actor_runs_its_loop_with_a_tenth_of_the_window_to_decide_its_own_seed_and_its_stop(
+        tmp_path, monkeypatch):
+    """The real WorkerActor (the other tests' workers are fakes) around a fake run_worker."""
+    seen = {}
+
+    def run_worker(root, worker, config, run_name, service, *, seconds, stop):
+        seen.update(root=root, worker=worker, run_name=run_name, service=service, seconds=seconds, stop=stop)
+        return "summary"
+
+    monkeypatch.setattr(ray_engine, "run_worker", run_worker)
+    monkeypatch.setattr(ray_engine, "_logging", lambda: None)
+    config = CampaignConfig(sut="fake", seed=3, steps=2, window_s=4.0)
+    CampaignDir(tmp_path / "c").create(config)
+    actor = ray_engine.WorkerActor(str(tmp_path / "c"), "w1", config, "fzabc-w1")
+    hub = object()
+    assert actor.run(hub, config, 30.0) == "summary"
+    service = seen["service"]
+    assert (seen["root"], seen["worker"], seen["run_name"], seen["seconds"]) == (tmp_path / "c", "w1", "fzabc-w1", 30.0)
+    assert isinstance(service.link, ray_engine.RayLink) and service.link.hub is hub
+    assert service.budget_s == pytest.approx(0.4), "a tenth of the window"
+    assert service.rng.random() == random.Random(worker_seed(3, "w1")).random() != random.Random(3).random()
+    assert service.local.root == tmp_path / "c" / "workers" / "w1"
+    assert not seen["stop"]()
+    actor.stop()
+    assert seen["stop"](), "the driver's stop reaches the running loop"
+
+
 def test_a_worker_whose_run_raised_is_reported_in_one_line(fake_ray, tmp_path):
     FakeWorker.OUTCOMES = {"w0": [MalloryError("the mediator died")]}
     result = run(campaign(tmp_path), workers=1)
@@ -287,6 +377,7 @@ def test_an_interrupted_driver_kills_every_worker_and_cleans_each_cluster(fake_r
         run(campaign(tmp_path))
     assert sorted(fake_ray.killed) == sorted(h.options["name"] for h in fake_ray.actors if "learner" not in h.options["name"])
     assert sorted(node for node, _ in fake_ray.tasks) == sorted([node_of("w0"), node_of("w1")])
+    assert "close" in [method for name, method in fake_ray.calls if name and "learner" in name], "last merged stats"
     assert fake_ray.events == ["init", "shutdown"], "the local Ray is stopped after the workers are"
 
 

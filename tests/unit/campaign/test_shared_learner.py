@@ -24,6 +24,7 @@ from mallory.campaign.loop import BugEvidence, Campaign, ScriptedStep
 from mallory.campaign.model import bind_model, load_model
 from mallory.campaign.remote import LearnerUnreachable, RemoteLearner
 from mallory.campaign.service import (
+    BugReport,
     LocalLearner,
     Transition,
     WindowSeen,
@@ -32,7 +33,7 @@ from mallory.campaign.service import (
     unpack_files,
 )
 from mallory.campaign.workers import clean_dead_run, worker_directory, worker_seed
-from mallory.cluster.registry import register_run
+from mallory.cluster.registry import list_runs, register_run
 from mallory.learner.learner import Learner
 from mallory.mediator.windows import Window
 from tests.unit.campaign.test_loop import FakeClock, FakeNemesis, FakeTimeline
@@ -47,7 +48,8 @@ class FakeHubLink:
     """Calls a hub in this process, one call at a time (as a Ray actor takes them).
     `unreachable`: methods that fail as a dead hub's do, without reaching it; `late`:
     methods whose answer comes after any deadline (the call still runs on the hub, as a
-    call Ray delivered does). Every call is logged as (method, args)."""
+    call Ray delivered does). Every call is logged as (method, args), its deadline in
+    `timeouts` as (method, timeout_s)."""
 
     lock = threading.Lock()
 
@@ -56,9 +58,11 @@ class FakeHubLink:
         self.unreachable = set(unreachable)
         self.late = set(late)
         self.calls: list[tuple[str, tuple]] = []
+        self.timeouts: list[tuple[str, float]] = []
 
     def call(self, method: str, *args: Any, timeout_s: float) -> Any:
         self.calls.append((method, args))
+        self.timeouts.append((method, timeout_s))
         if method in self.unreachable:
             raise LearnerUnreachable(f"{method}: the fake hub is down")
         with self.lock:
@@ -181,9 +185,34 @@ def test_only_the_first_report_of_a_bug_ships_its_files(tmp_path):
     hub = LearnerHub(root)
     link = FakeHubLink(hub)
     campaign, _ = worker_campaign(root, "w0", link, checker=True)
-    campaign.run(schedules=3)
-    archives = [args[2] for method, args in link.calls if method == "report_bug"]
+    campaign.run(schedules=1)
+    assert (root / "bugs" / "log_two-leaders" / "000000" / "history.edn").exists()
+    assert not list((root / "bugs").glob(".incoming-*")), "the unpacked archive is not left beside the bundles"
+    campaign.run(schedules=2)
+    reports = [args for method, args in link.calls if method == "report_bug"]
+    archives = [args[2] for args in reports]
     assert len(archives) == 3 and archives[0] is not None and archives[1:] == [None, None]
+    assert all(args[1].files == [] for args in reports), "the worker's own paths mean nothing on the hub's machine"
+
+
+def test_two_workers_shipping_one_new_bug_at_once_make_one_bundle_of_the_first(tmp_path):
+    """Both asked bug_known before either reported, so both ship their files: the bundle is
+    the first report's, the second is a sighting and its files are dropped."""
+    hub = LearnerHub(new_campaign(tmp_path))
+    runs = {}
+    for worker in ("w0", "w1"):
+        run = runs[worker] = tmp_path / worker / "000004"
+        run.mkdir(parents=True)
+        (run / "history.edn").write_text(f"{worker}'s history\n")
+    assert not hub.bug_known("log:two-leaders")
+    bug = BugReport("log:two-leaders", {"explanation": "two leaders"}, {"index": 4})
+    assert hub.report_bug("w0", bug, pack_files([runs["w0"]])) is True
+    assert hub.report_bug("w1", bug, pack_files([runs["w1"]])) is False
+    bundle = tmp_path / "campaign" / "bugs" / "log_two-leaders"
+    assert (bundle / "000004" / "history.edn").read_text() == "w0's history\n"
+    sightings = [orjson.loads(line) for line in (bundle / "sightings.jsonl").read_text().splitlines()]
+    assert [s["worker"] for s in sightings] == ["w0", "w1"] and hub.progress.bugs == 1
+    assert not list(bundle.parent.glob(".incoming-*"))
 
 
 def test_a_bug_the_learner_cannot_take_stays_in_the_workers_directory(tmp_path):
@@ -225,15 +254,21 @@ def test_without_a_policy_copy_or_a_position_a_worker_decides_at_random(tmp_path
     assert len(hub.learner.store) == 0
 
 
-def test_the_decision_budget_is_a_tenth_of_the_window_and_each_decision_is_timed(tmp_path):
+def test_a_decision_waits_the_step_budget_and_every_other_call_the_call_timeout(tmp_path):
+    """decide may take the step's budget only (remote.py); the other calls come between
+    windows or schedules and wait call_timeout_s. Each decision is timed by the loop.
+    (That a worker's budget is a tenth of its window: test_ray_engine.py's WorkerActor test.)"""
     root = new_campaign(tmp_path)
     link = FakeHubLink(LearnerHub(root))
-    campaign, _ = worker_campaign(root, "w0", link)
+    campaign, service = worker_campaign(root, "w0", link)
     campaign.run(schedules=1)
     assert campaign.progress.decision_ms and len(campaign.progress.decision_ms) == CONFIG.steps
-    from mallory.campaign.remote import BUDGET_SHARE
-
-    assert BUDGET_SHARE * CONFIG.window_s == BUDGET_S
+    deadlines = {}
+    for method, timeout_s in link.timeouts:
+        deadlines.setdefault(method, set()).add(timeout_s)
+    assert deadlines.pop("decide") == {BUDGET_S}
+    assert {"observe", "end_schedule", "schedule_done", "snapshot", "counters"} <= set(deadlines)
+    assert set().union(*deadlines.values()) == {service.call_timeout_s} != {BUDGET_S}
 
 
 def test_a_restarted_learner_continues_from_its_checkpoint_and_the_worker_goes_on(tmp_path):
@@ -341,6 +376,14 @@ def test_a_dead_workers_run_is_cleaned_only_when_stale(tmp_path, monkeypatch):
     assert clean_dead_run("fzlive-w0", wait_s=0.0) == []
     assert record.state_dir.exists(), "a live run is never touched"
     assert clean_dead_run("fzabsent-w0", wait_s=0.0) == []
+    # a run whose owner (a worker's process) has exited, with a directory in its journal
+    made = tmp_path / "data" / "fzdead-w0-files"
+    code = ("import sys; from mallory.cluster.registry import register_run; "
+            "register_run('fzdead-w0').record(dir=sys.argv[1])")
+    subprocess.run([sys.executable, "-c", code, str(made)], check=True, cwd=paths.HOME, timeout=60)
+    made.mkdir(parents=True)
+    assert clean_dead_run("fzdead-w0", wait_s=0.0) == [f"dir {made}"]
+    assert not made.exists() and "fzdead-w0" not in {r.name for r in list_runs()}
 
 
 def test_mallory_fuzz_without_workers_never_imports_ray():
@@ -397,19 +440,126 @@ def test_a_scripted_action_is_not_learnt_even_if_it_was_not_offered(tmp_path):
     assert learner.policy.q == {}
 
 
-def test_a_schedules_first_look_ends_the_last_schedule_whose_end_never_came(tmp_path):
+@pytest.mark.parametrize("start", ["first look", "plan"])
+def test_a_schedules_start_ends_the_last_schedule_whose_end_never_came(tmp_path, start):
     """A worker's end_schedule that timed out: the hub ends that schedule when the next
-    one starts, so no transition and no waypoint level is carried across schedules."""
+    one starts (its plan, or its first look), so no transition and no waypoint level is
+    carried across schedules."""
     hub = LearnerHub(new_campaign(tmp_path))
     hub.observe("w0", Transition(window=WindowSeen(frozenset({"a"}))))
     action = hub.decide("w0", ["noop", "kill:one"])
     hub.observe("w0", Transition(action, ("noop", "kill:one"), window=WindowSeen(frozenset({"b"}), waypoint=2)))
-    assert hub.trajectories["w0"].level == 2
-    hub.observe("w0", Transition(window=WindowSeen(frozenset({"c"}))))  # the next schedule, no end_schedule before
+    assert hub.trajectories["w0"].level == 2 and not hub.learner.policy.q
+    if start == "plan":  # the next schedule, no end_schedule before
+        assert hub.plan("w0", ["noop", "kill:one"], 6, 2.5, 1) is None, "qlearning plans nothing, but ends"
+    else:
+        hub.observe("w0", Transition(window=WindowSeen(frozenset({"c"}))))
     trajectory = hub.trajectories["w0"]
     assert trajectory.level == 0 and trajectory.acting is None
     learnt = hub.learner.policy.q
     assert learnt, "the last schedule's last transition was learnt, as terminal"
+
+
+def test_a_schedules_end_learns_its_last_step_and_is_durable_before_its_record(tmp_path):
+    """end_schedule learns the last transition (as terminal); schedule_done saves the
+    checkpoint before it files the record, so a recorded schedule is in the checkpoint."""
+    hub = LearnerHub(new_campaign(tmp_path))
+    hub.observe("w0", Transition(window=WindowSeen(frozenset({"a"}))))
+    action = hub.decide("w0", ["noop", "kill:one"])
+    hub.observe("w0", Transition(action, ("noop", "kill:one"), window=WindowSeen(frozenset({"b"}))))
+    hub.end_schedule("w0")
+    assert action in hub.learner.policy.q[0], "the one step of the schedule is learnt at its end"
+    durable_at_record: list[bool] = []
+    write_schedule = hub.dir.write_schedule
+
+    def writing(index, record):
+        durable_at_record.append(hub.dir.load_learner() == hub.learner.to_checkpoint())
+        return write_schedule(index, record)
+
+    hub.dir.write_schedule = writing
+    assert hub.schedule_done("w0", {"index": 7, "steps": []}) == 0
+    assert durable_at_record == [True]
+
+
+def test_a_closing_hub_saves_what_it_learnt_since_the_last_schedule(tmp_path):
+    root = new_campaign(tmp_path)
+    hub = LearnerHub(root)
+    hub.observe("w0", Transition(window=WindowSeen(frozenset({"a"}))))
+    assert CampaignDir(root).load_learner() is None
+    hub.close()
+    assert len(Learner.from_checkpoint(CampaignDir(root).load_learner()).store) == 1
+
+
+def seen(name: str) -> WindowSeen:
+    """A window of a position of its own: its summary shares nothing with another name's,
+    and its faults in force (the campaign's context: CONFIG's default) are `name`."""
+    return WindowSeen(frozenset(f"{name}-{i}" for i in range(30)), faults=(name,))
+
+
+def test_two_workers_interleaved_each_keep_their_own_trajectory(tmp_path):
+    """The calls of two workers interleave on the hub; each worker's transitions are learnt
+    from its own states, and one worker's schedule end leaves the other where it was."""
+    hub = LearnerHub(new_campaign(tmp_path))
+    actions = ["noop", "kill:one"]
+    first = hub.observe("w0", Transition(window=seen("a")))
+    action = hub.decide("w0", actions)
+    second = hub.observe("w0", Transition(action, tuple(actions), window=seen("b")))
+    other = hub.observe("w1", Transition(window=seen("c")))  # w1's schedule starts
+    assert len({first.policy_state, second.policy_state, other.policy_state}) == 3
+    again = hub.decide("w0", actions)  # learns w0's first step: from a, not from w1's c
+    assert set(hub.learner.policy.q) == {first.policy_state}
+    hub.observe("w0", Transition(again, tuple(actions), window=seen("d")))
+    hub.end_schedule("w0")
+    assert set(hub.learner.policy.q) == {first.policy_state, second.policy_state}
+    assert hub.decide("w1", actions) in actions, "w1 is still where it was"
+
+
+def test_the_merged_counters_take_each_workers_timings_novelty_and_waypoints(tmp_path):
+    root = new_campaign(tmp_path)
+    hub = LearnerHub(root)
+    assert hub.progress.last_new_state_s is None
+    hub.observe("w0", Transition(window=WindowSeen(frozenset({"a"})), feedback_ms=40.0))
+    action = hub.decide("w0", ["noop"])
+    hub.observe("w1", Transition(window=WindowSeen(frozenset({"a"})), feedback_ms=60.0))
+    hub.observe("w0", Transition(action, ("noop",), window=WindowSeen(frozenset({"b"}), waypoint=2),
+                                 feedback_ms=50.0, decision_ms=3.0))
+    p = hub.progress_now()
+    assert sorted(p.feedback_ms) == [40.0, 50.0, 60.0] and p.decision_ms == [3.0]
+    assert p.last_new_state_s is not None and p.deepest_waypoint == 2
+    hub.end_schedule("w0")
+    hub.schedule_done("w0", {"index": 0, "steps": [], "waypoint": "leader-elected"})
+    stats = CampaignDir(root).read_stats()
+    assert stats["waypoints_reached"] == "leader-elected:1" and stats["feedback_ms_p50"] == "50.0"
+    assert stats["last_new_state"] != "-"
+
+
+def test_a_workers_position_is_its_schedules_and_a_lost_window_keeps_the_last_counts(tmp_path):
+    """A position the hub gave belongs to that schedule: after end_schedule a worker that
+    got none yet for the next one, and no answer to decide, chooses at random, not from
+    where the last schedule ended. An observation the hub did not take teaches nothing and
+    keeps the counts last known."""
+    root = new_campaign(tmp_path)
+    link = FakeHubLink(LearnerHub(root))
+    service = RemoteLearner(link, worker_directory(root, "w0", CONFIG), budget_s=BUDGET_S)
+    service.counters()
+    seen = service.observe("w0", Transition(window=WindowSeen(frozenset({"a", "b"}), frozenset({"p>q"}))))
+    assert (seen.states, seen.pairs_covered) == (1, 1) and service.policy is not None
+    link.unreachable |= {"decide"}
+    assert service.decide("w0", ["noop", "kill:one"]).fallback == "snapshot"
+    service.end_schedule("w0")
+    link.unreachable |= {"observe"}
+    lost = service.observe("w0", Transition(window=WindowSeen(frozenset({"c"}))))
+    assert (lost.states, lost.pairs_covered, lost.state_id) == (1, 1, None)
+    assert service.decide("w0", ["noop", "kill:one"]).fallback == "random"
+
+
+def test_a_workers_policy_copy_is_the_hubs_after_each_schedule(tmp_path):
+    root = new_campaign(tmp_path)
+    hub = LearnerHub(root)
+    campaign, service = worker_campaign(root, "w0", FakeHubLink(hub))
+    campaign.run(schedules=1)
+    assert hub.learner.policy.q, "the schedule taught the hub's policy something"
+    assert service.policy.to_state() == hub.learner.policy.to_state()
 
 
 class SamplerNemesis(FakeNemesis):
@@ -468,6 +618,7 @@ def test_one_window_faults_and_truncated_windows_reach_a_shared_learner_as_a_loc
     assert not any(s.get("truncated") for s in steps[::2])
     configurations = set(hub.learner.configurations)
     assert {("novel",), ("dull-1", "novel")} <= configurations and ("novel", "novel") not in configurations
+    assert hub.learner.policy.q == {}, "scripted steps are watched, not learnt as choices"
     assert CampaignDir(root).read_stats()["late_steps"] == "1"
 
 
@@ -506,6 +657,9 @@ def test_modelfuzz_plans_and_model_coverage_go_through_a_shared_learner(tmp_path
         assert all("fallback" not in s for r in records for s in r["steps"]), "a planned step asks nothing"
     coverage = hub.learner.model_coverage
     assert coverage.states, "the workers' windows reached model states"
+    new_in_steps = sum(s.get("new_model_states", 0) for c in campaigns.values() for r in c.dir.read_schedules()
+                       for s in r["steps"])
+    assert 0 < new_in_steps <= len(coverage.states), "each step's record says what it added to the shared coverage"
     stats = CampaignDir(root).read_stats()
     assert stats["model_states"] == str(len(coverage.states)) and "model_mismatches" in stats
     corpus = read_corpus(CampaignDir(root))

@@ -23,6 +23,7 @@ from mallory.learner.corpus import (
     mutate,
     random_plan,
     redraw,
+    replace,
     respec,
     swap,
     well_formed,
@@ -76,6 +77,11 @@ def test_what_each_mutation_does():
     changed = [(a, b) for a, b in zip(steps, respecced) if a != b]
     assert len(changed) == 1 and changed[0][0].draw == changed[0][1].draw
     assert changed[0][1].action in {"partition:majority", "kill:all"}, "another action of the same family"
+    for seed in range(40):
+        replaced = replace(random.Random(seed), steps, ACTIONS, 12, WINDOW_S)
+        changed = [(a, b) for a, b in zip(steps, replaced) if a != b]
+        assert len(changed) == 1 and changed[0][0].action != changed[0][1].action, "another action"
+        assert changed[0][0].draw == changed[0][1].draw and changed[0][1].action in ACTIONS
     redrawn = redraw(rng, steps, ACTIONS, 12, WINDOW_S)
     changed = [(a, b) for a, b in zip(steps, redrawn) if a != b]
     assert len(changed) == 1 and changed[0][0].action == changed[0][1].action != "heal"

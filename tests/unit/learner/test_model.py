@@ -195,6 +195,7 @@ def test_model_coverage_counts_windows_and_survives_a_checkpoint():
     seen = coverage.add(ModelTrace(frozenset({"b", "c"}), frozenset({"b -y-> c"})))
     assert seen == ModelSeen(states=2, new_states=1, transitions=1, new_transitions=1, mismatches=0, rarest=1)
     assert coverage.add(ModelTrace(frozenset({"b"}))).rarest == 3
+    assert coverage.add(ModelTrace(frozenset({"b"}), frozenset({"b -z-> b"}))).rarest == 1, "a new transition"
     restored = ModelCoverage.from_state(orjson.loads(orjson.dumps(coverage.to_state())))
     assert restored == coverage
 
@@ -211,6 +212,7 @@ def test_the_model_reward_pays_for_new_model_states_and_decays_with_the_rarest()
     match = StateMatch(0, False, 1.0, 9)
     assert reward(match, model=ModelSeen(3, 1, 2, 0, 0, rarest=1)) == 0.0
     assert reward(match, model=ModelSeen(3, 0, 2, 0, 0, rarest=4)) == pytest.approx(-0.5)
+    assert make_reward("model", power=1.0)(match, model=ModelSeen(3, 0, 2, 0, 0, rarest=4)) == pytest.approx(-0.75)
     assert reward(StateMatch(0, True, 1.0, 1)) == -1.0  # no model: nothing to pay for
 
 

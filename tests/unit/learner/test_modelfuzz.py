@@ -117,6 +117,41 @@ def test_the_plan_is_played_while_the_actions_taken_are_its_steps():
     learner.observe({"b"}, model=ModelTrace(frozenset({"s3"})))
     learner.end_schedule()
     assert len(learner.policy.corpus.entries) == 1, "a schedule decided step by step is not kept"
+    learner = Learner.create(policy="modelfuzz", reward="model", seed=7)  # an empty corpus: a random plan
+    plan = learner.plan(ACTIONS, STEPS, WINDOW_S, seed=17)
+    learner.observe({"a"}, model=ModelTrace(frozenset({"s4"})))
+    learner.take(plan.steps[0].action, ACTIONS)
+    learner.observe({"b"}, model=ModelTrace(frozenset({"s5"})))
+    learner.next_action(ACTIONS)  # a decision, then the plan's next step: the plan ended at the decision
+    learner.observe({"c"})
+    learner.take(plan.steps[1].action, ACTIONS)
+    learner.observe({"d"}, model=ModelTrace(frozenset({"s6"})))
+    learner.end_schedule()
+    assert [e.plan.steps for e in learner.policy.corpus.entries] == [plan.steps[:1]]
+
+
+def test_an_action_taken_over_the_one_decided_is_not_another_step_of_the_plan():
+    """take() overriding this step's action (a worker that decided itself) is this step."""
+    learner = Learner.create(policy="modelfuzz", reward="model", seed=9)
+    plan = learner.plan(ACTIONS, STEPS, WINDOW_S, seed=18)
+    learner.observe({"a"}, model=ModelTrace(frozenset({"s0"})))
+    learner.take(plan.steps[0].action, ACTIONS)
+    learner.take(plan.steps[1].action, ACTIONS)  # the same step, another action
+    learner.observe({"b"}, model=ModelTrace(frozenset({"s1"})))
+    learner.end_schedule()
+    assert [e.plan.steps for e in learner.policy.corpus.entries] == [plan.steps[:1]]
+
+
+def test_a_plan_mutates_an_entry_the_campaign_can_play_one_to_max_mutations_times():
+    policy = ModelFuzzPolicy(seed=2, max_mutations=3)
+    policy.corpus.add(NEAR, 4)
+    plans = [policy.plan(ACTIONS, STEPS, WINDOW_S, seed=i) for i in range(200)]
+    assert {p.parent for p in plans} == {0}
+    assert {len(p.mutations) for p in plans} == {1, 2, 3}
+    # an entry with a fault the campaign does not offer, or more steps than its schedules
+    # have, is not played: the schedule is random
+    assert policy.plan([a for a in ACTIONS if a != "kill:one"], STEPS, WINDOW_S, seed=1).parent is None
+    assert policy.plan(ACTIONS, len(NEAR.steps) - 1, WINDOW_S, seed=1).parent is None
 
 
 def test_two_trajectories_play_plans_of_one_policy_at_once():
@@ -136,6 +171,7 @@ def test_two_trajectories_play_plans_of_one_policy_at_once():
     two.end_schedule()
     assert sorted((e.plan.seed, e.plan.steps) for e in learner.policy.corpus.entries) == [
         (16, plan_one.steps), (17, plan_two.steps)]
+    assert set(learner.model_coverage.states) == {"x0", "x1", "y0", "y1"}, "one model coverage"
 
 
 def test_asked_step_by_step_without_a_plan_it_chooses_at_random_and_keeps_nothing():
