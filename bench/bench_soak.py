@@ -49,6 +49,7 @@ import argparse
 import csv
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -389,6 +390,15 @@ def largest_mappings(pid: int, top: int = 8) -> list[tuple[str, int]]:
     return sorted(by_file.items(), key=lambda item: -item[1])[:top]
 
 
+class _StopSoak(Exception):
+    """SIGTERM or Ctrl-C: stop sampling; the campaign ends and the summary covers what was
+    sampled (SIGTERM's default action left the campaign running and no summary at all)."""
+
+
+def _stop_soak(signum: int, frame: object) -> None:
+    raise _StopSoak
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--duration", default="2h", help="campaign time (default 2h)")
@@ -423,6 +433,8 @@ def main() -> int:
         fuzz = subprocess.Popen(argv, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
     t0 = time.monotonic()
     deadline = t0 + parse_duration(args.duration) + 600  # start-up, calibration, the last schedule
+    signal.signal(signal.SIGTERM, _stop_soak)
+    signal.signal(signal.SIGINT, _stop_soak)
     try:
         while fuzz.poll() is None and time.monotonic() < deadline:
             now = time.monotonic() - t0
@@ -452,7 +464,11 @@ def main() -> int:
                 fuzz.wait(timeout=args.interval)  # the pause between samples, cut short by the campaign's end
             except subprocess.TimeoutExpired:
                 pass
+    except _StopSoak:
+        print(f"  stopped at {(time.monotonic() - t0) / 60:.1f} min: ending the campaign", file=sys.stderr, flush=True)
     finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
         if fuzz.poll() is None:
             fuzz.terminate()  # Ctrl-C's way: the campaign ends after its step and removes its cluster
             try:
