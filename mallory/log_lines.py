@@ -4,14 +4,18 @@ makes one message of its many occurrences.
 Two readers of node logs share both: the log oracle (`mallory.oracles.logs`: a matching
 line is a finding, signed by its normalised message) and the observer's log events
 (`mallory.observer.log_events`: a matching line is a LOG event, named by its pattern or
-its normalised message). Pure: no I/O.
+its normalised message). Both read their patterns from a SUT spec's tables the same way
+(`spec_tables`, `spec_regex`). Pure: no I/O.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property
+
+from mallory.errors import MalloryError
 
 
 @dataclass(frozen=True)
@@ -67,3 +71,31 @@ def normalise(message: str, limit: int | None = None) -> str:
     """
     out = _VARIABLE.sub(lambda m: _PLACEHOLDER[m.lastgroup], message)  # type: ignore[index]
     return _SPACE.sub(" ", out).strip()[:limit].rstrip()
+
+
+def spec_tables(raw: object, source: str, table: str, fields: Sequence[str],
+                shape: str) -> Iterator[tuple[int, str, dict]]:
+    """The entries of a spec's `[[table]]` list as (index, where, entry), each a table of
+    known `fields` only; `where` ("SOURCE: table[i]") starts an entry's error messages, and
+    `shape` says what an entry must hold. One-line MalloryError otherwise."""
+    if not isinstance(raw, list):
+        raise MalloryError(f"{source}: {table}: must be a list of tables ([[{table}]])")
+    for i, entry in enumerate(raw):
+        where = f"{source}: {table}[{i}]"
+        if not isinstance(entry, dict):
+            raise MalloryError(f"{where}: must be a table with {shape}")
+        unknown = set(entry) - set(fields)
+        if unknown:
+            raise MalloryError(f"{where}.{sorted(unknown)[0]}: unknown field (known: {', '.join(fields)})")
+        yield i, where, entry
+
+
+def spec_regex(entry: dict, where: str) -> re.Pattern:
+    """An entry's required `pattern`: a non-empty string that compiles."""
+    pattern = entry.get("pattern")
+    if not isinstance(pattern, str) or not pattern:
+        raise MalloryError(f"{where}.pattern: required: a non-empty regex string")
+    try:
+        return re.compile(pattern)
+    except re.error as exc:
+        raise MalloryError(f"{where}.pattern: not a valid regex: {exc}") from None

@@ -48,7 +48,7 @@ import orjson
 from mallory.errors import MalloryError
 from mallory.files import atomic_write
 from mallory.instrument.event_ids import fnv1a64
-from mallory.log_lines import TIME, LogPattern, normalise
+from mallory.log_lines import TIME, LogPattern, normalise, spec_regex, spec_tables
 from mallory.timeline.event import Event, Kind
 
 #: An event name (its data) is at most this long: it travels in every event.
@@ -77,23 +77,9 @@ class WatchedPattern:
 def parse_log_events(raw: object, source: str, check_file: Callable[[str, str], None] | None = None) -> tuple[LogPattern, ...]:
     """Validate a list of `{pattern, name?, file?}` tables; errors name `source` and the
     entry. `check_file(template, fieldname)` validates a file's placeholders."""
-    if not isinstance(raw, list):
-        raise MalloryError(f"{source}: log_events: must be a list of tables ([[log_events]])")
     found = []
-    for i, entry in enumerate(raw):
-        where = f"{source}: log_events[{i}]"
-        if not isinstance(entry, dict):
-            raise MalloryError(f"{where}: must be a table with a `pattern`")
-        unknown = set(entry) - set(FIELDS)
-        if unknown:
-            raise MalloryError(f"{where}.{sorted(unknown)[0]}: unknown field (known: {', '.join(FIELDS)})")
-        pattern = entry.get("pattern")
-        if not isinstance(pattern, str) or not pattern:
-            raise MalloryError(f"{where}.pattern: required: a non-empty regex string")
-        try:
-            re.compile(pattern)
-        except re.error as exc:
-            raise MalloryError(f"{where}.pattern: not a valid regex: {exc}") from None
+    for i, where, entry in spec_tables(raw, source, "log_events", FIELDS, "a `pattern`"):
+        pattern = spec_regex(entry, where).pattern
         name = entry.get("name", "")
         if not isinstance(name, str) or len(name) > MAX_NAME or "\n" in name:
             raise MalloryError(f"{where}.name: must be a one-line string of at most {MAX_NAME} characters")

@@ -23,7 +23,7 @@ import signal
 from collections.abc import Iterable
 
 from mallory.errors import MalloryError
-from mallory.log_lines import LogPattern, normalise
+from mallory.log_lines import LogPattern, normalise, spec_regex, spec_tables
 from mallory.oracles.triage import Finding
 
 #: a finding's key keeps this much of the line's normalised message
@@ -64,27 +64,14 @@ def parse_log_bugs(raw: object, source: str) -> tuple[LogPattern, ...]:
     searched in each line (case-sensitive unless it says `(?i)`); `name` (letters, digits,
     `.`, `_`, `-`) is the kind of the finding a matching line gives. Errors are one line
     naming `source` and the entry."""
-    if not isinstance(raw, list):
-        raise MalloryError(f"{source}: log_bugs: must be a list of tables ([[log_bugs]])")
     found = []
-    for i, entry in enumerate(raw):
-        where = f"{source}: log_bugs[{i}]"
-        if not isinstance(entry, dict):
-            raise MalloryError(f"{where}: must be a table with a `name` and a `pattern`")
-        unknown = set(entry) - set(LOG_BUG_FIELDS)
-        if unknown:
-            raise MalloryError(f"{where}.{sorted(unknown)[0]}: unknown field (known: {', '.join(LOG_BUG_FIELDS)})")
+    for _, where, entry in spec_tables(raw, source, "log_bugs", LOG_BUG_FIELDS, "a `name` and a `pattern`"):
         name = entry.get("name")
         if not isinstance(name, str) or not LOG_BUG_NAME.fullmatch(name):
             raise MalloryError(f"{where}.name: required: the bug's name, 1-64 letters, digits, '.', '_' or '-', "
                                f"not {name!r}")
-        pattern = entry.get("pattern")
-        if not isinstance(pattern, str) or not pattern:
-            raise MalloryError(f"{where}.pattern: required: a non-empty regex string")
-        try:
-            regex = re.compile(pattern)
-        except re.error as exc:
-            raise MalloryError(f"{where}.pattern: not a valid regex: {exc}") from None
+        regex = spec_regex(entry, where)
+        pattern = regex.pattern
         if regex.search("") is not None:  # it would make a bug of every line
             raise MalloryError(f"{where}.pattern: matches the empty string, so every line: {pattern!r}")
         found.append(LogPattern(pattern, name))
