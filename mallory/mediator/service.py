@@ -25,7 +25,7 @@ from mallory.mediator.api import ApiServer, Link
 from mallory.mediator.filter_sets import FilterSetDriver
 from mallory.mediator.firewall import Firewall, install_queue_rules, remove_queue_rules
 from mallory.mediator.ingest import Ingest
-from mallory.mediator.memory import process_memory
+from mallory.mediator.memory import process_memory, return_free_memory
 from mallory.mediator.message_layer import LayerConfig, MessageLayer
 from mallory.mediator.receiver import BatchServer
 from mallory.mediator.windows import Window, WindowService
@@ -48,6 +48,9 @@ def recording_path(record_dir: Path) -> Path:
 
 
 class Mediator:
+    #: How often the own-stream ticker returns malloc's free pages (a few ms each time).
+    TRIM_INTERVAL_S = 60.0
+
     def __init__(
         self,
         node_addresses: Mapping[str, str],
@@ -97,6 +100,8 @@ class Mediator:
         self._stop = threading.Event()
         #: what ended the mediator's own event stream (`_tick`), None while it runs
         self.stream_error: BaseException | None = None
+        #: malloc_trim calls by `_tick` that returned memory to the system
+        self.trims = 0
         self._ticker = threading.Thread(target=self._tick, name="mediator-stream", daemon=True)
         self.started_ns = time.monotonic_ns()
         self._rules_installed = False
@@ -142,12 +147,19 @@ class Mediator:
         self.ingest.on_batch(batch)
 
     def _tick(self) -> None:
-        """Flush the own events every batch interval. Whatever ends it (the recording's disk
-        full, a subscriber's bug) is kept in `stream_error` for the command to exit on: with
-        nothing flushing them, every client op and fault after it would stay in `_own`."""
+        """Flush the own events every batch interval, and every `TRIM_INTERVAL_S` give malloc's
+        free pages back (memory.return_free_memory): without it an event burst's high-water
+        mark stays resident for the rest of a 24-hour campaign. Whatever ends it (the
+        recording's disk full, a subscriber's bug) is kept in `stream_error` for the command
+        to exit on: with nothing flushing them, every client op and fault after it would stay
+        in `_own`."""
         try:
+            trimmed_ns = time.monotonic_ns()
             while not self._stop.wait(self.batch_interval):
                 self._flush_own()
+                if time.monotonic_ns() - trimmed_ns >= self.TRIM_INTERVAL_S * 1e9:
+                    trimmed_ns = time.monotonic_ns()
+                    self.trims += bool(return_free_memory())
         except BaseException as exc:
             self.stream_error = exc
             raise
@@ -266,7 +278,8 @@ class Mediator:
     def memory(self) -> dict:
         """The process's memory (memory.py) and, under "held", the sizes of the tables that
         grow with the traffic up to their bounds: a soak reads which one moved."""
-        return {**process_memory(), "held": {"seen_packets": len(self.firewall.seen), **self.ingest.held()}}
+        return {**process_memory(), "trims": self.trims,
+                "held": {"seen_packets": len(self.firewall.seen), **self.ingest.held()}}
 
     def status(self) -> dict:
         return {

@@ -5,7 +5,12 @@ import threading
 
 import pytest
 
-from mallory.mediator.memory import malloc_account, process_memory, resident_mb
+from mallory.mediator.memory import (
+    malloc_account,
+    process_memory,
+    resident_mb,
+    return_free_memory,
+)
 from mallory.mediator.service import Mediator
 
 
@@ -38,6 +43,19 @@ def test_malloc_tells_chunks_in_use_from_large_mmapped_ones():
     big = bytearray(256 * 1024 * 1024)  # far above any mmap threshold: a mapping of its own
     assert malloc_account()["mmap_mb"] - after["mmap_mb"] >= 255
     del big
+
+
+@pytest.mark.skipif(return_free_memory() is None or malloc_account() is None, reason="no glibc malloc_trim here")
+def test_free_chunks_left_between_survivors_go_back_to_the_system():
+    # A burst: 40 MB of 2 KB chunks, one in 20 outliving it, so no heap top can shrink.
+    chunks = [bytes(2048) for _ in range(20_000)]
+    survivors = chunks[::20]
+    del chunks
+    before = process_memory()["anon_mb"]
+    assert malloc_account()["free_mb"] >= 30  # freed but resident: the burst's high-water mark
+    assert return_free_memory() is True
+    assert before - process_memory()["anon_mb"] >= 20
+    assert len(survivors) == 1_000
 
 
 def test_threads_alive_are_counted():

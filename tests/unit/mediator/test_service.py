@@ -29,6 +29,22 @@ def test_what_ends_the_own_stream_is_kept():
         mediator.stop()
 
 
+def test_the_own_stream_returns_free_memory_every_trim_interval(monkeypatch):
+    trims = []
+    monkeypatch.setattr(service, "return_free_memory", lambda: trims.append(1) or len(trims) % 2 == 1)
+    mediator = Mediator({"n1": "10.9.1.2"}, token="t", api_address=("127.0.0.1", 0),
+                        batch_address=("127.0.0.1", 0), batch_interval=0.01)
+    mediator.TRIM_INTERVAL_S = 0.05
+    mediator.start()
+    try:
+        assert wait_for(lambda: len(trims) >= 4)
+    finally:
+        mediator.stop()
+    assert mediator.trims == (len(trims) + 1) // 2  # only the calls that returned memory count
+    assert mediator.metrics()["memory"]["trims"] == mediator.trims
+    assert mediator.ingest.stats()["nodes"]["mediator"]["batches"] > len(trims)  # not every tick
+
+
 def test_the_command_exits_once_the_own_stream_stopped(capsys, monkeypatch):
     """Without its ticker nothing flushes the mediator's own events: they would pile up in
     memory with every client op, so the command ends (the campaign's watchdog sees it)."""
