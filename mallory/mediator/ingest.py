@@ -41,10 +41,16 @@ NO_SEND = -1
 #: Packet ids of a node's SEND/RECV events that the firewall had not logged when their batch
 #: arrived, kept for a late join; past this many an id counts as unjoined for good.
 MAX_WAITING_JOINS = 10_000
+#: How often waiting ids are looked up again. An id gets one or two looks (1-2 s) and then
+#: counts as unjoined for good: a batch overtakes its packet by milliseconds, while client
+#: traffic's ids never join (it does not cross the FORWARD rules) and, kept until the stats
+#: were read, filled the waiting set for the rest of the campaign.
+JOIN_RECHECK_NS = 1_000_000_000
 
 
 class _Node:
-    __slots__ = ("clock", "base", "offset", "next_seq", "batches", "events", "lost", "joined", "unjoined", "waiting")
+    __slots__ = ("clock", "base", "offset", "next_seq", "batches", "events", "lost", "joined", "unjoined",
+                 "waiting", "looked_up")
 
     def __init__(self) -> None:
         self.clock: ClockPair | None = None
@@ -55,8 +61,22 @@ class _Node:
         self.events = 0
         self.lost = 0
         self.joined = 0
-        self.unjoined = 0  # given up on (beyond MAX_WAITING_JOINS); stats add the waiting ones
-        self.waiting: set[int] = set()
+        self.unjoined = 0  # given up on (looked up twice, or beyond MAX_WAITING_JOINS)
+        self.waiting: set[int] = set()  # not joined yet, not looked up again yet
+        self.looked_up: set[int] = set()  # looked up once more in vain: one last look left
+
+    def join_late(self, packets: SeenPackets) -> None:
+        """Count the waiting ids the firewall has logged since as joined."""
+        for ids in (self.waiting, self.looked_up):
+            late = {i for i in ids if i in packets}
+            self.joined += len(late)
+            ids -= late
+
+    def age_waiting(self, packets: SeenPackets) -> None:
+        """The periodic look: ids still missing after their last look are unjoined for good."""
+        self.join_late(packets)
+        self.unjoined += len(self.looked_up)
+        self.looked_up, self.waiting = self.waiting, set()
 
 
 class Ingest:
@@ -78,6 +98,8 @@ class Ingest:
         self.duplicates = 0
         self._nodes: dict[str, _Node] = {}
         self._lock = threading.Lock()
+        self.join_recheck_ns = JOIN_RECHECK_NS  # tests shorten it
+        self._rechecked_ns = time.monotonic_ns()
 
     def on_clock(self, clock: ClockPair) -> None:
         with self._lock:
@@ -118,10 +140,14 @@ class Ingest:
                             node.joined += 1
                         elif len(node.waiting) < MAX_WAITING_JOINS:
                             # An observer's batch can overtake its packet to the firewall (a
-                            # busy queue thread, a held packet): join it when stats are read.
+                            # busy queue thread): look it up again within 1-2 s.
                             node.waiting.add(e.id)
                         else:
                             node.unjoined += 1
+                if time.monotonic_ns() - self._rechecked_ns >= self.join_recheck_ns:
+                    self._rechecked_ns = time.monotonic_ns()
+                    for waiting in self._nodes.values():
+                        waiting.age_waiting(packets)
             self._record(rebased)
             self._drain()
 
@@ -164,12 +190,13 @@ class Ingest:
 
     def held(self) -> dict[str, int]:
         """How much the ingest and its builder hold now, each bounded (the mediator's memory
-        metrics): SEND/RECV ids waiting for a late join (MAX_WAITING_JOINS a node), commit
-        lags kept, the builder's committed SENDs remembered (MAX_SENDS), events received and
-        not committed, and batches waiting behind a gap (builder.py's bounds)."""
+        metrics): SEND/RECV ids waiting for a late join (1-2 s of them, MAX_WAITING_JOINS a
+        node), commit lags kept, the builder's committed SENDs remembered (MAX_SENDS), events
+        received and not committed, and batches waiting behind a gap (builder.py's bounds)."""
         with self._lock:
             builder = self.builder.stats()
-            return {"join_waiting": sum(len(n.waiting) for n in self._nodes.values()), "lags": len(self.lags_ns),
+            return {"join_waiting": sum(len(n.waiting) + len(n.looked_up) for n in self._nodes.values()),
+                    "lags": len(self.lags_ns),
                     "sends_remembered": builder["sends_remembered"],
                     "pending_events": sum(builder["pending"].values()),
                     "early_batches": sum(builder["early_batches"].values())}
@@ -179,12 +206,10 @@ class Ingest:
             lags = sorted(self.lags_ns)
             if self.packets is not None:
                 for n in self._nodes.values():
-                    late = {i for i in n.waiting if i in self.packets}
-                    n.joined += len(late)
-                    n.waiting -= late
+                    n.join_late(self.packets)
             nodes = {
                 name: {"batches": n.batches, "events": n.events, "lost": n.lost, "joined": n.joined,
-                       "unjoined": n.unjoined + len(n.waiting), "next_seq": n.next_seq}
+                       "unjoined": n.unjoined + len(n.waiting) + len(n.looked_up), "next_seq": n.next_seq}
                 for name, n in sorted(self._nodes.items())
             }
             builder = self.builder.stats()

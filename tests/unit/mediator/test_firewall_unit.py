@@ -2,6 +2,8 @@
 
 import itertools
 
+import pytest
+
 from mallory.mediator.firewall import Firewall, SeenPackets
 from mallory.observer.packet import ip_int, parse
 from tests.unit.mediator.packets import ipv4, tcp
@@ -159,8 +161,14 @@ def test_a_shorter_or_removed_delay_never_lets_a_packet_overtake_held_ones():
     assert fw.affected == {("n1", "n2"): 1}  # only the real delay counts as the rule's doing
 
 
-def test_seen_packets_forget_the_oldest_beyond_capacity():
-    seen = SeenPackets(capacity=2)
-    for packet_id in (1, 2, 2, 3):
+def test_seen_packets_keep_at_least_the_last_half_capacity_and_forget_older_ones():
+    seen = SeenPackets(capacity=8)
+    for packet_id in range(1, 8):
         seen.add(packet_id)
-    assert 1 not in seen and 2 in seen and 3 in seen and len(seen) == 2
+        seen.add(packet_id)  # a packet seen twice (a retransmission's id) counts once
+        assert len(seen) <= 8 and all(recent in seen for recent in range(max(1, packet_id - 3), packet_id + 1))
+    assert len(seen) == 7 and 1 in seen
+    seen.add(8)  # the newer generation is full: the older one (1-4) goes whole
+    assert len(seen) == 4 and all(i not in seen for i in range(1, 5)) and all(i in seen for i in range(5, 9))
+    with pytest.raises(ValueError):
+        SeenPackets(capacity=1)

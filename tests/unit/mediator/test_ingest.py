@@ -72,6 +72,31 @@ def test_send_and_recv_join_the_mediators_packet_records():
     assert (nodes["n1"]["joined"], nodes["n1"]["unjoined"]) == (2, 0)
 
 
+def test_an_id_the_firewall_never_logs_is_given_up_after_its_second_look():
+    ingest, seen, _ = make(("n1",))
+    ingest.join_recheck_ns = 0  # every batch is a periodic look
+    ingest.on_clock(ClockPair("n1", 0, 10**18))
+    ingest.on_batch(Batch("n1", 0, 100, [Event("n1", Kind.SEND, 10, 222, "")]))
+    assert ingest.held()["join_waiting"] == 1  # one look left
+    seen.add(333)
+    ingest.on_batch(Batch("n1", 1, 200, [Event("n1", Kind.SEND, 20, 333, "")]))  # joins at once
+    assert ingest.held()["join_waiting"] == 0
+    seen.add(222)  # too late: it was given up for good
+    nodes = ingest.stats()["nodes"]
+    assert (nodes["n1"]["joined"], nodes["n1"]["unjoined"]) == (1, 1)
+
+
+def test_an_id_joins_at_the_periodic_look_after_its_packet_reached_the_firewall():
+    ingest, seen, _ = make(("n1",))
+    ingest.join_recheck_ns = 0
+    ingest.on_clock(ClockPair("n1", 0, 10**18))
+    ingest.on_batch(Batch("n1", 0, 100, [Event("n1", Kind.SEND, 10, 222, "")]))
+    seen.add(222)
+    ingest.on_batch(Batch("n1", 1, 200, [func("n1", 150)]))
+    assert ingest.held()["join_waiting"] == 0
+    assert (ingest.stats()["nodes"]["n1"]["joined"], ingest.stats()["nodes"]["n1"]["unjoined"]) == (1, 0)
+
+
 def test_lost_events_and_commit_lag_are_reported():
     ingest, _, _ = make(("n1",))
     ingest.on_clock(ClockPair("n1", 0, 10**18))
