@@ -5,13 +5,18 @@ connection (a cluster has a handful of nodes): it decodes each line with the wir
 hands clock pairs and batches to the sink, and answers {"ack": seq} or
 {"error": reason, "line": n}. A rejected line is counted and skipped; the connection and
 the mediator keep going.
+
+A connection ends when the observer closes it, on a line longer than MAX_LINE, on an error
+of its socket, or at `close`; its thread, its read buffer and any partial line go with it,
+and `ReceiverStats.ended` counts the end by its cause.
 """
 
 from __future__ import annotations
 
+import errno
 import socket
 import threading
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -46,6 +51,10 @@ class ReceiverStats:
     batches: int = 0
     rejected: int = 0
     reasons: deque = field(default_factory=lambda: deque(maxlen=20))
+    #: ended connections by cause: "eof" (the observer closed it, or `close` did),
+    #: "line-too-long", the name of the socket error that ended it (e.g. "ECONNRESET" for
+    #: an observer whose kernel reset it), or "error" (an exception of ours, a bug)
+    ended: Counter = field(default_factory=Counter)
 
     def reject(self, reason: str) -> None:
         self.rejected += 1
@@ -72,6 +81,21 @@ class BatchServer:
         self._thread.start()
         return self
 
+    def metrics(self) -> dict:
+        """The counters, as the mediator's metrics show them under "receiver". `ended` and
+        `reasons` are copied under the lock their updates take: a Counter or deque that
+        changes while it is copied raises."""
+        with self._lock:
+            stats = self.stats
+            return {
+                "connections": stats.connections,
+                "open_connections": stats.open_connections,
+                "ended": dict(stats.ended),
+                "batches": stats.batches,
+                "rejected": stats.rejected,
+                "reasons": list(stats.reasons),
+            }
+
     def close(self) -> None:
         self._closed = True
         try:
@@ -92,7 +116,7 @@ class BatchServer:
     def _accept_loop(self) -> None:
         while not self._closed:
             try:
-                conn, _ = self._listener.accept()
+                conn, peer = self._listener.accept()
             except OSError:
                 return
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -100,19 +124,23 @@ class BatchServer:
                 self._conns.add(conn)
                 self.stats.connections += 1
                 self.stats.open_connections += 1
-            threading.Thread(target=self._serve, args=(conn,), name="batch-conn", daemon=True).start()
+            name = f"batch-conn-{peer[0]}:{peer[1]}"
+            threading.Thread(target=self._serve, args=(conn,), name=name, daemon=True).start()
 
     def _serve(self, conn: socket.socket) -> None:
         node: str | None = None
+        ended = "error"  # unless set below: not the socket's (a bug; the thread's traceback says)
+        stream = conn.makefile("rb")
         try:
-            stream = conn.makefile("rb")
             lineno = 0
             while True:
                 line = stream.readline(MAX_LINE + 1)
                 if not line:
+                    ended = "eof"
                     return
                 lineno += 1
                 if len(line) > MAX_LINE:
+                    ended = "line-too-long"
                     self._reject(conn, f"line {lineno} longer than {MAX_LINE} bytes; closing", lineno)
                     return
                 if not line.strip():
@@ -139,13 +167,15 @@ class BatchServer:
                     self._reject(conn, exc.reason, lineno)
                 except MalloryError as exc:
                     self._reject(conn, str(exc), lineno)
-        except OSError:
-            return
+        except OSError as exc:
+            ended = errno.errorcode.get(exc.errno, type(exc).__name__)
         finally:
             with self._lock:
                 self._conns.discard(conn)
                 self.stats.open_connections -= 1
-            conn.close()
+                self.stats.ended[ended] += 1
+            stream.close()  # with the partial line it may hold; the socket's descriptor
+            conn.close()  # is closed by the later of these two
 
     def _reject(self, conn: socket.socket, reason: str, lineno: int) -> None:
         with self._lock:

@@ -1,6 +1,7 @@
 """BatchSender <-> BatchServer on loopback, including a mediator restart."""
 
 import socket
+import struct
 import threading
 import time
 
@@ -157,9 +158,12 @@ def test_malformed_lines_are_rejected_with_a_reason_and_counted():
             assert "refused by the fake" in reply(b'{"batch":"n1","seq":1,"until_ns":9,"events":[]}')["error"]
             assert "on 'n1'" in reply(b'{"batch":"n2","seq":0,"until_ns":5,"events":[]}')["error"]
             assert reply(b'{"batch":"n1","seq":2,"until_ns":9,"events":[]}') == {"ack": 2}
+            f.close()  # or the socket stays open when the block closes it
         assert server.stats.rejected == 5
         assert server.stats.batches == 2
         assert any("unknown event kind" in r for r in server.stats.reasons)
+        assert wait_for(lambda: server.stats.open_connections == 0)
+        assert server.metrics()["ended"] == {"eof": 1}  # rejected lines never end a connection
     finally:
         server.close()
 
@@ -179,6 +183,8 @@ def test_a_line_longer_than_the_batch_bound_is_refused_and_closes_the_connection
             assert reply["line"] == 2 and f"longer than {MAX_BATCH_LINE} bytes" in reply["error"]
             assert f.readline() == b""  # closed
         assert server.stats.batches == 0 and server.stats.rejected == 1
+        assert wait_for(lambda: server.stats.open_connections == 0)
+        assert server.metrics()["ended"] == {"line-too-long": 1}
     finally:
         server.close()
 
@@ -200,3 +206,20 @@ def test_a_batch_whose_line_would_be_too_long_goes_as_several_each_complete_up_t
     finally:
         sender.close()
         server.close()
+
+
+def test_a_reset_connection_ends_counted_by_its_error():
+    server = BatchServer("127.0.0.1", 0, FakeSink()).start()
+    try:
+        conn = socket.create_connection(server.address)
+        conn.sendall(b'{"clock":"n1","mono_ns":1,"real_ns":2}\n{"batch":"n1","seq":0')  # and no end
+        assert wait_for(lambda: server.stats.records == 1)
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        conn.close()  # a RST
+        assert wait_for(lambda: server.stats.open_connections == 0)
+        metrics = server.metrics()
+        assert metrics["ended"] == {"ECONNRESET": 1} and metrics["connections"] == 1
+        assert metrics["batches"] == 0 and metrics["rejected"] == 0  # the partial line was not read as one
+    finally:
+        server.close()
+
