@@ -61,6 +61,7 @@ NEEDS: dict[str, tuple[str, ...]] = {
     "unit/instrument/test_llvm22.py": ("clang",),
     "unit/instrument/test_ring_stress.py": ("clang",),
     "unit/instrument/test_trace_command.py": ("clang",),
+    "unit/mediator/test_transport.py::test_an_observer_gone_without_fin_or_rst_is_found_by_the_first_probe_and_its_connection_ends": ("root",),
     "unit/observer/test_ring_reader.py::test_python_writer_through_the_shared_runtime": ("clang",),
     "unit/pyinstrument/test_ring_roundtrip.py": ("clang",),
 }

@@ -5,13 +5,27 @@ connection (a cluster has a handful of nodes): it decodes each line with the wir
 hands clock pairs and batches to the sink, and answers {"ack": seq} or
 {"error": reason, "line": n}. A rejected line is counted and skipped; the connection and
 the mediator keep going.
+
+A connection ends when the observer closes it, on a line longer than MAX_LINE, on an error
+of its socket, or at `close`; its thread, its read buffer and any partial line go with it,
+and `ReceiverStats.ended` counts the end by its cause. An observer whose host, namespace or
+link vanished without a FIN or RST is found by TCP keepalive (`Keepalive`): its connection
+ends with ETIMEDOUT within `Keepalive.dead_after_s` of its last byte.
+
+Why keepalive and no read timeout: only the observer's kernel has to answer a probe, so an
+observer that is alive but sends nothing for a while (stopped, starved of CPU, busy with a
+burst, or run with a long `--interval`, which the mediator is never told) keeps its
+connection, and only a peer that is gone loses it. A read timeout would have to guess the
+observer's interval and would drop such an observer (which would reconnect and resend, but
+its node's timeline would wait meanwhile).
 """
 
 from __future__ import annotations
 
+import errno
 import socket
 import threading
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -30,6 +44,43 @@ from mallory.timeline.event import Batch, ClockPair
 MAX_LINE = MAX_BATCH_LINE
 
 
+@dataclass(frozen=True)
+class Keepalive:
+    """TCP keepalive of an accepted observer connection: after `idle_s` seconds without a
+    byte from the observer its kernel is probed every `interval_s` seconds, and after
+    `probes` unanswered probes, `dead_after_s` after the last byte, the connection ends
+    with ETIMEDOUT (or the error an ICMP message gave, e.g. EHOSTUNREACH).
+
+    A healthy connection is never idle that long (an observer sends a batch every
+    `--interval`, 0.1 s by default, and the mediator acks each), so probes go only to an
+    observer that went quiet. 20 s of idle is far beyond any interval in use; 4 probes 5 s
+    apart survive a lost probe or two on a busy link; 40 s in all stays within the minute
+    a dead observer's thread and buffers may be held."""
+
+    idle_s: int = 20
+    interval_s: int = 5
+    probes: int = 4
+
+    @property
+    def dead_after_s(self) -> int:
+        return self.idle_s + self.interval_s * self.probes
+
+    def apply(self, sock: socket.socket) -> None:
+        """Set the socket options on `sock`. TCP_USER_TIMEOUT too: while an ack of ours
+        is in flight unacknowledged (written just as the observer's host vanished) the
+        kernel sends no probes and would retransmit for tcp_retries2 (~15 min); the user
+        timeout ends that after `dead_after_s` too (and, with keepalive on, it is what
+        Linux ends a probed connection by, at the same time: tcp(7))."""
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, self.idle_s)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, self.interval_s)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, self.probes)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, self.dead_after_s * 1000)
+
+
+KEEPALIVE = Keepalive()
+
+
 class BatchSink(Protocol):
     def on_clock(self, clock: ClockPair) -> None: ...
 
@@ -46,6 +97,11 @@ class ReceiverStats:
     batches: int = 0
     rejected: int = 0
     reasons: deque = field(default_factory=lambda: deque(maxlen=20))
+    #: ended connections by cause: "eof" (the observer closed it, or `close` did),
+    #: "line-too-long", the name of the socket error that ended it ("ETIMEDOUT" for an
+    #: observer gone without a word, see `Keepalive`; "ECONNRESET" for one whose kernel reset
+    #: it), or "error" (an exception of ours, a bug)
+    ended: Counter = field(default_factory=Counter)
 
     def reject(self, reason: str) -> None:
         self.rejected += 1
@@ -53,10 +109,12 @@ class ReceiverStats:
 
 
 class BatchServer:
-    """Listens for observers on (host, port); port 0 picks a free one (see `address`)."""
+    """Listens for observers on (host, port); port 0 picks a free one (see `address`).
+    Accepted connections get `keepalive`."""
 
-    def __init__(self, host: str, port: int, sink: BatchSink) -> None:
+    def __init__(self, host: str, port: int, sink: BatchSink, *, keepalive: Keepalive = KEEPALIVE) -> None:
         self.sink = sink
+        self.keepalive = keepalive
         self.stats = ReceiverStats()
         self._lock = threading.Lock()
         self._listener = socket.create_server((host, port), backlog=64)
@@ -71,6 +129,21 @@ class BatchServer:
     def start(self) -> "BatchServer":
         self._thread.start()
         return self
+
+    def metrics(self) -> dict:
+        """The counters, as the mediator's metrics show them under "receiver". `ended` and
+        `reasons` are copied under the lock their updates take: a Counter or deque that
+        changes while it is copied raises."""
+        with self._lock:
+            stats = self.stats
+            return {
+                "connections": stats.connections,
+                "open_connections": stats.open_connections,
+                "ended": dict(stats.ended),
+                "batches": stats.batches,
+                "rejected": stats.rejected,
+                "reasons": list(stats.reasons),
+            }
 
     def close(self) -> None:
         self._closed = True
@@ -92,27 +165,32 @@ class BatchServer:
     def _accept_loop(self) -> None:
         while not self._closed:
             try:
-                conn, _ = self._listener.accept()
+                conn, peer = self._listener.accept()
             except OSError:
                 return
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self.keepalive.apply(conn)
             with self._lock:
                 self._conns.add(conn)
                 self.stats.connections += 1
                 self.stats.open_connections += 1
-            threading.Thread(target=self._serve, args=(conn,), name="batch-conn", daemon=True).start()
+            name = f"batch-conn-{peer[0]}:{peer[1]}"
+            threading.Thread(target=self._serve, args=(conn,), name=name, daemon=True).start()
 
     def _serve(self, conn: socket.socket) -> None:
         node: str | None = None
+        ended = "error"  # unless set below: not the socket's (a bug; the thread's traceback says)
+        stream = conn.makefile("rb")
         try:
-            stream = conn.makefile("rb")
             lineno = 0
             while True:
                 line = stream.readline(MAX_LINE + 1)
                 if not line:
+                    ended = "eof"
                     return
                 lineno += 1
                 if len(line) > MAX_LINE:
+                    ended = "line-too-long"
                     self._reject(conn, f"line {lineno} longer than {MAX_LINE} bytes; closing", lineno)
                     return
                 if not line.strip():
@@ -139,13 +217,15 @@ class BatchServer:
                     self._reject(conn, exc.reason, lineno)
                 except MalloryError as exc:
                     self._reject(conn, str(exc), lineno)
-        except OSError:
-            return
+        except OSError as exc:
+            ended = errno.errorcode.get(exc.errno, type(exc).__name__)
         finally:
             with self._lock:
                 self._conns.discard(conn)
                 self.stats.open_connections -= 1
-            conn.close()
+                self.stats.ended[ended] += 1
+            stream.close()  # with the partial line it may hold; the socket's descriptor
+            conn.close()  # is closed by the later of these two
 
     def _reject(self, conn: socket.socket, reason: str, lineno: int) -> None:
         with self._lock:

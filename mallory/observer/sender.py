@@ -17,6 +17,11 @@ sent again, with the same seq, after a reconnect; the mediator drops duplicates.
 mediator is away, submitted chunks wait in a bounded buffer; on overflow the oldest events
 are dropped, counted in `dropped_events`, and reported in the next batch's `lost`.
 
+The mediator ends the connection of an observer whose kernel stops answering its TCP
+keepalive probes (mallory/mediator/receiver.py, `Keepalive`): an observer cut off from it
+that long reconnects, and resends what is unacked, once it hears so (the reset its next
+packet that gets through meets).
+
 Each submitted chunk becomes one batch line, unless its line would be longer than
 MAX_BATCH_LINE (mallory/timeline/codec.py), which the mediator refuses to read: then it
 goes as several batches, each complete up to the first event of the next.

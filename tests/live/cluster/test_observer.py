@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from mallory.cluster.netns import NetnsCluster
-from mallory.mediator.receiver import BatchServer
+from mallory.mediator.receiver import BatchServer, Keepalive
 from mallory.polling import wait_until
 from mallory.timeline.event import Batch, ClockPair, Kind
 
@@ -455,3 +455,47 @@ def test_stopping_an_observer_drops_no_packet(make_cluster):
         server.close()
     assert counter.log_path.read_text().split() == ["6000"]
     assert observed < 6000, "the observers were stopped after the stream, not during it"
+
+
+def test_an_observer_cut_off_without_a_word_is_dropped_by_keepalive_and_a_stopped_one_is_kept(make_cluster):
+    """Keepalive (mallory/mediator/receiver.py) ends the connection of an observer whose
+    packets are all lost (as when its namespace or veth vanishes without a FIN or RST)
+    within `dead_after_s`, with ETIMEDOUT; an observer that is stopped, quiet for as long,
+    keeps its connection (its kernel answers the probes); and the cut-off one, once its
+    packets flow again, reconnects and loses no batch."""
+    cluster = make_cluster(2, "ka")
+    sink = CollectingSink()
+    port = BATCH_PORT + 9
+    keepalive = Keepalive(idle_s=2, interval_s=1, probes=3)  # dead after 5 s
+    server = BatchServer(cluster.layout.host_address, port, sink, keepalive=keepalive).start()
+    cut = [["INPUT", "--sport"], ["OUTPUT", "--dport"]]
+    try:
+        observers = _start_observers(cluster, sink, port)
+        assert server.metrics()["open_connections"] == 2
+        cluster.signal(observers["n1"], signal.SIGSTOP)
+        for chain, match in cut:
+            cluster.exec("n2", ["iptables", "-w", "-I", chain, "1", "-p", "tcp", match, str(port), "-j", "DROP"])
+        silent_at = time.monotonic()
+        wait_until(lambda: server.metrics()["ended"], keepalive.dead_after_s + 10, "the cut-off observer's connection to end")
+        took = time.monotonic() - silent_at
+        assert keepalive.dead_after_s - 1 <= took <= keepalive.dead_after_s + 3, took
+        time.sleep(keepalive.dead_after_s)  # the stopped one has been quiet for twice as long now
+        metrics = server.metrics()
+        assert metrics["ended"] == {"ETIMEDOUT": 1} and metrics["open_connections"] == 1
+
+        cluster.signal(observers["n1"], signal.SIGCONT)
+        n1_batches = len(sink.of("n1"))
+        wait_until(lambda: len(sink.of("n1")) > n1_batches + 5, 10, "the stopped observer to send again")
+        for chain, match in cut:
+            cluster.exec("n2", ["iptables", "-w", "-D", chain, "-p", "tcp", match, str(port), "-j", "DROP"])
+        # its next retransmission meets the mediator's RST: it reconnects and resends
+        wait_until(lambda: sink.clock_count["n2"] == 2, 60, "the cut-off observer to reconnect")
+        n2_batches = len(sink.of("n2"))
+        wait_until(lambda: len(sink.of("n2")) > n2_batches + 5, 10, "the reconnected observer's batches")
+        assert sink.clock_count["n1"] == 1  # never reconnected
+        _stop(cluster, observers.values())
+    finally:
+        server.close()
+    for node in cluster.nodes:
+        seqs = [b.seq for b in sink.of(node)]
+        assert seqs == list(range(len(seqs)))

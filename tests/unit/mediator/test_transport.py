@@ -1,6 +1,7 @@
 """BatchSender <-> BatchServer on loopback, including a mediator restart."""
 
 import socket
+import struct
 import threading
 import time
 
@@ -8,7 +9,7 @@ import orjson
 
 from mallory.errors import MalloryError
 from mallory.mediator import receiver as receiver_module
-from mallory.mediator.receiver import BatchServer
+from mallory.mediator.receiver import KEEPALIVE, BatchServer, Keepalive
 from mallory.observer import sender as sender_module
 from mallory.observer.sender import BatchSender
 from mallory.timeline.codec import MAX_BATCH_LINE
@@ -157,9 +158,12 @@ def test_malformed_lines_are_rejected_with_a_reason_and_counted():
             assert "refused by the fake" in reply(b'{"batch":"n1","seq":1,"until_ns":9,"events":[]}')["error"]
             assert "on 'n1'" in reply(b'{"batch":"n2","seq":0,"until_ns":5,"events":[]}')["error"]
             assert reply(b'{"batch":"n1","seq":2,"until_ns":9,"events":[]}') == {"ack": 2}
+            f.close()  # or the socket stays open when the block closes it
         assert server.stats.rejected == 5
         assert server.stats.batches == 2
         assert any("unknown event kind" in r for r in server.stats.reasons)
+        assert wait_for(lambda: server.stats.open_connections == 0)
+        assert server.metrics()["ended"] == {"eof": 1}  # rejected lines never end a connection
     finally:
         server.close()
 
@@ -179,6 +183,8 @@ def test_a_line_longer_than_the_batch_bound_is_refused_and_closes_the_connection
             assert reply["line"] == 2 and f"longer than {MAX_BATCH_LINE} bytes" in reply["error"]
             assert f.readline() == b""  # closed
         assert server.stats.batches == 0 and server.stats.rejected == 1
+        assert wait_for(lambda: server.stats.open_connections == 0)
+        assert server.metrics()["ended"] == {"line-too-long": 1}
     finally:
         server.close()
 
@@ -199,4 +205,74 @@ def test_a_batch_whose_line_would_be_too_long_goes_as_several_each_complete_up_t
         assert sender.pending_events() == 0
     finally:
         sender.close()
+        server.close()
+
+
+def test_a_reset_connection_ends_counted_by_its_error():
+    server = BatchServer("127.0.0.1", 0, FakeSink()).start()
+    try:
+        conn = socket.create_connection(server.address)
+        conn.sendall(b'{"clock":"n1","mono_ns":1,"real_ns":2}\n{"batch":"n1","seq":0')  # and no end
+        assert wait_for(lambda: server.stats.records == 1)
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        conn.close()  # a RST
+        assert wait_for(lambda: server.stats.open_connections == 0)
+        metrics = server.metrics()
+        assert metrics["ended"] == {"ECONNRESET": 1} and metrics["connections"] == 1
+        assert metrics["batches"] == 0 and metrics["rejected"] == 0  # the partial line was not read as one
+    finally:
+        server.close()
+
+
+def accepted(server: BatchServer) -> socket.socket:
+    """The server's side of its one connection."""
+    assert wait_for(lambda: len(server._conns) == 1)
+    with server._lock:
+        return next(iter(server._conns))
+
+
+def test_accepted_connections_get_tcp_keepalive_that_ends_a_dead_peer_within_a_minute():
+    # The issue's bound (and well above any observer's batch interval: see Keepalive).
+    assert 30 <= KEEPALIVE.dead_after_s <= 60 and KEEPALIVE.idle_s >= 10
+    server = BatchServer("127.0.0.1", 0, FakeSink()).start()
+    try:
+        with socket.create_connection(server.address):
+            conn = accepted(server)
+            tcp = socket.IPPROTO_TCP
+            assert conn.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+            assert conn.getsockopt(tcp, socket.TCP_KEEPIDLE) == KEEPALIVE.idle_s
+            assert conn.getsockopt(tcp, socket.TCP_KEEPINTVL) == KEEPALIVE.interval_s
+            assert conn.getsockopt(tcp, socket.TCP_KEEPCNT) == KEEPALIVE.probes
+            assert conn.getsockopt(tcp, socket.TCP_USER_TIMEOUT) == KEEPALIVE.dead_after_s * 1000
+            assert conn.getsockopt(tcp, socket.TCP_NODELAY) == 1
+    finally:
+        server.close()
+
+
+#: linux/tcp.h: a socket in repair mode closes without a FIN or RST (what CRIU uses)
+TCP_REPAIR = 19
+
+
+def test_an_observer_gone_without_fin_or_rst_is_found_by_the_first_probe_and_its_connection_ends():
+    # A real half-open connection needs the peer's packets lost (a vanished namespace);
+    # here the peer's socket vanishes silently, so only a probe from the server can find
+    # out (the peer's kernel answers it with a RST): without keepalive the connection's
+    # thread would wait for ever.
+    sink = FakeSink()
+    server = BatchServer("127.0.0.1", 0, sink, keepalive=Keepalive(idle_s=1, interval_s=1, probes=2)).start()
+    try:
+        peer = socket.create_connection(server.address)
+        name = "batch-conn-%s:%d" % peer.getsockname()
+        peer.sendall(b'{"clock":"n1","mono_ns":1,"real_ns":2}\n{"batch":"n1","seq":0,"until_ns"')
+        assert wait_for(lambda: len(sink.clocks) == 1)
+        assert name in [t.name for t in threading.enumerate()]
+        peer.setsockopt(socket.IPPROTO_TCP, TCP_REPAIR, 1)  # needs CAP_NET_ADMIN: root (tests/conftest.py)
+        peer.close()
+        time.sleep(0.1)
+        assert server.stats.open_connections == 1  # the close said nothing: a probe is yet to come
+        assert wait_for(lambda: server.stats.open_connections == 0, timeout=10)
+        assert server.metrics()["ended"] == {"ECONNRESET": 1}
+        assert wait_for(lambda: name not in [t.name for t in threading.enumerate()])  # and its buffer with it
+        assert server.stats.batches == 0 and server.stats.rejected == 0
+    finally:
         server.close()
