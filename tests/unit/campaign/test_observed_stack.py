@@ -17,6 +17,7 @@ import pytest
 
 from mallory.campaign.loop import ComponentDied
 from mallory.campaign.observed import TOKEN_FILE, ObservedStack
+from mallory.cluster.backend import NodeProcess
 from mallory.cluster.journaled import GATEWAY
 from mallory.cluster.loopback import LoopbackBackend
 from mallory.cluster.registry import register_run
@@ -30,7 +31,13 @@ if pathlib.Path(args[args.index("--token-file") + 1]).read_text():
     pathlib.Path(args[args.index("--ready-file") + 1]).write_text("ready")
 time.sleep(600)
 """
-OBSERVER = "import time; time.sleep(600)"
+#: `mallory observe` stand-in: says it runs by a file named by its pid in its node's data
+#: directory (a real observer's first batch, too, comes from the running program).
+OBSERVER = """
+import os, pathlib, time
+pathlib.Path(os.environ["MALLORY_DATA_DIR"], f"up-{os.getpid()}").touch()
+time.sleep(600)
+"""
 
 
 class GatewayLoopback(LoopbackBackend):
@@ -49,8 +56,10 @@ class GatewayLoopback(LoopbackBackend):
 
 
 class CountingClient:
-    """At each look, every running observer has delivered one more batch (but those of
-    `silent` nodes: an observer that never gets through)."""
+    """At each look, every observer that runs has delivered one more batch (but those of
+    `silent` nodes: an observer that never gets through). One runs once it says so: a
+    process just spawned may still be in its execve, not yet the observer (a real one
+    sends no batch before then)."""
 
     def __init__(self, stack: ObservedStack) -> None:
         self.stack = stack
@@ -59,9 +68,13 @@ class CountingClient:
 
     def metrics(self) -> dict:
         for proc in self.stack.observers:
-            if self.stack.cluster.is_running(proc) and proc.node not in self.silent:
+            if self._runs(proc) and proc.node not in self.silent:
                 self.batches[proc.node] += 1
         return {"ingest": {"nodes": {node: {"batches": n} for node, n in self.batches.items()}}}
+
+    def _runs(self, proc: NodeProcess) -> bool:
+        up = self.stack.cluster.data_dir(proc.node) / f"up-{proc.pid}"
+        return self.stack.cluster.is_running(proc) and up.exists()
 
 
 class StandInStack(ObservedStack):
@@ -100,7 +113,12 @@ def test_the_token_travels_in_a_private_file_never_in_argv(stack):
 
 
 def _environ(pid: int) -> dict[str, str]:
-    entries = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    """The environment `pid` was started with. Only for a process that has run: spawn()
+    returns once the child's execve has closed its close-on-exec files, and the kernel
+    fills in the new image's environment after that (the file reads empty until then)."""
+    environ = Path(f"/proc/{pid}/environ").read_bytes()
+    assert environ, f"/proc/{pid}/environ is empty: the process has not finished its execve"
+    entries = environ.split(b"\0")
     return dict(e.decode().partition("=")[::2] for e in entries if e)
 
 
