@@ -63,7 +63,11 @@ class ClusterBackend(Protocol):
         cwd: Path | None = None,
     ) -> NodeProcess:
         """Start argv inside the node. The environment gets MALLORY_NODE, MALLORY_SHM and
-        MALLORY_DATA_DIR on top of `env`; output is appended to log_dir(node)/<name>.log."""
+        MALLORY_DATA_DIR on top of `env`; output is appended to log_dir(node)/<name>.log.
+        Returns once the process exists, not once argv's program runs: its pid may still be
+        a launcher (`ip netns exec`, docker's `sh -c exec`) or in its execve, where
+        /proc/PID/environ and cmdline read empty for a moment. Whoever needs the program up
+        waits for a sign of it (a ready file, a first batch)."""
         ...
 
     def signal(self, proc: NodeProcess, signum: int) -> None:
