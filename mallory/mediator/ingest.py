@@ -8,7 +8,10 @@ connection, hence the lock). Per node it
   (the builder wants seqs from 0, without gaps); a new clock pair from a node (a
   restarted observer whose seqs start again at 0) starts a new base after what the
   builder already has. The builder orders the batches per node by seq and drops
-  duplicates (resends after a reconnect);
+  duplicates (resends after a reconnect). A batch read late from a replaced incarnation's
+  connection (a killed observer's last bytes, read after its successor's clock pair) is
+  dropped and counted in `superseded_batches`: taken, it would become the new base and
+  the successor's batches below its seq would be dropped as duplicates;
 * with the message layer (mallory/mediator/legs.py), gives each RECV of a packet the
   gateway relayed the id of the sender's packet it carried bytes of (`relink`), so the
   timeline joins the two across the layer, and leaves out the RECVs of packets the gateway
@@ -96,6 +99,7 @@ class Ingest:
         self.left_out = 0  # RECVs of packets no node sent (NO_SEND)
         self.lags_ns: deque[int] = deque(maxlen=10_000)
         self.duplicates = 0
+        self.superseded = 0  # batches of an observer incarnation a newer clock pair replaced
         self._nodes: dict[str, _Node] = {}
         self._lock = threading.Lock()
         self.join_recheck_ns = JOIN_RECHECK_NS  # tests shorten it
@@ -113,9 +117,13 @@ class Ingest:
             self._record(clock)
             self._drain()
 
-    def on_batch(self, batch: Batch) -> None:
+    def on_batch(self, batch: Batch, clock: ClockPair | None = None) -> None:
+        """Take `batch`, sent after `clock` on its connection (None: the mediator's own)."""
         with self._lock:
             node = self._nodes.setdefault(batch.node, _Node())
+            if clock is not None and node.clock is not None and clock != node.clock:
+                self.superseded += 1
+                return
             base = batch.seq if node.base is None else node.base
             seq = batch.seq - base + node.offset
             if seq < node.offset:
@@ -224,6 +232,7 @@ class Ingest:
             "events": sum(n["events"] for n in nodes.values()),
             "lost_events": sum(n["lost"] for n in nodes.values()),
             "duplicate_batches": self.duplicates,
+            "superseded_batches": self.superseded,
             "committed": builder["committed"],
             "pending": builder["pending"],
             "unmatched_recvs": builder["unmatched_recvs"],

@@ -84,8 +84,10 @@ KEEPALIVE = Keepalive()
 class BatchSink(Protocol):
     def on_clock(self, clock: ClockPair) -> None: ...
 
-    def on_batch(self, batch: Batch) -> None:
-        """Take a batch (duplicates are the sink's to ignore); raise MalloryError to reject."""
+    def on_batch(self, batch: Batch, clock: ClockPair | None = None) -> None:
+        """Take a batch that came after `clock` on its connection (duplicates, and batches of
+        an observer incarnation a newer clock pair replaced, are the sink's to ignore);
+        raise MalloryError to reject."""
         ...
 
 
@@ -178,7 +180,7 @@ class BatchServer:
             threading.Thread(target=self._serve, args=(conn,), name=name, daemon=True).start()
 
     def _serve(self, conn: socket.socket) -> None:
-        node: str | None = None
+        clock: ClockPair | None = None  # the connection's: which observer incarnation sends
         ended = "error"  # unless set below: not the socket's (a bug; the thread's traceback says)
         stream = conn.makefile("rb")
         try:
@@ -199,16 +201,16 @@ class BatchServer:
                     record = decode(line, lineno, "observer")
                     self.stats.records += 1
                     if isinstance(record, ClockPair):
-                        if node is not None and record.node != node:
-                            raise MalloryError(f"clock pair for {record.node!r} on {node!r}'s connection")
-                        node = record.node
+                        if clock is not None and record.node != clock.node:
+                            raise MalloryError(f"clock pair for {record.node!r} on {clock.node!r}'s connection")
+                        clock = record
                         self.sink.on_clock(record)
                     elif isinstance(record, Batch):
-                        if node is None:
+                        if clock is None:
                             raise MalloryError("a batch before the connection's clock pair")
-                        if record.node != node:
-                            raise MalloryError(f"batch for {record.node!r} on {node!r}'s connection")
-                        self.sink.on_batch(record)
+                        if record.node != clock.node:
+                            raise MalloryError(f"batch for {record.node!r} on {clock.node!r}'s connection")
+                        self.sink.on_batch(record, clock)
                         self.stats.batches += 1
                         conn.sendall(b'{"ack":%d}\n' % record.seq)
                     else:

@@ -40,7 +40,7 @@ class CollectingSink:
             self.clocks[clock.node] = clock
             self.clock_count[clock.node] += 1
 
-    def on_batch(self, batch: Batch) -> None:
+    def on_batch(self, batch: Batch, clock: ClockPair | None = None) -> None:
         with self.lock:
             self.batches.setdefault((batch.node, batch.seq), batch)
 

@@ -54,6 +54,21 @@ def test_a_restarted_observer_continues_after_what_we_have():
     assert ingest.duplicates == 0 and ingest.stats()["nodes"]["n1"]["next_seq"] == 3
 
 
+def test_a_killed_observers_batch_read_after_its_successors_clock_pair_is_dropped():
+    ingest, _, _ = make(("n1",))
+    old, new = ClockPair("n1", 0, 10**18), ClockPair("n1", 0, 10**18 + 1)
+    ingest.on_clock(old)
+    ingest.on_batch(Batch("n1", 0, 100, [func("n1", 50)]), old)
+    ingest.on_clock(new)  # the restarted observer connects before the old connection is read out
+    ingest.on_batch(Batch("n1", 7, 200, [func("n1", 150)]), old)  # the dead one's last batch
+    for seq in (0, 1):
+        ingest.on_batch(Batch("n1", seq, 300 + seq, [func("n1", 250 + seq)]), new)
+    assert [c.event.ts for c in ingest.collected] == [50, 250, 251]  # none of the successor's lost
+    stats = ingest.stats()
+    assert stats["superseded_batches"] == 1 and stats["duplicate_batches"] == 0
+    assert stats["nodes"]["n1"]["batches"] == 3
+
+
 def test_send_and_recv_join_the_mediators_packet_records():
     ingest, seen, _ = make()
     seen.add(111)

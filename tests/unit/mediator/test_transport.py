@@ -23,6 +23,7 @@ class FakeSink:
         self.clocks: list[ClockPair] = []
         self.batches = {}
         self.arrivals = []
+        self.senders = set()  # the clock pairs of the connections batches came on
         self.reject_seq = reject_seq
         self.lock = threading.Lock()
 
@@ -30,11 +31,12 @@ class FakeSink:
         with self.lock:
             self.clocks.append(clock)
 
-    def on_batch(self, batch):
+    def on_batch(self, batch, clock=None):
         if batch.seq == self.reject_seq:
             raise MalloryError(f"seq {batch.seq} refused by the fake")
         with self.lock:
             self.arrivals.append(batch.seq)
+            self.senders.add(clock)
             self.batches.setdefault(batch.seq, batch)
 
 
@@ -62,7 +64,7 @@ def test_batches_arrive_in_order_and_are_acked():
         for k in range(20):
             sender.submit(events("n1", k * 10, 3), until_ns=k * 10 + 10)
         assert sender.flush(5.0)
-        assert sink.clocks == [CLOCK]
+        assert sink.clocks == [CLOCK] and sink.senders == {CLOCK}  # each batch with its connection's clock
         assert sink.arrivals == list(range(20))
         assert sink.batches[7].events == events("n1", 70, 3) and sink.batches[7].until_ns == 80
         assert sender.stats.acked_seq == 19 and sender.unacked() == 0
