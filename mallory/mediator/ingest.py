@@ -154,8 +154,8 @@ class Ingest:
                             node.unjoined += 1
                 if time.monotonic_ns() - self._rechecked_ns >= self.join_recheck_ns:
                     self._rechecked_ns = time.monotonic_ns()
-                    for waiting in self._nodes.values():
-                        waiting.age_waiting(packets)
+                    for each in self._nodes.values():
+                        each.age_waiting(packets)
             self._record(rebased)
             self._drain()
 

@@ -42,30 +42,18 @@ class _Mallinfo2(ctypes.Structure):
         "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
 
 
-def _load_mallinfo2():  # the C library's mallinfo2, or None
+def _libc_function(name: str, restype, argtypes: list):  # the C library's `name`, or None
     try:
-        function = ctypes.CDLL(None).mallinfo2
+        function = getattr(ctypes.CDLL(None), name)
     except (OSError, AttributeError):
         return None
-    function.restype = _Mallinfo2
-    function.argtypes = []
+    function.restype = restype
+    function.argtypes = argtypes
     return function
 
 
-_mallinfo2 = _load_mallinfo2()
-
-
-def _load_malloc_trim():  # the C library's malloc_trim, or None
-    try:
-        function = ctypes.CDLL(None).malloc_trim
-    except (OSError, AttributeError):
-        return None
-    function.restype = ctypes.c_int
-    function.argtypes = [ctypes.c_size_t]
-    return function
-
-
-_malloc_trim = _load_malloc_trim()
+_mallinfo2 = _libc_function("mallinfo2", _Mallinfo2, [])
+_malloc_trim = _libc_function("malloc_trim", ctypes.c_int, [ctypes.c_size_t])
 
 
 def return_free_memory() -> bool | None:
