@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import random
 from abc import ABC, abstractmethod
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any, ClassVar
 
 from mallory.errors import MalloryError
@@ -45,6 +45,20 @@ def canonical_actions(actions: Iterable[Action]) -> Sequence[Action]:
     if not listed:
         raise MalloryError("a policy needs at least one action to choose from")
     return listed
+
+
+def _epsilon_greedy(
+    rng: random.Random, epsilon: float, actions: Sequence[Action], value: Callable[[Action], float]
+) -> Action:
+    """With probability `epsilon` one of `actions` uniformly at random, otherwise one of
+    those with the highest `value`, ties broken uniformly at random. It draws `rng.random()`
+    and then one `randrange`, in that order, so a seeded policy makes the same choices again."""
+    if rng.random() < epsilon:
+        return actions[rng.randrange(len(actions))]
+    values = [value(a) for a in actions]
+    top = max(values)
+    best = [a for a, v in zip(actions, values) if v == top]
+    return best[rng.randrange(len(best))]
 
 
 def _number(value: Any, what: str, low: float, high: float, *, low_open: bool = False) -> float:
@@ -344,13 +358,7 @@ class EpsilonGreedyPolicy(_QPolicy):
         self.epsilon = _number(epsilon, "epsilon-greedy: epsilon", 0.0, 1.0)
 
     def choose(self, state: int, actions: Iterable[Action]) -> Action:
-        listed = canonical_actions(actions)
-        if self.rng.random() < self.epsilon:
-            return listed[self.rng.randrange(len(listed))]
-        values = [self.q_value(state, a) for a in listed]
-        top = max(values)
-        best = [a for a, v in zip(listed, values) if v == top]
-        return best[self.rng.randrange(len(best))]
+        return _epsilon_greedy(self.rng, self.epsilon, canonical_actions(actions), lambda a: self.q_value(state, a))
 
     def params(self) -> dict[str, Any]:
         return {**super().params(), "epsilon": self.epsilon}
@@ -387,13 +395,7 @@ class BonusMaxPolicy(Policy):
         return self.q.get(state, {}).get(action, 1.0)
 
     def choose(self, state: int, actions: Iterable[Action]) -> Action:
-        listed = canonical_actions(actions)
-        if self.rng.random() < self.epsilon:
-            return listed[self.rng.randrange(len(listed))]
-        values = [self.q_value(state, a) for a in listed]
-        top = max(values)
-        best = [a for a, v in zip(listed, values) if v == top]
-        return best[self.rng.randrange(len(best))]
+        return _epsilon_greedy(self.rng, self.epsilon, canonical_actions(actions), lambda a: self.q_value(state, a))
 
     def update(
         self, state: int, action: Action, reward: float, next_state: int, next_actions: Iterable[Action]
