@@ -27,18 +27,17 @@ The containers, networks and volumes belong to the compose project
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import signal as signals
 import subprocess
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from mallory.cluster.backend import NodeProcess
-from mallory.cluster.journaled import GATEWAY, JournaledCluster, run_layout
+from mallory.cluster.journaled import GATEWAY, JournaledCluster, RunLayout, run_layout
 from mallory.cluster.registry import RunRecord, cleanup_run, load_run, register_run
 from mallory.errors import MalloryError
 
@@ -57,30 +56,16 @@ class DockerNode:
 
 
 @dataclass(frozen=True)
-class DockerLayout:
+class DockerLayout(RunLayout[DockerNode]):
+    node_type = DockerNode
+
     project: str
     mediator_container: str
     control_address: str  # the mediator's address on the control network
     nodes: tuple[DockerNode, ...]
 
-    def node(self, name: str) -> DockerNode:
-        for node in self.nodes:
-            if node.name == name:
-                return node
-        raise MalloryError(f"compose project {self.project!r} has no node {name!r} (nodes: {', '.join(self.names)})")
-
-    @property
-    def names(self) -> list[str]:
-        return [n.name for n in self.nodes]
-
-    def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=2)
-
-    @classmethod
-    def from_json(cls, text: str) -> "DockerLayout":
-        raw = json.loads(text)
-        raw["nodes"] = tuple(DockerNode(**n) for n in raw["nodes"])
-        return cls(**raw)
+    def _owner(self) -> str:
+        return f"compose project {self.project!r}"
 
 
 def docker_client(base_url: str | None = None) -> Any:

@@ -10,10 +10,12 @@ stranger is never signalled. Each backend keeps what differs: how it starts a pr
 
 from __future__ import annotations
 
+import json
 import os
 import time
+from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, ClassVar, Generic, Mapping, Self, TypeVar
 
 from mallory.cluster.backend import NodeProcess
 from mallory.cluster.registry import (
@@ -27,7 +29,45 @@ from mallory.errors import MalloryError
 GATEWAY = "gw"  # pseudo-node: processes in the gateway (a namespace or the mediator container)
 
 
-def run_layout(record: RunRecord, layout_type: Any) -> Any:
+Node = TypeVar("Node")
+Layout = TypeVar("Layout", bound="RunLayout")
+
+
+class RunLayout(Generic[Node]):
+    """A backend's layout: a frozen dataclass whose `nodes` field is a tuple of `node_type`
+    dataclasses, each with a `name` and an `address`; what a run writes to its layout file
+    (`to_json`) once it is up and `run_layout` reads back (`from_json`). Subclasses set
+    `node_type` and say in `_owner` whose nodes they are (for the error of `node`)."""
+
+    node_type: ClassVar[type]
+    nodes: tuple[Node, ...]
+
+    def _owner(self) -> str:
+        """Whose nodes these are, e.g. "run 'r1'"."""
+        raise NotImplementedError
+
+    def node(self, name: str) -> Node:
+        """The node called `name`; MalloryError when there is none."""
+        for node in self.nodes:
+            if node.name == name:
+                return node
+        raise MalloryError(f"{self._owner()} has no node {name!r} (nodes: {', '.join(self.names)})")
+
+    @property
+    def names(self) -> list[str]:
+        return [n.name for n in self.nodes]
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2)
+
+    @classmethod
+    def from_json(cls, text: str) -> Self:
+        raw = json.loads(text)
+        raw["nodes"] = tuple(cls.node_type(**n) for n in raw["nodes"])
+        return cls(**raw)
+
+
+def run_layout(record: RunRecord, layout_type: type[Layout]) -> Layout:
     """The layout (`layout_type.from_json`) a run wrote once it was up."""
     try:
         return layout_type.from_json(record.layout_path.read_text())
@@ -36,8 +76,7 @@ def run_layout(record: RunRecord, layout_type: Any) -> Any:
 
 
 class JournaledCluster:
-    """Subclasses set `record` (the registered run) and `layout` (`names`, `node(name)`
-    with `address`)."""
+    """Subclasses set `record` (the registered run) and `layout` (a `RunLayout`)."""
 
     record: RunRecord
     layout: Any

@@ -38,16 +38,15 @@ MALLORY_NODE, MALLORY_SHM and MALLORY_DATA_DIR set, stdout and stderr appended t
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import subprocess
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
 from mallory.cluster.backend import NodeProcess
-from mallory.cluster.journaled import GATEWAY, JournaledCluster, run_layout
+from mallory.cluster.journaled import GATEWAY, JournaledCluster, RunLayout, run_layout
 from mallory.cluster.registry import (
     RunRecord,
     cleanup_run,
@@ -76,7 +75,9 @@ class NodeLayout:
 
 
 @dataclass(frozen=True)
-class ClusterLayout:
+class ClusterLayout(RunLayout[NodeLayout]):
+    node_type = NodeLayout
+
     run: str
     index: int
     gateway_namespace: str
@@ -118,15 +119,8 @@ class ClusterLayout:
             nodes=nodes,
         )
 
-    def node(self, name: str) -> NodeLayout:
-        for node in self.nodes:
-            if node.name == name:
-                return node
-        raise MalloryError(f"run {self.run!r} has no node {name!r} (nodes: {', '.join(self.names)})")
-
-    @property
-    def names(self) -> list[str]:
-        return [n.name for n in self.nodes]
+    def _owner(self) -> str:
+        return f"run {self.run!r}"
 
     def node_of_address(self, address: str) -> str | None:
         """The node owning an address of the run (its own address), None otherwise."""
@@ -134,15 +128,6 @@ class ClusterLayout:
             if node.address == address:
                 return node.name
         return None
-
-    def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=2)
-
-    @classmethod
-    def from_json(cls, text: str) -> "ClusterLayout":
-        raw = json.loads(text)
-        raw["nodes"] = tuple(NodeLayout(**n) for n in raw["nodes"])
-        return cls(**raw)
 
     @classmethod
     def load(cls, run: str) -> "ClusterLayout":

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from mallory.cluster.docker import DockerLayout, DockerNode
 from mallory.cluster.netns import ClusterLayout
 from mallory.cluster.registry import (
     check_run_name,
@@ -41,10 +42,18 @@ def test_layout_gives_every_node_its_own_lan_inside_the_run_supernet():
     assert lay.node_of_address(lay.node("n4").address) == "n4"
     other = ClusterLayout.plan("s", 4, 5)
     assert not ipaddress.ip_network(other.supernet).overlaps(supernet)
-    with pytest.raises(MalloryError):
+    with pytest.raises(MalloryError, match="run 'r' has no node 'n6'"):
         lay.node("n6")
     with pytest.raises(MalloryError):
         ClusterLayout.plan("r", 0, 0)
+
+
+def test_docker_layout_round_trips_and_names_its_project_when_a_node_is_missing():
+    lay = DockerLayout("p", "m", "10.9.0.2", (DockerNode("n1", "c1", "10.9.1.2", "p_n1", "10.9.1.1"),))
+    assert DockerLayout.from_json(lay.to_json()) == lay
+    assert lay.names == ["n1"] and lay.node("n1").container == "c1"
+    with pytest.raises(MalloryError, match="compose project 'p' has no node 'n2'"):
+        lay.node("n2")
 
 
 @pytest.mark.parametrize("bad", ["", "-x", "UPPER", "a" * 21, "a b", "a/b"])
