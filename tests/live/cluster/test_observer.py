@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from mallory.cluster.netns import NetnsCluster
-from mallory.mediator.receiver import BatchServer, Keepalive
+from mallory.mediator.receiver import BatchServer
+from mallory.observer.keepalive import Keepalive
 from mallory.polling import wait_until
 from mallory.timeline.event import Batch, ClockPair, Kind
 
@@ -458,9 +459,9 @@ def test_stopping_an_observer_drops_no_packet(make_cluster):
 
 
 def test_an_observer_cut_off_without_a_word_is_dropped_by_keepalive_and_a_stopped_one_is_kept(make_cluster):
-    """Keepalive (mallory/mediator/receiver.py) ends the connection of an observer whose
-    packets are all lost (as when its namespace or veth vanishes without a FIN or RST)
-    within `dead_after_s`, with ETIMEDOUT; an observer that is stopped, quiet for as long,
+    """The mediator's Keepalive (mallory/observer/keepalive.py) ends the connection of an
+    observer whose packets are all lost (as when its namespace or veth vanishes without a
+    FIN or RST) within `dead_after_s`, with ETIMEDOUT; an observer that is stopped, quiet for as long,
     keeps its connection (its kernel answers the probes); and the cut-off one, once its
     packets flow again, reconnects and loses no batch."""
     cluster = make_cluster(2, "ka")
