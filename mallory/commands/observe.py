@@ -204,12 +204,15 @@ def run(args: argparse.Namespace) -> int:
             logs.close()
         sender.flush(1.0)
         sender.close()
+        # ETIMEDOUT: the mediator went without a word (mallory/observer/sender.py)
+        ended = ", ".join(f"{cause} {n}" for cause, n in sorted(sender.stats.ended.items()))
         log.info(
             f"observe {args.node}: {observer.packets} packets, {observer.batches} batches, "
             f"{observer.ring_events} ring events, {observer.log_events} log events, "
             f"{queue.received / max(queue.reads, 1) if queue else 0:.1f} packets per read, "
             f"{queue.lost if queue else 0} lost in the queue, "
             f"{reader.lost_total if reader else 0} lost in the ring, "
-            f"{sender.stats.dropped_events} dropped while the mediator was away"
+            f"{sender.stats.dropped_events} dropped while the mediator was away, "
+            f"{sender.stats.connects} connections to it, ended: {ended or 'none'}"
         )
     return 0

@@ -9,8 +9,9 @@ the mediator keep going.
 A connection ends when the observer closes it, on a line longer than MAX_LINE, on an error
 of its socket, or at `close`; its thread, its read buffer and any partial line go with it,
 and `ReceiverStats.ended` counts the end by its cause. An observer whose host, namespace or
-link vanished without a FIN or RST is found by TCP keepalive (`Keepalive`): its connection
-ends with ETIMEDOUT within `Keepalive.dead_after_s` of its last byte.
+link vanished without a FIN or RST is found by TCP keepalive (`Keepalive`,
+mallory/observer/keepalive.py, which the observer's sender sets too): its connection ends
+with ETIMEDOUT within `Keepalive.dead_after_s` of its last byte.
 
 Why keepalive and no read timeout: only the observer's kernel has to answer a probe, so an
 observer that is alive but sends nothing for a while (stopped, starved of CPU, busy with a
@@ -32,6 +33,7 @@ from typing import Protocol
 import orjson
 
 from mallory.errors import MalloryError
+from mallory.observer.keepalive import KEEPALIVE, Keepalive
 from mallory.timeline.codec import MAX_BATCH_LINE, MalformedRecord, decode
 from mallory.timeline.event import Batch, ClockPair
 
@@ -42,43 +44,6 @@ from mallory.timeline.event import Batch, ClockPair
 #: reconnect, so its node's timeline stops at that batch and the refusals show in the
 #: mediator's metrics: a mediator and its observers are meant to come from one install.
 MAX_LINE = MAX_BATCH_LINE
-
-
-@dataclass(frozen=True)
-class Keepalive:
-    """TCP keepalive of an accepted observer connection: after `idle_s` seconds without a
-    byte from the observer its kernel is probed every `interval_s` seconds, and after
-    `probes` unanswered probes, `dead_after_s` after the last byte, the connection ends
-    with ETIMEDOUT (or the error an ICMP message gave, e.g. EHOSTUNREACH).
-
-    A healthy connection is never idle that long (an observer sends a batch every
-    `--interval`, 0.1 s by default, and the mediator acks each), so probes go only to an
-    observer that went quiet. 20 s of idle is far beyond any interval in use; 4 probes 5 s
-    apart survive a lost probe or two on a busy link; 40 s in all stays within the minute
-    a dead observer's thread and buffers may be held."""
-
-    idle_s: int = 20
-    interval_s: int = 5
-    probes: int = 4
-
-    @property
-    def dead_after_s(self) -> int:
-        return self.idle_s + self.interval_s * self.probes
-
-    def apply(self, sock: socket.socket) -> None:
-        """Set the socket options on `sock`. TCP_USER_TIMEOUT too: while an ack of ours
-        is in flight unacknowledged (written just as the observer's host vanished) the
-        kernel sends no probes and would retransmit for tcp_retries2 (~15 min); the user
-        timeout ends that after `dead_after_s` too (and, with keepalive on, it is what
-        Linux ends a probed connection by, at the same time: tcp(7))."""
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, self.idle_s)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, self.interval_s)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, self.probes)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, self.dead_after_s * 1000)
-
-
-KEEPALIVE = Keepalive()
 
 
 class BatchSink(Protocol):

@@ -17,10 +17,22 @@ sent again, with the same seq, after a reconnect; the mediator drops duplicates.
 mediator is away, submitted chunks wait in a bounded buffer; on overflow the oldest events
 are dropped, counted in `dropped_events`, and reported in the next batch's `lost`.
 
-The mediator ends the connection of an observer whose kernel stops answering its TCP
-keepalive probes (mallory/mediator/receiver.py, `Keepalive`): an observer cut off from it
-that long reconnects, and resends what is unacked, once it hears so (the reset its next
-packet that gets through meets).
+Both ends set the same TCP keepalive and user timeout (mallory/observer/keepalive.py,
+`Keepalive`), so each finds on its own a peer gone without a word (its host, namespace or
+link vanished: no FIN, no RST), about `dead_after_s` (40 s) after the peer's last byte.
+The mediator ends that observer's connection (an observer that has not found out yet
+hears so from the reset its next packet that gets through meets). The sender ends its
+connection to such a mediator with ETIMEDOUT (or the error an ICMP message gave, e.g.
+EHOSTUNREACH), counted in `SenderStats.ended`, and reconnects and resends what is
+unacked, as after any end. It is mostly the user timeout that finds a vanished mediator:
+with batches in flight the kernel sends no probes, and once `window` batches are unacked
+nothing more is sent, so no send ever blocks (and times out).
+
+Why the kernel's timeout and no deadline for acks of our own ("batches unacked and no ack
+for N s"): the mediator acks every batch, so such a deadline would find a vanished
+mediator too, but it would also end the connection of one that is alive and slow (starved
+of CPU, stopped, busy in its ingest), which a new connection does not help; only the
+mediator's kernel has to answer a probe or acknowledge a segment.
 
 Each submitted chunk becomes one batch line, unless its line would be longer than
 MAX_BATCH_LINE (mallory/timeline/codec.py), which the mediator refuses to read: then it
@@ -29,22 +41,26 @@ goes as several batches, each complete up to the first event of the next.
 
 from __future__ import annotations
 
+import errno
 import os
 import select
 import socket
 import threading
 import time
-from collections import deque
-from dataclasses import dataclass
+from collections import Counter, deque
+from dataclasses import dataclass, field
 
 import orjson
 
+from mallory.observer.keepalive import KEEPALIVE, Keepalive
 from mallory.timeline.codec import MAX_BATCH_LINE, encode
 from mallory.timeline.event import Batch, ClockPair, Event
 
 #: how long the sender waits for a reply or a wake-up before looking again; a submit wakes
 #: it at once, so a batch never waits for this
 IDLE_POLL_S = 0.5
+#: how long a send may block before the connection is given up: the mediator stopped reading
+SEND_TIMEOUT_S = 5.0
 
 
 @dataclass
@@ -57,6 +73,15 @@ class SenderStats:
     dropped_events: int = 0
     server_errors: int = 0
     last_error: str = ""
+    #: ended connections by cause: "eof" (the mediator closed it), the name of the socket
+    #: error that ended it ("ETIMEDOUT" for a mediator gone without a word, see `Keepalive`;
+    #: "ECONNRESET" for one whose kernel reset it), or "TimeoutError" (a send blocked for
+    #: SEND_TIMEOUT_S: the mediator stopped reading)
+    ended: Counter = field(default_factory=Counter)
+
+
+class _Eof(OSError):
+    """The mediator closed the connection."""
 
 
 class _Chunk:
@@ -83,6 +108,7 @@ class BatchSender:
         window: int = 64,
         backoff_min: float = 0.02,
         backoff_max: float = 1.0,
+        keepalive: Keepalive = KEEPALIVE,
     ) -> None:
         self.clock = clock
         self.node = clock.node
@@ -91,6 +117,7 @@ class BatchSender:
         self.window = window
         self.backoff_min = backoff_min
         self.backoff_max = backoff_max
+        self.keepalive = keepalive
         self.stats = SenderStats()
         self._lock = threading.Lock()
         self._pending: deque[_Chunk] = deque()
@@ -198,7 +225,8 @@ class BatchSender:
     def _connect(self) -> socket.socket:
         sock = socket.create_connection(self.address, timeout=1.0)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        sock.settimeout(5.0)
+        self.keepalive.apply(sock)  # a mediator gone without a word: see the module docstring
+        sock.settimeout(SEND_TIMEOUT_S)
         with self._lock:
             resend = [line for _, line in self._unacked]
         sock.sendall(encode(self.clock) + b"\n")
@@ -252,15 +280,17 @@ class BatchSender:
                 if sock in readable:
                     data = sock.recv(65536)
                     if not data:
-                        raise ConnectionResetError("mediator closed the connection")
+                        raise _Eof
                     data = partial + data
                     cut = data.rfind(b"\n") + 1
                     partial = data[cut:]
                     self._on_replies(data[:cut])
-            except OSError:
+            except OSError as exc:
                 sock.close()
                 sock = None
                 self.stats.connected = False
+                cause = "eof" if isinstance(exc, _Eof) else errno.errorcode.get(exc.errno, type(exc).__name__)
+                self.stats.ended[cause] += 1
         if sock is not None:
             sock.close()
         self.stats.connected = False

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from mallory.cluster.netns import NetnsCluster
-from mallory.mediator.receiver import BatchServer, Keepalive
+from mallory.mediator.receiver import BatchServer
+from mallory.observer.keepalive import KEEPALIVE, Keepalive
 from mallory.polling import wait_until
 from mallory.timeline.event import Batch, ClockPair, Kind
 
@@ -458,9 +459,9 @@ def test_stopping_an_observer_drops_no_packet(make_cluster):
 
 
 def test_an_observer_cut_off_without_a_word_is_dropped_by_keepalive_and_a_stopped_one_is_kept(make_cluster):
-    """Keepalive (mallory/mediator/receiver.py) ends the connection of an observer whose
-    packets are all lost (as when its namespace or veth vanishes without a FIN or RST)
-    within `dead_after_s`, with ETIMEDOUT; an observer that is stopped, quiet for as long,
+    """The mediator's Keepalive (mallory/observer/keepalive.py) ends the connection of an
+    observer whose packets are all lost (as when its namespace or veth vanishes without a
+    FIN or RST) within `dead_after_s`, with ETIMEDOUT; an observer that is stopped, quiet for as long,
     keeps its connection (its kernel answers the probes); and the cut-off one, once its
     packets flow again, reconnects and loses no batch."""
     cluster = make_cluster(2, "ka")
@@ -494,6 +495,51 @@ def test_an_observer_cut_off_without_a_word_is_dropped_by_keepalive_and_a_stoppe
         wait_until(lambda: len(sink.of("n2")) > n2_batches + 5, 10, "the reconnected observer's batches")
         assert sink.clock_count["n1"] == 1  # never reconnected
         _stop(cluster, observers.values())
+    finally:
+        server.close()
+    for node in cluster.nodes:
+        seqs = [b.seq for b in sink.of(node)]
+        assert seqs == list(range(len(seqs)))
+
+
+def test_a_mediator_cut_off_without_a_word_is_dropped_by_the_observers_keepalive(make_cluster):
+    """The observer's sender sets the same Keepalive (mallory/observer/keepalive.py) on its
+    connection: when nothing from the mediator reaches an observer any more (its acks and
+    TCP's all lost, as when the mediator's host vanishes without a FIN or RST), the observer
+    ends its connection by itself `KEEPALIVE.dead_after_s` after its first unanswered batch
+    (40 s: `mallory observe` has no knob for it, so this test takes about a minute), with
+    ETIMEDOUT, while the mediator (given a far longer keepalive here) has ended nothing; once
+    the path is back it reconnects and resends, and no batch is lost."""
+    cluster = make_cluster(2, "mk")
+    sink = CollectingSink()
+    port = BATCH_PORT + 10
+    patient = Keepalive(idle_s=600, interval_s=60, probes=5)  # the mediator's side ends nothing here
+    server = BatchServer(cluster.layout.host_address, port, sink, keepalive=patient).start()
+    mediator = f"{cluster.layout.host_address}:{port}"
+    cut = ["INPUT", "-p", "tcp", "--sport", str(port), "-j", "DROP"]  # n2's batches go, nothing comes back
+
+    def connected() -> bool:
+        return bool(cluster.exec("n2", ["ss", "-Htn", "state", "established", "dst", mediator]).stdout.strip())
+
+    try:
+        observers = _start_observers(cluster, sink, port)
+        assert connected()
+        cluster.exec("n2", ["iptables", "-w", "-I", cut[0], "1", *cut[1:]])
+        silent_at = time.monotonic()
+        wait_until(lambda: not connected(), KEEPALIVE.dead_after_s + 15, "the observer to end its connection",
+                   interval=0.5)
+        took = time.monotonic() - silent_at
+        assert KEEPALIVE.dead_after_s - 1 <= took <= KEEPALIVE.dead_after_s + 5, took
+        assert server.metrics()["ended"] == {}  # the observer's doing: the mediator heard no word
+        assert sink.clock_count["n2"] == 1  # no new connection while cut off (the SYN-ACK is lost)
+
+        cluster.exec("n2", ["iptables", "-w", "-D", *cut])
+        wait_until(lambda: sink.clock_count["n2"] == 2, 15, "the observer to reconnect")
+        n2_batches = len(sink.of("n2"))
+        wait_until(lambda: len(sink.of("n2")) > n2_batches + 5, 10, "the reconnected observer's batches")
+        assert sink.clock_count["n1"] == 1  # never reconnected
+        _stop(cluster, observers.values())
+        assert "ended: ETIMEDOUT 1" in observers["n2"].log_path.read_text()  # its final line
     finally:
         server.close()
     for node in cluster.nodes:

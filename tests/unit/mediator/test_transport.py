@@ -9,8 +9,9 @@ import orjson
 
 from mallory.errors import MalloryError
 from mallory.mediator import receiver as receiver_module
-from mallory.mediator.receiver import KEEPALIVE, BatchServer, Keepalive
+from mallory.mediator.receiver import BatchServer
 from mallory.observer import sender as sender_module
+from mallory.observer.keepalive import KEEPALIVE, Keepalive
 from mallory.observer.sender import BatchSender
 from mallory.timeline.codec import MAX_BATCH_LINE
 from mallory.timeline.event import ClockPair, Event, Kind
@@ -112,6 +113,7 @@ def test_mediator_restart_resends_clock_and_resumes_without_gaps():
         assert sorted(sink2.batches) == list(range(5, 12))  # resumes where the old one stopped
         assert sink2.batches[5].events == events("n1", 50, 2)
         assert sender.stats.connects == 2 and sender.stats.dropped_events == 0
+        assert sender.stats.ended == {"eof": 1}  # the closing server's FIN
     finally:
         sender.close()
         server.close()
