@@ -71,6 +71,20 @@ Re-analyze them, running nothing (everything under DIR with that layout):
 
     .venv/bin/python bench/bench_campaign_policies.py --analyze out/policies [--baseline random] [--json FILE]
 
+A work session has the machine time of part of an evaluation, and its campaign directories do
+not outlive it. So run a part (some seeds: each (SUT, seed) is calibrated on its own) and keep
+what the analysis reads of each run in the repository: `--save-runs FILE`, after running the
+campaigns or with --analyze, writes every run analyzed (plot rows, yardstick, waypoints,
+seeded bug times) with its provenance (commit, arguments, date) as JSON, about 30 KB for a
+20-minute run of 400 steps; it is written before the analysis, so a part without the baseline is saved too.
+Then analyze the parts together: --analyze takes any number of campaign roots and saved-runs
+files and unions their runs per SUT (one (SUT, variant, seed) twice is an error unless both
+hold the same values). See bench/results/README.md:
+
+    .venv/bin/python bench/bench_campaign_policies.py --sut example-bugs --seeds 1 2 --duration 20m \\
+        --side-by-side --out out/policies --save-runs bench/results/<date>-example-bugs-seeds-1-2.json
+    .venv/bin/python bench/bench_campaign_policies.py --analyze bench/results/a.json bench/results/b.json
+
 How to read it: a variant beats the baseline on a count when its ratio is > 1, A12 is large
 (>= 0.71: Vargha and Delaney's "large") and p is small; with 4 seeds per variant the
 smallest possible one-sided p is 1/70 = 0.014 (every variant run above every baseline run).
@@ -91,8 +105,10 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import MISSING, asdict, dataclass, field, fields, replace
+from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -309,8 +325,10 @@ def run_campaigns(args: argparse.Namespace, root: Path) -> None:
 
 @dataclass(frozen=True)
 class Run:
-    """One campaign of the evaluation, as the analysis needs it."""
+    """One campaign of the evaluation, as the analysis needs it (`root`, its directory, only
+    names it: a run loaded from a saved-runs file has none any more)."""
 
+    sut: str
     variant: str
     seed: int
     root: Path
@@ -325,6 +343,8 @@ class Run:
     #: seeded bug label -> seconds to the first bug bundle seen in a schedule where the seeded
     #: bug's code ran (firing is necessary, not sufficient: this is the bug found)
     seeded_found: Mapping[str, float] = field(default_factory=dict)
+    #: the seeded bug labels it was timed for (its SUT's when it was read)
+    seeded_bugs: tuple[str, ...] = ()
 
 
 def parse_waypoints_reached(text: str) -> dict[str, int]:
@@ -406,7 +426,7 @@ def bugs_found_by(data: CampaignData, fired: Mapping[str, Sequence[int]], origin
     return found
 
 
-def read_run(root: Path, variant: str, seed: int, seeded_bugs: Sequence[str]) -> Run:
+def read_run(root: Path, sut: str, variant: str, seed: int, seeded_bugs: Sequence[str]) -> Run:
     """One campaign directory as a Run, its seeded bugs timed through the annotation
     catalogue next to the SUT's program; MalloryError if the directory is not a campaign,
     has no plot rows, or a seeded bug cannot be named (no catalogue, or not in it)."""
@@ -429,8 +449,8 @@ def read_run(root: Path, variant: str, seed: int, seeded_bugs: Sequence[str]) ->
         fired = fire_times(data.recordings(), labels)
         fires = first_fires(data.recordings(), labels, origin_ns)
         found = bugs_found_by(data, fired, origin_ns)
-    return Run(variant, seed, root, tuple(data.plot), data.config.abstraction, data.config.threshold,
-               parse_waypoints_reached(data.stats.get("waypoints_reached", "-")), fires, found)
+    return Run(sut, variant, seed, root, tuple(data.plot), data.config.abstraction, data.config.threshold,
+               parse_waypoints_reached(data.stats.get("waypoints_reached", "-")), fires, found, tuple(seeded_bugs))
 
 
 def find_runs(root: Path) -> dict[str, list[tuple[str, int, Path]]]:
@@ -443,6 +463,202 @@ def find_runs(root: Path) -> dict[str, list[tuple[str, int, Path]]]:
             if variant and seed.isdigit() and (directory / "campaign.json").is_file():
                 found.setdefault(sut_dir.name, []).append((variant, int(seed), directory))
     return {sut: sorted(runs) for sut, runs in found.items()}
+
+
+def read_runs(root: Path) -> list[Run]:
+    """Every campaign under `root` (ROOT/<sut>/<variant>-<seed>/) as a Run; an SUT known by
+    name gets its seeded bugs timed. MalloryError if there are none."""
+    found = find_runs(root)
+    if not found:
+        raise MalloryError(f"{root}: no campaigns in <sut>/<variant>-<seed>/ directories")
+    return [read_run(directory, sut, variant, seed, KNOWN_SUTS[sut].seeded_bugs if sut in KNOWN_SUTS else ())
+            for sut, entries in found.items() for variant, seed, directory in entries]
+
+
+# -- saved runs -------------------------------------------------------------------------------
+# A session's machine time holds part of an evaluation and its campaign directories do not
+# outlive it: what the analysis reads of each run is saved in the repository, and the parts
+# are analyzed together later.
+
+#: what a saved-runs file says it is ("format"), and the version of its layout this bench reads
+RUNS_FORMAT = "mallory bench_campaign_policies runs"
+RUNS_VERSION = 1
+#: the JSON types a value may have, by the type names of PlotRow's annotations
+JSON_TYPES: dict[str, tuple[type, ...]] = {"float": (float, int), "int": (int,), "str": (str,), "bool": (bool,),
+                                           "None": (type(None),)}
+#: PlotRow's fields, in order, with the JSON types of their values
+PLOT_FIELDS = {f.name: tuple(t for name in str(f.type).split("|") for t in JSON_TYPES[name.strip()])
+               for f in fields(PlotRow)}
+#: how a JSON type is called in messages
+TYPE_NAMES = {float: "number", int: "integer", str: "string", bool: "boolean", type(None): "null", list: "list",
+              dict: "object"}
+
+
+@dataclass(frozen=True)
+class SourcedRun:
+    """A run, where it was read from (a campaign root or a saved-runs file) and the
+    provenance of the file it was saved in (None: read from its campaign directory now)."""
+
+    run: Run
+    source: str
+    provenance: Mapping[str, object] | None = None
+
+
+def provenance(argv: Sequence[str]) -> dict[str, object]:
+    """Who saves runs: Mallory's git commit (None outside a checkout) and whether tracked
+    files differ from it, the bench's arguments, and the date (UTC)."""
+    def git(*args: str) -> str | None:
+        try:
+            return subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True,
+                                  check=True).stdout.strip()
+        except (OSError, subprocess.CalledProcessError):
+            return None
+
+    commit = git("rev-parse", "HEAD")
+    status = git("status", "--porcelain", "--untracked-files=no") if commit else None
+    return {"commit": commit, "dirty": None if status is None else bool(status), "argv": list(argv),
+            "date": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+
+
+def run_record(run: Run, provenance_index: int) -> dict[str, object]:
+    """A run as a saved-runs file holds it: its plot rows as columns, one list per PlotRow
+    field (the names once, not once a row: 1-6 KB a column for 400 steps)."""
+    return {"sut": run.sut, "variant": run.variant, "seed": run.seed, "directory": str(run.root),
+            "provenance": provenance_index, "abstraction": run.abstraction, "threshold": run.threshold,
+            "waypoints_reached": dict(run.waypoints_reached), "seeded_bugs": list(run.seeded_bugs),
+            "seeded_fires": dict(run.seeded_fires), "seeded_found": dict(run.seeded_found),
+            "plot": {name: [getattr(row, name) for row in run.plot] for name in PLOT_FIELDS}}
+
+
+def compact_json(value: object, indent: str = "") -> str:
+    """`value` as JSON: a list or object of scalars on one line (a plot column is a line),
+    anything holding lists or objects over several, indented."""
+    items = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
+    if not any(isinstance(item, (dict, list)) for item in items):
+        return json.dumps(value, ensure_ascii=False)
+    inner = indent + "  "
+    if isinstance(value, dict):
+        lines = [f"{inner}{json.dumps(key, ensure_ascii=False)}: {compact_json(item, inner)}"
+                 for key, item in value.items()]
+        return "{\n" + ",\n".join(lines) + f"\n{indent}}}"
+    return "[\n" + ",\n".join(inner + compact_json(item, inner) for item in value) + f"\n{indent}]"
+
+
+def save_runs(runs: Sequence[SourcedRun], path: Path, writer: Mapping[str, object]) -> None:
+    """Write the runs to a saved-runs file: {"format", "version", "provenance": [writer, then
+    those of the files runs were loaded from], "runs": [each with its provenance's index]}."""
+    provenances = [writer]
+    records = []
+    for sourced in runs:
+        origin = writer if sourced.provenance is None else sourced.provenance
+        if origin not in provenances:
+            provenances.append(origin)
+        records.append(run_record(sourced.run, provenances.index(origin)))
+    document = {"format": RUNS_FORMAT, "version": RUNS_VERSION, "provenance": provenances, "runs": records}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(compact_json(document) + "\n")
+
+
+def checked(value: Any, types: tuple[type, ...], where: str) -> Any:
+    """`value` if its type is exactly one of `types` (a boolean is no integer), else
+    ValueError saying what `where` holds instead (MISSING: nothing)."""
+    if type(value) not in types:
+        held = "missing" if value is MISSING else json.dumps(value)[:40]
+        raise ValueError(f"{where} is {held}, expected {' or '.join(TYPE_NAMES[t] for t in types)}")
+    return value
+
+
+def plot_of(columns: Mapping[str, Any], where: str) -> tuple[PlotRow, ...]:
+    """Plot rows from their columns, one list per PlotRow field (a field with a default may
+    be missing: the campaign did not write that column); ValueError if they are not."""
+    unknown = sorted(set(columns) - set(PLOT_FIELDS))
+    missing = [f.name for f in fields(PlotRow) if f.default is MISSING and f.name not in columns]
+    if unknown or missing:
+        raise ValueError(f"{where}: {'unknown' if unknown else 'no'} column {(unknown or missing)[0]}")
+    length = len(checked(columns["time_s"], (list,), f"{where}.time_s"))
+    for name, values in columns.items():
+        if len(checked(values, (list,), f"{where}.{name}")) != length:
+            raise ValueError(f"{where}.{name} has {len(values)} values, time_s {length}")
+        for i, value in enumerate(values):
+            checked(value, PLOT_FIELDS[name], f"{where}.{name}[{i}]")
+    if not length:
+        raise ValueError(f"{where}: no rows")
+    full = {f.name: columns.get(f.name, [f.default] * length) for f in fields(PlotRow)}
+    return tuple(PlotRow(*row) for row in zip(*full.values()))
+
+
+def run_of(record: Mapping[str, Any], where: str, source: str, provenances: Sequence[Any]) -> SourcedRun:
+    """A saved run's record as a SourcedRun; ValueError naming the first thing wrong in it."""
+    def get(key: str, *types: type) -> Any:
+        return checked(record.get(key, MISSING), types, f"{where}.{key}")
+
+    def mapping(key: str, *types: type) -> dict[str, Any]:
+        value = get(key, dict)
+        for name, item in value.items():
+            checked(item, types, f"{where}.{key}[{json.dumps(name)}]")
+        return value
+
+    index = get("provenance", int)
+    if not 0 <= index < len(provenances):
+        raise ValueError(f"{where}.provenance is {index}, and there are {len(provenances)}")
+    labels = get("seeded_bugs", list)
+    for i, label in enumerate(labels):
+        checked(label, (str,), f"{where}.seeded_bugs[{i}]")
+    run = Run(get("sut", str), get("variant", str), get("seed", int), Path(get("directory", str)),
+              plot_of(get("plot", dict), f"{where}.plot"), get("abstraction", str), get("threshold", float, int),
+              mapping("waypoints_reached", int), mapping("seeded_fires", float, int),
+              mapping("seeded_found", float, int), tuple(labels))
+    return SourcedRun(run, source, provenances[index])
+
+
+def load_runs(path: Path) -> list[SourcedRun]:
+    """The runs of a saved-runs file (save_runs'); MalloryError naming the file and the first
+    thing wrong if it is not one this bench reads."""
+    try:
+        document = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:  # ValueError: not UTF-8, not JSON
+        raise MalloryError(f"{path}: not a saved-runs file: {exc}") from None
+    try:
+        checked(document, (dict,), "the document")
+        if document.get("format") != RUNS_FORMAT:
+            raise ValueError(f"format is {json.dumps(document.get('format'))}, expected {json.dumps(RUNS_FORMAT)}")
+        if document.get("version") != RUNS_VERSION:
+            raise ValueError(f"version {json.dumps(document.get('version'))}, this bench reads {RUNS_VERSION}")
+        provenances = checked(document.get("provenance", MISSING), (list,), "provenance")
+        records = checked(document.get("runs", MISSING), (list,), "runs")
+        if not records:
+            raise ValueError("no runs")
+        return [run_of(checked(record, (dict,), f"runs[{i}]"), f"runs[{i}]", str(path), provenances)
+                for i, record in enumerate(records)]
+    except ValueError as exc:
+        raise MalloryError(f"{path}: malformed saved-runs file: {exc}") from None
+
+
+def same_run(a: Run, b: Run) -> bool:
+    """Whether two runs hold the same values (their directories only name them)."""
+    return replace(a, root=b.root) == b
+
+
+def gather_runs(paths: Sequence[Path]) -> list[SourcedRun]:
+    """The runs of every path, a campaign root or a saved-runs file, by (SUT, variant,
+    seed); MalloryError for a path that is neither, or for two runs of one (SUT, variant,
+    seed) that differ, naming both sources (identical ones count once: a file saved from a
+    root may be given with it)."""
+    chosen: dict[tuple[str, str, int], SourcedRun] = {}
+    for path in paths:
+        if path.is_dir():
+            runs = [SourcedRun(run, str(path)) for run in read_runs(path)]
+        elif path.is_file():
+            runs = load_runs(path)
+        else:
+            raise MalloryError(f"{path}: neither a campaign root nor a saved-runs file")
+        for sourced in runs:
+            run = sourced.run
+            kept = chosen.setdefault((run.sut, run.variant, run.seed), sourced)
+            if not same_run(kept.run, run):
+                raise MalloryError(f"{run.sut} {run.variant}-{run.seed} is in {kept.source} and in {sourced.source}, "
+                                   "and the two differ: give one of them")
+    return [chosen[key] for key in sorted(chosen)]
 
 
 # -- arithmetic (pure) ------------------------------------------------------------------------
@@ -768,17 +984,20 @@ def analyze_sut(name: str, runs: Sequence[Run], baseline: str, seeded_bugs: Sequ
     return SutResult(name, baseline, horizon_s, shortest.root.name, horizon_steps, fewest.root.name, variants)
 
 
-def analyze(root: Path, baseline: str) -> list[SutResult]:
-    """The evaluation of every SUT's campaigns under `root` (ROOT/<sut>/<variant>-<seed>/);
-    an SUT known by name gets its seeded bugs timed. MalloryError if there are none."""
-    found = find_runs(root)
-    if not found:
-        raise MalloryError(f"{root}: no campaigns in <sut>/<variant>-<seed>/ directories")
+def analyze(runs: Sequence[Run], baseline: str) -> list[SutResult]:
+    """The evaluation of each SUT's runs (SUTs by name, runs by variant then seed), with the
+    seeded bugs its runs were timed for; MalloryError if they were not all timed for the same."""
+    by_sut: dict[str, list[Run]] = {}
+    for run in runs:
+        by_sut.setdefault(run.sut, []).append(run)
     results = []
-    for sut, entries in found.items():
-        seeded_bugs = KNOWN_SUTS[sut].seeded_bugs if sut in KNOWN_SUTS else ()
-        runs = [read_run(directory, variant, seed, seeded_bugs) for variant, seed, directory in entries]
-        results.append(analyze_sut(sut, runs, baseline, seeded_bugs))
+    for sut in sorted(by_sut):
+        sut_runs = sorted(by_sut[sut], key=lambda run: (run.variant, run.seed))
+        timed = sorted({run.seeded_bugs for run in sut_runs})
+        if len(timed) > 1:
+            raise MalloryError(f"{sut}: its runs were timed for different seeded bugs: "
+                               + " vs ".join(f"[{', '.join(labels)}]" for labels in timed))
+        results.append(analyze_sut(sut, sut_runs, baseline, timed[0]))
     return results
 
 
@@ -949,7 +1168,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="run all variants of one (SUT, seed) at the same time")
     parser.add_argument("--out", type=Path, default=None, help="keep the campaigns in DIR/<sut>/<variant>-<seed>/")
     parser.add_argument("--baseline", default="random", help="the variant the others are compared with (default %(default)s)")
-    parser.add_argument("--analyze", type=Path, metavar="DIR", help="run nothing: analyze the campaigns under DIR")
+    parser.add_argument("--analyze", type=Path, nargs="+", action="extend", metavar="PATH",
+                        help="run nothing: analyze the runs of campaign roots (DIR/<sut>/<variant>-<seed>/) and saved-runs "
+                        "files (--save-runs), together (repeatable)")
+    parser.add_argument("--save-runs", type=Path, metavar="FILE",
+                        help="write every run analyzed, as the analysis reads it, to FILE (JSON; see bench/results/)")
     parser.add_argument("--json", type=Path, metavar="FILE", help="write every number, and every run's, as JSON")
     args = parser.parse_args(argv)
     args.sut = args.sut or [KNOWN_SUTS["example"]]
@@ -967,16 +1190,22 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the campaigns (unless --analyze), then print the report per SUT; 1 when an SUT
-    cannot be built or a campaign directory cannot be analyzed, saying why."""
+    """Run the campaigns (unless --analyze), save their runs (--save-runs: before analyzing,
+    so that a failing analysis loses none), then print the report per SUT; 1 when an SUT
+    cannot be built or a campaign directory or saved-runs file cannot be analyzed, saying why."""
     args = parse_args(argv)
     try:
-        root = args.analyze
-        if root is None:
+        paths = args.analyze
+        if paths is None:
             root = (args.out or Path(tempfile.mkdtemp(prefix="mallory-policies-"))).resolve()
             print(f"campaigns in {root} (re-analyze: {Path(__file__).name} --analyze {root})", flush=True)
             run_campaigns(args, root)
-        results = analyze(root, args.baseline)
+            paths = [root]
+        runs = gather_runs(paths)
+        if args.save_runs:
+            save_runs(runs, args.save_runs, provenance(sys.argv[1:] if argv is None else argv))
+            print(f"{len(runs)} runs saved in {args.save_runs}", flush=True)
+        results = analyze([sourced.run for sourced in runs], args.baseline)
     except MalloryError as exc:
         print(f"{Path(__file__).name}: {exc}", file=sys.stderr)
         return 1

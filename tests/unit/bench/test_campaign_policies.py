@@ -486,3 +486,165 @@ def test_seeded_bugs_need_the_catalogue(tmp_path, capsys):
     (tmp_path / "sut" / "bin" / "prog.mallory.json").unlink()
     assert bench.main(["--analyze", str(tmp_path / "camps")]) == 1
     assert "no annotation catalogue" in capsys.readouterr().err
+
+
+# -- saved runs: --save-runs, and --analyze of files and roots together --------------------------------
+
+
+def report(capsys) -> str:
+    """What the last main printed, without --save-runs' and --json's notes."""
+    lines = capsys.readouterr().out.splitlines()
+    return "\n".join(line for line in lines if not line.startswith("every number as JSON") and " runs saved in " not in line)
+
+
+@pytest.mark.parametrize("tree, camps", [(raft_kv_tree, "."), (example_bugs_tree, "camps")])
+def test_saved_runs_analyze_as_their_campaign_directories(tmp_path, capsys, tree, camps):
+    tree(tmp_path)
+    root, saved = tmp_path / camps, tmp_path / "results" / "runs.json"
+    assert bench.main(["--analyze", str(root), "--save-runs", str(saved), "--json", str(tmp_path / "a.json")]) == 0
+    from_directories = report(capsys)
+    assert bench.main(["--analyze", str(saved), "--json", str(tmp_path / "b.json")]) == 0
+    assert report(capsys) == from_directories
+    assert (tmp_path / "b.json").read_text() == (tmp_path / "a.json").read_text()
+    assert bench.analyze([s.run for s in bench.load_runs(saved)], "random") == bench.analyze(bench.read_runs(root), "random")
+
+    document = json.loads(saved.read_text())
+    assert (document["format"], document["version"]) == (bench.RUNS_FORMAT, 1)
+    writer = document["provenance"][0]
+    assert writer["argv"] == ["--analyze", str(root), "--save-runs", str(saved), "--json", str(tmp_path / "a.json")]
+    assert set(writer) == {"commit", "dirty", "argv", "date"}
+    first = document["runs"][0]
+    assert [(run["sut"], run["variant"], run["seed"]) for run in document["runs"]][:2] == [
+        (first["sut"], "qlearning", 1), (first["sut"], "qlearning", 2)]
+    assert list(first["plot"]) == [f.name for f in bench.fields(bench.PlotRow)]
+    # a column is one line
+    assert f'"steps_done": {json.dumps(first["plot"]["steps_done"])}' in saved.read_text()
+
+
+def test_saved_runs_keep_the_seeded_bug_times(tmp_path, capsys):
+    example_bugs_tree(tmp_path)
+    saved = tmp_path / "runs.json"
+    assert bench.main(["--analyze", str(tmp_path / "camps"), "--save-runs", str(saved)]) == 0
+    runs = {(s.run.variant, s.run.seed): s.run for s in bench.load_runs(saved)}
+    assert runs["qlearning", 1].seeded_fires == {"sticky-leader-kept-term": 10.0, "stall-catchup-applied": 40.0}
+    assert runs["random", 1].seeded_bugs == bench.EXAMPLE_SEEDED_BUGS
+    assert runs["random", 1].root == tmp_path / "camps" / "example-bugs" / "random-1"
+
+
+def split_raft_kv_tree(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """raft_kv_tree whole, and its random and its qlearning runs in two other roots."""
+    raft_kv_tree(tmp_path / "whole")
+    for variant in ("random", "qlearning"):
+        (tmp_path / variant / "raft-kv").mkdir(parents=True)
+        for seed in (1, 2):
+            (tmp_path / "whole" / "raft-kv" / f"{variant}-{seed}").rename(tmp_path / variant / "raft-kv" / f"{variant}-{seed}")
+    raft_kv_tree(tmp_path / "whole")
+    return tmp_path / "whole", tmp_path / "random", tmp_path / "qlearning"
+
+
+def test_the_runs_of_several_files_and_roots_are_analyzed_together(tmp_path, capsys):
+    whole, random, qlearning = split_raft_kv_tree(tmp_path)
+    assert bench.main(["--analyze", str(whole)]) == 0
+    expected = report(capsys)
+    a, b, union = tmp_path / "a.json", tmp_path / "b.json", tmp_path / "union.json"
+    assert bench.main(["--analyze", str(random), "--save-runs", str(a), "--baseline", "random"]) == 0
+    # qlearning alone has no baseline: the analysis fails, the runs are saved all the same
+    assert bench.main(["--analyze", str(qlearning), "--save-runs", str(b)]) == 1
+    capsys.readouterr()
+    assert bench.main(["--analyze", str(a), str(b), "--save-runs", str(union)]) == 0
+    assert report(capsys) == expected
+    # a file and a root, repeatable
+    assert bench.main(["--analyze", str(b), "--analyze", str(random)]) == 0
+    assert report(capsys) == expected
+    # the union keeps each run's provenance: its own writer's first, then those of the files
+    # it read them from (b's for qlearning, a's for random)
+    document = json.loads(union.read_text())
+    assert [p["argv"][p["argv"].index("--save-runs") + 1] for p in document["provenance"]] == [str(union), str(b), str(a)]
+    assert [(run["variant"], run["provenance"]) for run in document["runs"]] == [
+        ("qlearning", 1), ("qlearning", 1), ("random", 2), ("random", 2)]
+
+
+def test_the_same_run_twice_counts_once_and_two_different_ones_are_an_error(tmp_path, capsys):
+    whole, _, _ = split_raft_kv_tree(tmp_path)
+    saved = tmp_path / "runs.json"
+    assert bench.main(["--analyze", str(whole), "--save-runs", str(saved)]) == 0
+    expected = report(capsys)
+    assert bench.main(["--analyze", str(whole), str(saved), str(saved)]) == 0
+    assert report(capsys) == expected
+    # random-2 ran again, longer
+    other = tmp_path / "other"
+    fake_campaign(other / "raft-kv" / "random-2", [(10, 1, 0, 4, 0, 30), (50, 2, 0, 9, 0, 60)])
+    assert bench.main(["--analyze", str(saved), str(other)]) == 1
+    err = capsys.readouterr().err
+    assert err == (f"bench_campaign_policies.py: raft-kv random-2 is in {saved} and in {other}, and the two differ: "
+                   "give one of them\n")
+
+
+def test_runs_of_one_sut_timed_for_different_seeded_bugs_are_an_error(tmp_path, capsys):
+    example_bugs_tree(tmp_path)
+    saved = tmp_path / "runs.json"
+    assert bench.main(["--analyze", str(tmp_path / "camps"), "--save-runs", str(saved)]) == 0
+    document = json.loads(saved.read_text())
+    document["runs"][0]["seeded_bugs"] = ["sticky-leader-kept-term"]
+    saved.write_text(json.dumps(document))
+    capsys.readouterr()
+    assert bench.main(["--analyze", str(saved)]) == 1
+    assert capsys.readouterr().err == ("bench_campaign_policies.py: example-bugs: its runs were timed for different "
+                                       "seeded bugs: [sticky-leader-kept-term] vs "
+                                       "[sticky-leader-kept-term, stall-catchup-applied]\n")
+
+
+def edited(change):
+    """A spoiler that changes the saved document in place and writes it."""
+    def spoil(document):
+        change(document)
+        return document
+    return spoil
+
+
+def spoil_column(document):
+    document["runs"][0]["plot"]["distinct_states"][2] = None
+
+
+@pytest.mark.parametrize("spoil, what", [
+    (lambda d: "{", "not a saved-runs file: Expecting property name"),
+    (lambda d: [], "malformed saved-runs file: the document is [], expected object"),
+    (edited(lambda d: d.update(format="other")), 'malformed saved-runs file: format is "other", expected'),
+    (edited(lambda d: d.update(version=2)), "malformed saved-runs file: version 2, this bench reads 1"),
+    (edited(lambda d: d.update(runs=[])), "malformed saved-runs file: no runs"),
+    (edited(lambda d: d["runs"][0].pop("variant")), "malformed saved-runs file: runs[0].variant is missing, expected string"),
+    (edited(lambda d: d["runs"][1].update(seed="1")), 'malformed saved-runs file: runs[1].seed is "1", expected integer'),
+    (edited(lambda d: d["runs"][0].update(seed=True)), "runs[0].seed is true, expected integer"),
+    (edited(lambda d: d["runs"][0].update(provenance=1)), "runs[0].provenance is 1, and there are 1"),
+    (edited(lambda d: d["runs"][2]["seeded_fires"].update(x="soon")), 'runs[2].seeded_fires["x"] is "soon", expected number'),
+    (edited(spoil_column), "runs[0].plot.distinct_states[2] is null, expected integer"),
+    (edited(lambda d: d["runs"][0]["plot"]["pairs_covered"].pop()), "runs[0].plot.pairs_covered has 3 values, time_s 4"),
+    (edited(lambda d: d["runs"][0]["plot"].pop("action")), "runs[0].plot: no column action"),
+    (edited(lambda d: d["runs"][0]["plot"].update(colour=[])), "runs[0].plot: unknown column colour"),
+])
+def test_a_malformed_saved_runs_file_is_a_one_line_error_naming_it(tmp_path, capsys, spoil, what):
+    raft_kv_tree(tmp_path / "camps")
+    saved = tmp_path / "runs.json"
+    assert bench.main(["--analyze", str(tmp_path / "camps"), "--save-runs", str(saved)]) == 0
+    spoilt = spoil(json.loads(saved.read_text()))
+    saved.write_text(spoilt if isinstance(spoilt, str) else json.dumps(spoilt))
+    capsys.readouterr()
+    assert bench.main(["--analyze", str(saved)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"bench_campaign_policies.py: {saved}: ") and what in err and err.count("\n") == 1, err
+
+
+def test_a_missing_plot_column_with_a_default_is_its_default(tmp_path):
+    raft_kv_tree(tmp_path / "camps")
+    saved = tmp_path / "runs.json"
+    bench.save_runs([bench.SourcedRun(run, "x") for run in bench.read_runs(tmp_path / "camps")], saved, {})
+    document = json.loads(saved.read_text())
+    del document["runs"][0]["plot"]["pairs_covered"]  # as a campaign before pairs existed
+    saved.write_text(json.dumps(document))
+    run = bench.load_runs(saved)[0].run
+    assert [row.pairs_covered for row in run.plot] == [None] * 4 and run.plot[0].distinct_states == 5
+
+
+def test_analyze_a_path_that_is_nothing(tmp_path, capsys):
+    assert bench.main(["--analyze", str(tmp_path / "nothing.json")]) == 1
+    assert f"{tmp_path / 'nothing.json'}: neither a campaign root nor a saved-runs file" in capsys.readouterr().err
