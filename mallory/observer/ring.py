@@ -19,7 +19,9 @@ import mmap
 import os
 import struct
 import time
+from array import array
 from collections.abc import Iterator
+from itertools import chain
 from operator import itemgetter
 from typing import NamedTuple
 
@@ -346,18 +348,21 @@ class RingBacklog:
 
     A batch holds only events older than its until_ns, and at most MAX_BATCH_EVENTS of
     them (mallory/observer/observer.py), so a cut does not always send all it read: the rest
-    waits here for a later cut, as `PollResult.events` tuples (about 180 bytes an event;
-    a cut reads at most MAX_BATCH_EVENTS, which bounds them). The tuples come in ring order,
-    which is not ts order (a writer reads the clock after claiming its slot); `take_before`
-    hands them out by ts.
+    waits here for a later cut. A cut reads at most MAX_BATCH_EVENTS, but while a burst is
+    read in such steps the reader's `complete_until_ns` stays where it was until the cursor
+    passes the counter the first step read (RING.md "Completeness"), so the whole burst can
+    wait here, up to the ring's capacity. Hence the waiting events are kept packed, as four
+    u64 words each (ts, id, kind, pos: 32 bytes an event), not as tuples (~180 bytes).
+    They come in ring order, which is not ts order (a writer reads the clock after claiming
+    its slot); `take_before` hands them out by ts.
     """
 
     def __init__(self, reader: RingReader) -> None:
         self.reader = reader
-        self._rows: list[tuple[int, int, int, int]] = []
+        self._rows = array("Q")
 
     def __len__(self) -> int:
-        return len(self._rows)
+        return len(self._rows) // 4
 
     @property
     def complete_until_ns(self) -> int:
@@ -371,24 +376,27 @@ class RingBacklog:
 
     def read(self, max_events: int) -> None:
         """Poll the ring for up to `max_events` more events (RingReader.poll)."""
-        self._rows += self.reader.poll(max_events).events
+        self._rows.extend(chain.from_iterable(self.reader.poll(max_events).events))
 
     def ts_before(self, until_ns: int) -> list[int]:
         """The ts of the waiting events older than `until_ns`, in no particular order."""
-        return [row[0] for row in self._rows if row[0] < until_ns]
+        return [ts for ts in self._rows[0::4] if ts < until_ns]
 
     def take_before(self, until_ns: int) -> list[Event]:
         """Remove the waiting events older than `until_ns`; they come back as `Event`s of the
         reader's node, in ts order (ring order among equal ts)."""
         rows = self._rows
-        taken = [row for row in rows if row[0] < until_ns]
-        if not taken:
+        if not rows or min(rows[0::4]) >= until_ns:
             return []
-        self._rows = [row for row in rows if row[0] >= until_ns]
+        # zip of one iterator four times: the (ts, id, kind, pos) of each waiting event
+        words = iter(rows)
+        taken = [row for row in zip(words, words, words, words) if row[0] < until_ns]
+        words = iter(rows)
+        self._rows = array("Q", chain.from_iterable(row for row in zip(words, words, words, words) if row[0] >= until_ns))
         taken.sort(key=_TS)  # stable
         return events_of(taken, self.reader.node)
 
     def discard(self) -> int:
         """Forget every waiting event; how many there were."""
-        count, self._rows = len(self._rows), []
+        count, self._rows = len(self), array("Q")
         return count

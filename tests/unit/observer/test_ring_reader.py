@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+import tracemalloc
 
 import pytest
 
@@ -77,6 +78,26 @@ def test_backlog_hands_out_events_older_than_a_bound_in_ts_order(small_ring):
     writer.event(70, 5)
     backlog.read(8)
     assert backlog.discard() == 1 and backlog.ts_before(2**63) == []
+
+
+def test_waiting_events_are_kept_packed(shm_name):
+    # A burst read in steps can wait in the backlog whole (up to the ring's capacity, see
+    # RingBacklog): 32 bytes an event there, not a tuple's ~180.
+    n = 1 << 14
+    create_ring(shm_name, n)
+    writer = FakeWriter(shm_name)
+    writer.events([(2**40 + p, 2**63 + p, 1) for p in range(n)])
+    with RingReader(shm_name, node="n1") as reader:
+        backlog = RingBacklog(reader)
+        tracemalloc.start()
+        try:
+            backlog.read(n)
+            kept = tracemalloc.get_traced_memory()[0]
+        finally:
+            tracemalloc.stop()
+        assert len(backlog) == n and kept < 48 * n
+        assert backlog.take_before(2**40 + 2) == [Event("n1", Kind.FUNC, 2**40, 2**63), Event("n1", Kind.FUNC, 2**40 + 1, 2**63 + 1)]
+    writer.close()
 
 
 def test_laps_are_counted_exactly(small_ring):
