@@ -35,14 +35,14 @@ SLOT_SIZE = 32
 DEFAULT_CAPACITY = 1 << 20
 SHM_DIR = "/dev/shm"
 
-# Header fields as u64 word indices (RING.md "Header").
-_W_MAGIC, _W_VERSION_SLOT, _W_CAPACITY, _W_HEADER_FLAGS = 0, 1, 2, 3
+# The header (RING.md "Header"): the creator's first four u64 words, then the shared fields'
+# u64 word indices.
+_HEADER = struct.Struct("<4Q")  # magic, version | slot size << 32, capacity, header size | flags << 32
 _W_WRITER_DROPS, _W_READER_CURSOR, _W_READER_LOST, _W_WRITE_COUNTER = 4, 5, 6, 8
 
 #: One slot (RING.md "Slot"): ts, id, kind, check, stamp.
 SLOT_FORMAT = "<QQIIQ"
 _SLOT = struct.Struct(SLOT_FORMAT)
-_HEADER = struct.Struct("<4Q")  # magic, version | slot size << 32, capacity, header size | flags << 32
 _WORDS_PER_SLOT = SLOT_SIZE // 8
 _STAMP_WORD = 3  # the stamp's u64 word in its slot
 # Positions classified at once: one observer cut's worth (MAX_BATCH_EVENTS), so a poll's
