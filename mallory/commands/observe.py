@@ -87,7 +87,7 @@ def _open_ring(name: str, capacity: int, node: str):
 
 
 def _backlog(reader):
-    """The reader's RingBacklog (imported here: numpy only for an observer with a ring)."""
+    """The reader's RingBacklog (imported here: only an observer with a ring needs it)."""
     from mallory.observer.ring import RingBacklog
 
     return RingBacklog(reader)

@@ -103,6 +103,14 @@ def test_a_command_imports_only_its_own_module():
             f"print([m for m in {heavy!r} if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip().splitlines()[-1] == "[]"
+    # Nor once it runs: what `observe` imports as it starts (the ring's reader, the log tail,
+    # the message framing, a TOML spec's loader, a netns run's layout).
+    runtime = ("mallory.commands.observe", "mallory.observer.ring", "mallory.observer.log_events",
+               "mallory.observer.framing", "mallory.observer.messages", "mallory.harness.spec",
+               "mallory.cluster.netns")
+    code = f"import sys, {', '.join(runtime)}; print([m for m in {heavy!r} if m in sys.modules])"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
     # Nor OpenSSL (3.6 MB): the packet id's blake2b comes from CPython's own module.
     code = "import sys, mallory.commands.observe, mallory.observer.ring; print('_hashlib' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

@@ -298,24 +298,23 @@ def test_observers_reconnect_after_a_mediator_restart_and_lose_nothing(make_clus
 def _write_ring(name: str, events: list[tuple[int, int, int]]) -> None:
     """Append (ts, id, kind) events to a ring the way one runtime writer does (RING.md:
     claim a position, fill the slot, publish its stamp). Single-threaded, for the test."""
-    import numpy as np
+    import mmap
+    import struct
 
-    from mallory.observer.ring import HEADER_SIZE, SLOT_DTYPE, shm_path, slot_check
+    from mallory.observer.ring import HEADER_SIZE, SLOT_SIZE, shm_path, slot_check
 
     with open(shm_path(name), "r+b") as f:
-        mm = __import__("mmap").mmap(f.fileno(), 0)
-    header = np.frombuffer(mm, dtype="<u8", count=HEADER_SIZE // 8)
-    capacity = int(header[2])
-    slots = np.frombuffer(mm, dtype=SLOT_DTYPE, count=capacity, offset=HEADER_SIZE)
-    for ts, ident, kind in events:
-        pos = int(header[8])
-        header[8] = pos + 1
-        slot = slots[pos & (capacity - 1)]
-        slot["ts"], slot["id"], slot["kind"] = ts, ident, kind
-        slot["check"] = slot_check(np.uint64(ts), np.uint64(ident), np.uint32(kind), np.uint64(pos))
-        slot["stamp"] = (pos + 1) << 1
-    del header, slots, slot
-    mm.close()
+        mm = mmap.mmap(f.fileno(), 0)
+    try:
+        capacity = struct.unpack_from("<Q", mm, 16)[0]
+        for ts, ident, kind in events:
+            pos = struct.unpack_from("<Q", mm, 64)[0]
+            struct.pack_into("<Q", mm, 64, pos + 1)
+            slot = HEADER_SIZE + (pos & (capacity - 1)) * SLOT_SIZE
+            struct.pack_into("<QQII", mm, slot, ts, ident, kind, slot_check(ts, ident, kind, pos))
+            struct.pack_into("<Q", mm, slot + 24, (pos + 1) << 1)  # after the payload, by itself
+    finally:
+        mm.close()
 
 
 def test_restarted_observer_resumes_the_ring_where_its_predecessor_stopped(make_cluster):
