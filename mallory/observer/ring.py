@@ -336,8 +336,10 @@ class RingReader:
 def events_of(events: list[tuple[int, int, int, int]], node: str) -> list[Event]:
     """(ts, id, kind, pos) tuples (`PollResult.events`) as `Event`s of `node`, in their order
     (those of unknown kind are skipped)."""
-    kinds, new = KIND_BY_VALUE, tuple.__new__  # tuple.__new__ skips NamedTuple's Python-level __new__
-    return [new(Event, (node, kinds[k], ts, ident, "")) for ts, ident, k, _ in events if k in kinds]
+    # Event._make skips the NamedTuple's Python-level __new__ (it is hot) and still checks
+    # the field count, so a field added to Event fails here, loudly
+    kinds, make = KIND_BY_VALUE, Event._make
+    return [make((node, kinds[k], ts, ident, "")) for ts, ident, k, _ in events if k in kinds]
 
 
 _TS = itemgetter(0)
