@@ -153,6 +153,8 @@ KNOWN_SUTS = {
         SutTarget("example", str(EXAMPLE_DIR / "example.toml"), "register", build_example_sut),
         SutTarget("example-bugs", str(EXAMPLE_DIR / "example-bugs.toml"), "register", build_example_sut,
                   EXAMPLE_SEEDED_BUGS),
+        SutTarget("example-bugs-logs", str(EXAMPLE_DIR / "example-bugs-logs.toml"), "register", build_example_sut,
+                  EXAMPLE_SEEDED_BUGS),
         SutTarget("raft-kv", "raft-kv", "list-append", build_raft_kv),
         SutTarget("etcd", "etcd", "list-append"),
         SutTarget("redis-sentinel", "redis-sentinel", "list-append", ensure_redis_built),
