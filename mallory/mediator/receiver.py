@@ -23,7 +23,6 @@ its node's timeline would wait meanwhile).
 
 from __future__ import annotations
 
-import errno
 import socket
 import threading
 from collections import Counter, deque
@@ -33,7 +32,7 @@ from typing import Protocol
 import orjson
 
 from mallory.errors import MalloryError
-from mallory.observer.keepalive import KEEPALIVE, Keepalive
+from mallory.observer.keepalive import KEEPALIVE, Keepalive, end_cause
 from mallory.timeline.codec import MAX_BATCH_LINE, MalformedRecord, decode
 from mallory.timeline.event import Batch, ClockPair
 
@@ -185,7 +184,7 @@ class BatchServer:
                 except MalloryError as exc:
                     self._reject(conn, str(exc), lineno)
         except OSError as exc:
-            ended = errno.errorcode.get(exc.errno, type(exc).__name__)
+            ended = end_cause(exc)
         finally:
             with self._lock:
                 self._conns.discard(conn)

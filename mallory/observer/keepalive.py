@@ -9,6 +9,7 @@ byte. It lives here, below both (README, "Layout"), so that there is one definit
 
 from __future__ import annotations
 
+import errno
 import socket
 from dataclasses import dataclass
 
@@ -49,3 +50,10 @@ class Keepalive:
 
 
 KEEPALIVE = Keepalive()
+
+
+def end_cause(exc: OSError) -> str:
+    """How both ends name the error that ended a connection in their `ended` counts: its
+    errno's name ("ETIMEDOUT": the peer went without a word; "ECONNRESET"), else the
+    exception's class name (e.g. "TimeoutError" for a socket timeout)."""
+    return errno.errorcode.get(exc.errno, type(exc).__name__)

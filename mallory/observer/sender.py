@@ -41,7 +41,6 @@ goes as several batches, each complete up to the first event of the next.
 
 from __future__ import annotations
 
-import errno
 import os
 import select
 import socket
@@ -52,7 +51,7 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from mallory.observer.keepalive import KEEPALIVE, Keepalive
+from mallory.observer.keepalive import KEEPALIVE, Keepalive, end_cause
 from mallory.timeline.codec import MAX_BATCH_LINE, encode
 from mallory.timeline.event import Batch, ClockPair, Event
 
@@ -289,7 +288,7 @@ class BatchSender:
                 sock.close()
                 sock = None
                 self.stats.connected = False
-                cause = "eof" if isinstance(exc, _Eof) else errno.errorcode.get(exc.errno, type(exc).__name__)
+                cause = "eof" if isinstance(exc, _Eof) else end_cause(exc)
                 self.stats.ended[cause] += 1
         if sock is not None:
             sock.close()
