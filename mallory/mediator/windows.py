@@ -160,12 +160,13 @@ class WindowService:
 
     def stats(self) -> dict[str, int]:
         """Windows served, incomplete (of them) and truncated (of those); entries committed
-        after their window was taken (`late`), dropped unasked (`dropped`), held now
+        after a window ending past them was taken (`late`), in no window (`unwindowed`: the
+        campaign's windows leave gaps between steps), dropped unasked (`dropped`), held now
         (`retained`, in `capacity` rows allocated) and at most (`max_entries`)."""
         with self._cond:
             buffer = self._buffer
             return {"served": self.served, "incomplete": self.incomplete, "truncated": self.truncated,
-                    "late": buffer.late, "dropped": buffer.dropped, "retained": len(buffer),
+                    "late": buffer.late, "unwindowed": buffer.unwindowed, "dropped": buffer.dropped, "retained": len(buffer),
                     "capacity": buffer.capacity, "max_entries": buffer.max_entries}
 
     def on_commit(self, entries: list[Committed]) -> None:

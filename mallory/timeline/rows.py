@@ -72,8 +72,12 @@ class EntryRows:
         if max_entries < 1:
             raise ValueError("max_entries must be at least 1")
         self.max_entries = max_entries
-        #: entries that committed after a window covering their time had been taken
+        #: entries that committed after a window ending past their time had been taken
         self.late = 0
+        #: entries no window covered (between two windows, or before the first), released
+        #: by the take of the next window
+        self.unwindowed = 0
+        self._taken_until: int | None = None  # the latest end of a window taken
         #: entries released before any window took them: beyond max_entries, or by time
         self.dropped = 0
         #: every dropped entry is earlier than this (None: nothing dropped yet)
@@ -137,13 +141,18 @@ class EntryRows:
     def take(self, t0: int, t1: int) -> list[Committed]:
         """The entries in [t0, t1), in commit order; everything before t1 is released.
 
-        Entries before t0 that are still here came too late for their window: they are
-        counted in `late`, never mixed into this one.
+        Entries before t0 that are still here are never mixed into this one: they are
+        counted in `late` when an earlier window ended past them, in `unwindowed` when none
+        did (EntryBuffer.take).
         """
         real = self._live("real")
         later = real >= t1
         inside = np.flatnonzero(~later & (real >= t0))
-        self.late += int(np.count_nonzero(real < t0))
+        before = int(np.count_nonzero(real < t0))
+        late = 0 if self._taken_until is None else int(np.count_nonzero(real < min(t0, self._taken_until)))
+        self.late += late
+        self.unwindowed += before - late
+        self._taken_until = t1 if self._taken_until is None else max(t1, self._taken_until)
         taken = self._entries(inside)
         self._keep(later)
         return taken

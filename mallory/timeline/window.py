@@ -20,8 +20,12 @@ class EntryBuffer:
 
     def __init__(self) -> None:
         self._entries: list[Committed] = []
-        #: entries that committed after a window covering their time had been taken
+        #: entries that committed after a window ending past their time had been taken
         self.late = 0
+        #: entries no window covered (between two windows, or before the first), released
+        #: by the take of the next window; windows that tile the stream leave none
+        self.unwindowed = 0
+        self._taken_until: int | None = None  # the latest end of a window taken
 
     def add(self, entries: list[Committed]) -> None:
         self._entries.extend(entries)
@@ -40,12 +44,15 @@ class EntryBuffer:
     def take(self, t0: int, t1: int) -> list[Committed]:
         """The entries in [t0, t1), in commit order; everything before t1 is released.
 
-        Entries before t0 that are still here came too late for their window: they are
-        counted in `late`, never mixed into this one.
+        Entries before t0 that are still here are never mixed into this one: they are
+        counted in `late` when an earlier window ended past them (they came too late for
+        it), in `unwindowed` when none did (they fell between windows).
         """
         inside: list[Committed] = []
         later: list[Committed] = []
-        late = 0
+        before = late = 0
+        # before the first window nothing can be late
+        late_before = None if self._taken_until is None else min(t0, self._taken_until)
         for entry in self._entries:
             t = entry.real_ns
             if t >= t1:
@@ -53,9 +60,12 @@ class EntryBuffer:
             elif t >= t0:
                 inside.append(entry)
             else:
-                late += 1
+                before += 1
+                late += late_before is not None and t < late_before
         self._entries = later
         self.late += late
+        self.unwindowed += before - late
+        self._taken_until = t1 if self._taken_until is None else max(t1, self._taken_until)
         return inside
 
     def release_before(self, t: int, slack: int = 0) -> None:

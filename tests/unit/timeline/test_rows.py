@@ -210,3 +210,22 @@ def test_rows_hold_no_committed_entries_and_a_fraction_of_their_memory():
 def test_max_entries_must_be_positive():
     with pytest.raises(ValueError):
         EntryRows(max_entries=0)
+
+
+@pytest.mark.parametrize("buffer_class", [EntryBuffer, EntryRows])
+def test_entries_between_windows_are_unwindowed_and_only_those_a_taken_window_covered_are_late(buffer_class):
+    """The campaign's windows leave gaps (between steps, between schedules): an entry in a gap
+    is `unwindowed`; `late` counts only entries that came after a window ending past them."""
+    def entry(t: int) -> Committed:
+        return Committed(Event("a", Kind.FUNC, t, t, ""), t, t, t, None)
+
+    buffer = buffer_class()
+    buffer.add([entry(t) for t in range(1, 11)])
+    assert len(buffer.take(3, 5)) == 2  # 1 and 2 are before the first window
+    assert (buffer.late, buffer.unwindowed) == (0, 2)
+    buffer.add([entry(4), entry(6)])  # 4 came after [3, 5) was taken; 6 is in the gap [5, 8)
+    assert [e.real_ns for e in buffer.take(8, 9)] == [8]
+    assert (buffer.late, buffer.unwindowed) == (1, 6)  # 5, 6, 7 and the added 6 fell in the gap
+    buffer.add([entry(7)])  # after [8, 9): late, though it is also in a gap
+    buffer.take(9, 10)
+    assert (buffer.late, buffer.unwindowed) == (2, 6)
