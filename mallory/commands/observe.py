@@ -11,6 +11,7 @@ import threading
 from mallory.errors import MalloryError
 from mallory.mediator import BATCH_PORT
 from mallory.observer import iptables
+from mallory.observer.keepalive import KEEPALIVE, Keepalive
 from mallory.observer.nflog import NfLog
 from mallory.observer.nfq import COPY_RANGE, FULL_COPY, NfQueue
 from mallory.observer.observer import Observer, clock_pair
@@ -32,6 +33,14 @@ def _address(text: str) -> tuple[str, int]:
     return host, int(port)
 
 
+def _keepalive(text: str) -> Keepalive:
+    parts = text.split(",")
+    if len(parts) != 3 or not all(p.strip().isdigit() and int(p) > 0 for p in parts):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected IDLE,INTERVAL,PROBES, three positive integers")
+    idle, interval, probes = (int(p) for p in parts)
+    return Keepalive(idle, interval, probes)
+
+
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--node", default=os.environ.get("MALLORY_NODE"), help="node name (default $MALLORY_NODE)")
     parser.add_argument("--run", help="netns run: take the peers and the mediator address from its layout")
@@ -45,6 +54,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="NFQUEUE length; beyond it packets pass unobserved (fail-open) (default 16384)")
     parser.add_argument("--interval", type=float, default=0.1, help="batch interval in seconds (default 0.1)")
     parser.add_argument("--buffer-events", type=int, default=1_000_000, help="events buffered while the mediator is away (default 1e6)")
+    parser.add_argument("--keepalive", type=_keepalive, default=KEEPALIVE, metavar="IDLE,INTERVAL,PROBES",
+                        help="TCP keepalive toward the mediator: probes after IDLE s without a byte from it, "
+                        "INTERVAL s apart; a mediator gone without a word is dropped after IDLE + "
+                        f"INTERVAL x PROBES s (default {KEEPALIVE.idle_s},{KEEPALIVE.interval_s},{KEEPALIVE.probes}: "
+                        f"{KEEPALIVE.dead_after_s} s)")
     parser.add_argument("--nice", type=int, default=-10, help="scheduling niceness (default -10: ahead of the SUT; 0 to keep)")
     parser.add_argument("--no-packets", action="store_true", help="do not capture packets (shm ring only)")
     parser.add_argument("--shm", default=os.environ.get("MALLORY_SHM"), help="shm ring to create and drain (default $MALLORY_SHM; none: packets only)")
@@ -175,7 +189,8 @@ def run(args: argparse.Namespace) -> int:
         iptables.install(args.queue, peers, args.mode)
     logs = _log_watcher(args) if args.log_events else None
     reader = _open_ring(args.shm, args.ring_capacity, args.node) if args.shm else None
-    sender = BatchSender(clock_pair(args.node), mediator, capacity_events=args.buffer_events).start()
+    sender = BatchSender(clock_pair(args.node), mediator, capacity_events=args.buffer_events,
+                         keepalive=args.keepalive).start()
     observer = Observer(
         args.node,
         queue,

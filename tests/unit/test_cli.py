@@ -4,6 +4,7 @@ command's own answer (0, 1, 2) passes through."""
 
 from __future__ import annotations
 
+import argparse
 import logging
 import re
 import subprocess
@@ -14,8 +15,9 @@ import pytest
 import mallory.commands.synthesize as synthesize
 from mallory.campaign.loop import ComponentDied
 from mallory.cli import command_word, main
-from mallory.commands import check
+from mallory.commands import check, observe
 from mallory.errors import ExitCode
+from mallory.observer.keepalive import KEEPALIVE, Keepalive
 
 
 def test_the_codes_are_jepsens():
@@ -118,3 +120,17 @@ def test_a_command_imports_only_its_own_module():
     code = "from mallory.cli import main; raise SystemExit(main(['obsrve']))"
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == ExitCode.BAD_INPUT and "'fuzz'" in r.stderr and "'observe'" in r.stderr
+
+
+@pytest.mark.parametrize("value", ["2,1", "2,1,0", "a,b,c", "2,1,3,4", "-2,1,3"])
+def test_observe_rejects_a_malformed_keepalive(value, capsys):
+    assert main(["observe", "--node", "n1", f"--keepalive={value}"]) == ExitCode.BAD_INPUT
+    last = capsys.readouterr().err.strip().splitlines()[-1]  # argparse's usage, then the error
+    assert last.startswith("mallory observe: error: argument --keepalive") and "IDLE,INTERVAL,PROBES" in last
+
+
+def test_observe_takes_a_keepalive_and_defaults_to_the_shared_one():
+    parser = argparse.ArgumentParser()
+    observe.configure(parser)
+    assert parser.parse_args(["--keepalive", "2,1,3"]).keepalive == Keepalive(2, 1, 3)
+    assert parser.parse_args([]).keepalive == KEEPALIVE

@@ -17,7 +17,7 @@ import pytest
 
 from mallory.cluster.netns import NetnsCluster
 from mallory.mediator.receiver import BatchServer
-from mallory.observer.keepalive import KEEPALIVE, Keepalive
+from mallory.observer.keepalive import Keepalive
 from mallory.polling import wait_until
 from mallory.timeline.event import Batch, ClockPair, Kind
 
@@ -55,12 +55,14 @@ class CollectingSink:
             return [(b.node, e.id, e.data, e.ts) for b in self.batches.values() for e in b.events if e.kind == kind]
 
 
-def _start_observers(cluster: NetnsCluster, sink: CollectingSink, port: int, mode: str = "nfqueue") -> dict:
+def _start_observers(cluster: NetnsCluster, sink: CollectingSink, port: int, mode: str = "nfqueue",
+                     extra: tuple[str, ...] = ()) -> dict:
     mediator = f"{cluster.layout.host_address}:{port}"
     procs = {
         node: cluster.spawn(
             node,
-            [sys.executable, "-m", "mallory.cli", "observe", "--run", cluster.run, "--mediator", mediator, "--mode", mode],
+            [sys.executable, "-m", "mallory.cli", "observe", "--run", cluster.run, "--mediator", mediator, "--mode", mode,
+             *extra],
             name="observer",
         )
         for node in cluster.nodes
@@ -502,17 +504,18 @@ def test_an_observer_cut_off_without_a_word_is_dropped_by_keepalive_and_a_stoppe
 
 
 def test_a_mediator_cut_off_without_a_word_is_dropped_by_the_observers_keepalive(make_cluster):
-    """The observer's sender sets the same Keepalive (mallory/observer/keepalive.py) on its
-    connection: when nothing from the mediator reaches an observer any more (its acks and
-    TCP's all lost, as when the mediator's host vanishes without a FIN or RST), the observer
-    ends its connection by itself `KEEPALIVE.dead_after_s` after its first unanswered batch
-    (40 s: `mallory observe` has no knob for it, so this test takes about a minute), with
-    ETIMEDOUT, while the mediator (given a far longer keepalive here) has ended nothing; once
-    the path is back it reconnects and resends, and no batch is lost."""
+    """The observer's sender sets a Keepalive (mallory/observer/keepalive.py; `mallory observe
+    --keepalive`, 5 s here, 40 s by default) on its connection: when nothing from the
+    mediator reaches an observer any more (its acks and TCP's all lost, as when the
+    mediator's host vanishes without a FIN or RST), the observer ends its connection by
+    itself `dead_after_s` after its first unanswered batch, with ETIMEDOUT, while the
+    mediator (given a far longer keepalive here) has ended nothing; once the path is back it
+    reconnects and resends, and no batch is lost."""
     cluster = make_cluster(2, "mk")
     sink = CollectingSink()
     port = BATCH_PORT + 10
     patient = Keepalive(idle_s=600, interval_s=60, probes=5)  # the mediator's side ends nothing here
+    short = Keepalive(idle_s=2, interval_s=1, probes=3)  # the observers' (--keepalive 2,1,3)
     server = BatchServer(cluster.layout.host_address, port, sink, keepalive=patient).start()
     mediator = f"{cluster.layout.host_address}:{port}"
     cut = ["INPUT", "-p", "tcp", "--sport", str(port), "-j", "DROP"]  # n2's batches go, nothing comes back
@@ -521,14 +524,14 @@ def test_a_mediator_cut_off_without_a_word_is_dropped_by_the_observers_keepalive
         return bool(cluster.exec("n2", ["ss", "-Htn", "state", "established", "dst", mediator]).stdout.strip())
 
     try:
-        observers = _start_observers(cluster, sink, port)
+        observers = _start_observers(cluster, sink, port, extra=("--keepalive", "2,1,3"))
         assert connected()
         cluster.exec("n2", ["iptables", "-w", "-I", cut[0], "1", *cut[1:]])
         silent_at = time.monotonic()
-        wait_until(lambda: not connected(), KEEPALIVE.dead_after_s + 15, "the observer to end its connection",
+        wait_until(lambda: not connected(), short.dead_after_s + 15, "the observer to end its connection",
                    interval=0.5)
         took = time.monotonic() - silent_at
-        assert KEEPALIVE.dead_after_s - 1 <= took <= KEEPALIVE.dead_after_s + 5, took
+        assert short.dead_after_s - 1 <= took <= short.dead_after_s + 5, took
         assert server.metrics()["ended"] == {}  # the observer's doing: the mediator heard no word
         assert sink.clock_count["n2"] == 1  # no new connection while cut off (the SYN-ACK is lost)
 
