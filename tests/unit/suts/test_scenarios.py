@@ -140,8 +140,8 @@ def sticky_rollback_healed() -> Cluster:
     assert not c.send("n1", "n2", "append", b"A 2 10.0.0.1:7001 0 0 0 1 2,G,_,-,-\n")  # its no-op: dropped
     assert c.state == "cut"
     assert not c.send("n1", "n3", "append", b"A 2 10.0.0.1:7001 0 0 0 0\n") and not c.send("n3", "n1", "append-reply")
-    assert not c.send("n3", "n2", "vote-request") and c.send("n2", "n3", "vote-request")  # only n2 may win
-    assert c.send("n3", "n2", "vote-reply")
+    assert c.send("n3", "n2", "vote-request") and not c.send("n2", "n3", "vote-reply")  # n3 cannot win
+    assert c.send("n2", "n3", "vote-request") and c.send("n3", "n2", "vote-reply")  # n2 can
     c.event(code("n3", "became-leader"))  # cannot happen; takes no transition anyway
     c.event(code("n2", "became-leader"))
     assert c.state == "new-leader"
