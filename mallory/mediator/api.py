@@ -74,14 +74,16 @@ import time
 import traceback
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 
 from mallory.errors import MalloryError
 from mallory.mediator import edn_api
-from mallory.mediator.advisor import Advisor
 from mallory.mediator.windows import Window
+
+if TYPE_CHECKING:  # the advisor's learner brings numpy, datasketch and scipy: only --advisor loads it
+    from mallory.mediator.advisor import Advisor
 
 TOKEN_HEADER = "X-Mallory-Token"
 MAX_BODY = 1 << 20

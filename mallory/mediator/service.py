@@ -18,9 +18,9 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from mallory.errors import MalloryError
-from mallory.mediator.advisor import Advisor
 from mallory.mediator.api import ApiServer, Link
 from mallory.mediator.filter_sets import FilterSetDriver
 from mallory.mediator.firewall import Firewall, install_queue_rules, remove_queue_rules
@@ -31,6 +31,9 @@ from mallory.mediator.receiver import BatchServer
 from mallory.mediator.windows import Window, WindowService
 from mallory.timeline.builder import TimelineBuilder
 from mallory.timeline.event import Batch, ClockPair, Event, Kind
+
+if TYPE_CHECKING:  # the advisor's learner brings numpy, datasketch and scipy: only --advisor loads it
+    from mallory.mediator.advisor import Advisor
 
 MEDIATOR_NODE = "mediator"
 RECORDING_NAME = "events.jsonl"

@@ -122,6 +122,15 @@ def test_a_command_imports_only_its_own_module():
     assert r.returncode == ExitCode.BAD_INPUT and "'fuzz'" in r.stderr and "'observe'" in r.stderr
 
 
+def test_the_mediator_loads_the_learner_only_for_the_advisor():
+    """The mediator holds a learner only in Jepsen-driven mode (--advisor); without it, it must
+    not map datasketch and the scipy it pulls in (~3.5 MB resident, OpenBLAS's threads)."""
+    code = ("import sys, mallory.commands.mediator, mallory.mediator.service, mallory.mediator.api; "
+            "print([m for m in ('scipy', 'datasketch', 'mallory.learner') if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
 @pytest.mark.parametrize("value", ["2,1", "2,1,0", "a,b,c", "2,1,3,4", "-2,1,3"])
 def test_observe_rejects_a_malformed_keepalive(value, capsys):
     assert main(["observe", "--node", "n1", f"--keepalive={value}"]) == ExitCode.BAD_INPUT
