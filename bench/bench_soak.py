@@ -25,8 +25,8 @@ buffer, windows truncated by it). Targets of the issue: growth flat, observer RS
 
 RSS cannot tell a leak from the high-water mark of a burst (memory freed after a burst mostly
 stays resident). So each round also keeps the mediator's own account of its memory (its
-/metrics "memory": live Python blocks, glibc malloc's chunks in use and free, threads, and the
-sizes of its traffic-bounded tables; mallory/mediator/memory.py) in OUT/mediator_memory.csv,
+/metrics "memory": live Python blocks, pymalloc's arenas, glibc malloc's chunks in use and
+free, threads, and the sizes of its traffic-bounded tables; mallory/mediator/memory.py) in OUT/mediator_memory.csv,
 and the summary gives each one's growth per hour after the warm-up, and RssAnon's growth at
 a constant *peak* event rate (a fit on time and the highest rate so far): a leak grows at a
 constant load, in Python blocks or malloc's chunks in use; a high-water mark grows only with
@@ -170,18 +170,24 @@ def growth_beyond_peak(points: Sequence[tuple[float, float, float]]) -> tuple[fl
 
 
 #: the columns of OUT/mediator_memory.csv after time_s, from the mediator's /metrics "memory"
-MEMORY_COLUMNS = ("rss_mb", "anon_mb", "python_blocks", "malloc_in_use_mb", "malloc_free_mb", "malloc_heap_mb",
-                  "malloc_mmap_mb", "threads", "seen_packets", "sends_remembered", "pending_events",
-                  "early_batches", "join_waiting")
+MEMORY_COLUMNS = ("rss_mb", "anon_mb", "python_blocks", "pymalloc_arenas_mb", "pymalloc_blocks_mb",
+                  "malloc_in_use_mb", "malloc_free_mb", "malloc_heap_mb", "malloc_mmap_mb", "other_anon_mb",
+                  "threads", "seen_packets", "sends_remembered", "pending_events", "early_batches", "join_waiting")
 
 
 def memory_row(memory: Mapping) -> dict[str, float | None]:
     """The mediator's /metrics "memory" section as MEMORY_COLUMNS (None: not reported, such as
-    malloc's account without glibc's mallinfo2)."""
+    malloc's account without glibc's mallinfo2). `other_anon_mb` is RssAnon less what the
+    allocators hold (pymalloc's arenas, malloc's heaps and mmapped chunks): thread stacks and
+    C libraries' own mappings, less heap pages malloc_trim made non-resident."""
     malloc = memory.get("malloc") or {}
+    pymalloc = memory.get("pymalloc") or {}
     held = memory.get("held") or {}
     row = {k: memory.get(k) for k in ("rss_mb", "anon_mb", "python_blocks", "threads")}
     row.update({f"malloc_{k}": malloc.get(k) for k in ("in_use_mb", "free_mb", "heap_mb", "mmap_mb")})
+    row.update({f"pymalloc_{k}": pymalloc.get(k) for k in ("arenas_mb", "blocks_mb")})
+    parts = (row["anon_mb"], row["pymalloc_arenas_mb"], row["malloc_heap_mb"], row["malloc_mmap_mb"])
+    row["other_anon_mb"] = None if None in parts else round(parts[0] - sum(parts[1:]), 2)
     row.update({k: held.get(k) for k in ("seen_packets", "sends_remembered", "pending_events", "early_batches",
                                          "join_waiting")})
     return {k: row[k] for k in MEMORY_COLUMNS}
@@ -203,7 +209,8 @@ def render_memory(rows: Sequence[tuple[float, Mapping]], warmup_s: float,
         lines.append(f"RssAnon at a constant peak event rate: {_signed(fit[0])} MB/h, "
                      f"{_signed(fit[1], 3)} MB per 1000 events/min of a new peak")
     lines.append("A leak grows at a constant load (python_blocks, malloc_in_use_mb, a table below its bound);\n"
-                 "a burst's high-water mark grows with a new peak only (malloc_free_mb, RSS flat between peaks).")
+                 "a burst's high-water mark grows with a new peak only (malloc_free_mb, RSS flat between peaks);\n"
+                 "pymalloc arenas that grow while its blocks do not are fragmentation.")
     return "\n".join(lines)
 
 

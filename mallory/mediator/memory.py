@@ -15,7 +15,14 @@ top of each). These figures, read each minute next to the event rate, can:
   behind; `heap_mb`, the heaps' size (in use + free); `mmap_mb`, chunks mmapped on their
   own (returned whole when freed). None where the C library has no mallinfo2 (not glibc,
   or glibc before 2.33).
+* `pymalloc` (CPython's own statistics, `_PyObject_DebugMallocStats`): `arenas_mb`, the
+  1 MiB arenas pymalloc holds (mmapped: anonymous memory that neither glibc account nor
+  `[heap]` shows); `blocks_mb`, the bytes of the blocks alive in them. Arenas that grow while
+  blocks do not are fragmentation: an arena goes back only once every block in it is freed.
+  None where CPython does not export it or does not use pymalloc.
 * `rss_mb` / `anon_mb` (/proc/self/status): what the soak sees, read at the same moment.
+  What is left of `anon_mb` after the two allocators' shares is thread stacks and memory
+  that C libraries map for themselves.
 * `threads`: Python threads alive (one per observer connection and per API request in
   flight, besides the mediator's own): a connection whose thread never ends shows here.
 
@@ -54,6 +61,15 @@ def _libc_function(name: str, restype, argtypes: list):  # the C library's `name
 
 _mallinfo2 = _libc_function("mallinfo2", _Mallinfo2, [])
 _malloc_trim = _libc_function("malloc_trim", ctypes.c_int, [ctypes.c_size_t])
+_open_memstream = _libc_function("open_memstream", ctypes.c_void_p,
+                                 [ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(ctypes.c_size_t)])
+_fclose = _libc_function("fclose", ctypes.c_int, [ctypes.c_void_p])
+_free = _libc_function("free", None, [ctypes.c_void_p])
+try:  # CPython's private dump of pymalloc's state, to a C stream; called with the GIL held
+    _pymalloc_stats = ctypes.pythonapi._PyObject_DebugMallocStats
+    _pymalloc_stats.argtypes, _pymalloc_stats.restype = [ctypes.c_void_p], ctypes.c_int
+except AttributeError:
+    _pymalloc_stats = None
 
 
 def return_free_memory() -> bool | None:
@@ -77,6 +93,38 @@ def malloc_account() -> dict[str, float] | None:
             "free_mb": round(info.fordblks / _MB, 2), "mmap_mb": round(info.hblkhd / _MB, 2)}
 
 
+def pymalloc_figures(stats_text: str) -> dict[str, float] | None:
+    """`arenas_mb` and `blocks_mb` from the text of `_PyObject_DebugMallocStats` (the lines
+    "N arenas * 1048576 bytes/arena = ..." and "# bytes in allocated blocks = ..."), or None
+    when it lacks them."""
+    arenas = re.search(r"^\d+ arenas \* \d+ bytes/arena\s+=\s+([\d,]+)$", stats_text, re.MULTILINE)
+    blocks = re.search(r"^# bytes in allocated blocks\s+=\s+([\d,]+)$", stats_text, re.MULTILINE)
+    if arenas is None or blocks is None:
+        return None
+    return {"arenas_mb": round(int(arenas.group(1).replace(",", "")) / _MB, 2),
+            "blocks_mb": round(int(blocks.group(1).replace(",", "")) / _MB, 2)}
+
+
+def pymalloc_account() -> dict[str, float] | None:
+    """pymalloc's arenas and live blocks in MB (see the module docstring), or None without its
+    statistics or a C library with open_memstream. Walks pymalloc's arenas: ~0.1 ms for 20."""
+    if _pymalloc_stats is None or _open_memstream is None or _fclose is None or _free is None:
+        return None
+    buffer, size = ctypes.c_char_p(), ctypes.c_size_t()
+    stream = _open_memstream(ctypes.byref(buffer), ctypes.byref(size))
+    if not stream:
+        return None
+    try:
+        written = _pymalloc_stats(stream)
+    finally:
+        _fclose(stream)  # sets buffer and size
+    try:
+        text = ctypes.string_at(buffer, size.value).decode("ascii", "replace")
+    finally:
+        _free(ctypes.cast(buffer, ctypes.c_void_p))
+    return pymalloc_figures(text) if written else None
+
+
 def resident_mb(status_text: str) -> dict[str, float | None]:
     """VmRSS and RssAnon of a /proc/PID/status text in MB (None for a field it lacks)."""
     out: dict[str, float | None] = {}
@@ -87,10 +135,10 @@ def resident_mb(status_text: str) -> dict[str, float | None]:
 
 
 def process_memory() -> dict[str, object]:
-    """This process's memory now: rss_mb, anon_mb, python_blocks, malloc, threads."""
+    """This process's memory now: rss_mb, anon_mb, python_blocks, malloc, pymalloc, threads."""
     try:
         resident = resident_mb(Path("/proc/self/status").read_text())
     except OSError:  # no procfs
         resident = {"rss_mb": None, "anon_mb": None}
     return {**resident, "python_blocks": sys.getallocatedblocks(), "malloc": malloc_account(),
-            "threads": threading.active_count()}
+            "pymalloc": pymalloc_account(), "threads": threading.active_count()}

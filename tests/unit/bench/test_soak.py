@@ -122,12 +122,15 @@ def test_growth_beyond_the_peak_tells_a_bursts_high_water_mark_from_a_leak():
 def test_the_mediators_memory_account_becomes_rows_and_a_summary():
     memory = {"rss_mb": 150.0, "anon_mb": 110.0, "python_blocks": 900_000, "threads": 6,
               "malloc": {"heap_mb": 40.0, "in_use_mb": 25.0, "free_mb": 15.0, "mmap_mb": 9.0},
+              "pymalloc": {"arenas_mb": 50.0, "blocks_mb": 41.5},
               "held": {"seen_packets": 200_000, "sends_remembered": 7000, "pending_events": 30, "early_batches": 0,
                        "join_waiting": 10_000, "lags": 10_000}}
     row = bench.memory_row(memory)
     assert list(row) == list(bench.MEMORY_COLUMNS)
     assert (row["malloc_free_mb"], row["seen_packets"], row["python_blocks"]) == (15.0, 200_000, 900_000)
+    assert (row["pymalloc_arenas_mb"], row["pymalloc_blocks_mb"], row["other_anon_mb"]) == (50.0, 41.5, 11.0)
     assert bench.memory_row({**memory, "malloc": None})["malloc_in_use_mb"] is None  # no mallinfo2
+    assert bench.memory_row({**memory, "pymalloc": None})["other_anon_mb"] is None
     rows = [(0, bench.memory_row({**memory, "python_blocks": 1})),  # the warm-up: left out
             (3600, row), (7200, bench.memory_row({**memory, "python_blocks": 1_000_000, "malloc": None}))]
     anon = [(h * 3600, r, 100 + 5 * h) for h, r in enumerate((1000, 2000, 1000, 2000))]

@@ -8,6 +8,8 @@ import pytest
 from mallory.mediator.memory import (
     malloc_account,
     process_memory,
+    pymalloc_account,
+    pymalloc_figures,
     resident_mb,
     return_free_memory,
 )
@@ -56,6 +58,30 @@ def test_free_chunks_left_between_survivors_go_back_to_the_system():
     assert return_free_memory() is True
     assert before - process_memory()["anon_mb"] >= 20
     assert len(survivors) == 1_000
+
+
+def test_pymalloc_figures_are_read_from_its_statistics_text():
+    text = ("# arenas allocated current         =                   17\n"
+            "17 arenas * 1048576 bytes/arena    =           17,825,792\n\n"
+            "# bytes in allocated blocks        =           16,716,704\n")
+    assert pymalloc_figures(text) == {"arenas_mb": 17.0, "blocks_mb": 15.94}
+    assert pymalloc_figures("# arenas allocated current = 17\n") is None
+
+
+@pytest.mark.skipif(pymalloc_account() is None, reason="no pymalloc statistics here")
+def test_pymalloc_arenas_outlast_their_blocks_while_a_survivor_holds_each():
+    before = pymalloc_account()
+    objects = [bytes(200) for _ in range(200_000)]  # ~46 MB of small blocks: pymalloc arenas
+    during = pymalloc_account()
+    assert during["blocks_mb"] - before["blocks_mb"] >= 40
+    assert during["arenas_mb"] >= during["blocks_mb"]
+    survivors = objects[::500]  # one object in 500 lives on: a few in every arena
+    del objects
+    after = pymalloc_account()
+    assert after["blocks_mb"] - before["blocks_mb"] < 2  # the blocks are gone...
+    assert after["arenas_mb"] - before["arenas_mb"] >= 30  # ...but not the arenas that hold a survivor
+    del survivors
+    assert pymalloc_account()["arenas_mb"] - before["arenas_mb"] < 5
 
 
 def test_threads_alive_are_counted():
