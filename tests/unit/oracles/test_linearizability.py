@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import gc
 import random
+
+import pytest
 
 from mallory.history.edn import Keyword
 from mallory.history.ops import Op, read_history_text
 from mallory.oracles.linearizability import check_linearizable
+from mallory.mediator.memory import pymalloc_account
 from mallory.oracles.models import make_model
 
 
@@ -204,3 +208,14 @@ def _brute_force(ops: list[Op]) -> bool:
                 if ok:
                     return True
     return False
+
+
+@pytest.mark.skipif(pymalloc_account() is None, reason="no pymalloc statistics here")
+def test_a_large_search_gives_its_memory_back():
+    """The memo of a search that gave up on its budget (~40 MB of tuples here) must not stay
+    resident in pymalloc's arenas after the check, as a long campaign checks many histories."""
+    gc.collect()
+    before = pymalloc_account()["arenas_mb"]
+    r = check_linearizable(_hard_history(18, 200, 1), cas(), max_states=300_000)
+    assert r.valid == "unknown" and r.stats["states"] > 300_000
+    assert pymalloc_account()["arenas_mb"] - before < 8
