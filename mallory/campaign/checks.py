@@ -205,7 +205,8 @@ class ScheduleChecks:
             record["history"] = {"valid": "unknown", "error": verdict.error}
         elif verdict.result is not None:
             r = verdict.result
-            record["history"] = {"valid": r.valid, "checker": r.checker, "anomalies": r.anomaly_types}
+            record["history"] = {"valid": r.valid, "checker": r.checker, "anomalies": r.anomaly_types,
+                                 "stats": r.stats}
         logged = self._schedule_logs(run_dir)
         node_findings = self._node_findings(logged, record) + self._cluster_findings(record, logged, verdict.ops)
         findings = (findings_from_result(verdict.result) if verdict.result else []) + node_findings
