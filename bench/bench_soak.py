@@ -172,7 +172,7 @@ def growth_beyond_peak(points: Sequence[tuple[float, float, float]]) -> tuple[fl
 #: the columns of OUT/mediator_memory.csv after time_s, from the mediator's /metrics "memory"
 MEMORY_COLUMNS = ("rss_mb", "anon_mb", "python_blocks", "pymalloc_arenas_mb", "pymalloc_blocks_mb",
                   "malloc_in_use_mb", "malloc_free_mb", "malloc_heap_mb", "malloc_mmap_mb", "other_anon_mb",
-                  "threads", "seen_packets", "sends_remembered", "pending_events", "early_batches", "join_waiting")
+                  "free_ms", "threads", "seen_packets", "sends_remembered", "pending_events", "early_batches", "join_waiting")
 
 
 def memory_row(memory: Mapping) -> dict[str, float | None]:
@@ -183,7 +183,7 @@ def memory_row(memory: Mapping) -> dict[str, float | None]:
     malloc = memory.get("malloc") or {}
     pymalloc = memory.get("pymalloc") or {}
     held = memory.get("held") or {}
-    row = {k: memory.get(k) for k in ("rss_mb", "anon_mb", "python_blocks", "threads")}
+    row = {k: memory.get(k) for k in ("rss_mb", "anon_mb", "python_blocks", "free_ms", "threads")}
     row.update({f"malloc_{k}": malloc.get(k) for k in ("in_use_mb", "free_mb", "heap_mb", "mmap_mb")})
     row.update({f"pymalloc_{k}": pymalloc.get(k) for k in ("arenas_mb", "blocks_mb")})
     parts = (row["anon_mb"], row["pymalloc_arenas_mb"], row["malloc_heap_mb"], row["malloc_mmap_mb"])

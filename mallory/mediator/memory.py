@@ -34,6 +34,7 @@ that is well. Fine once a second; not per batch.
 from __future__ import annotations
 
 import ctypes
+import gc
 import re
 import sys
 import threading
@@ -73,11 +74,15 @@ except AttributeError:
 
 
 def return_free_memory() -> bool | None:
-    """Give the free pages of malloc's heaps back to the system (glibc's malloc_trim(0): every
-    arena, whole free pages inside a heap too, not only its top). A burst's freed batches
-    and tables otherwise stay resident as a high-water mark. True if something was returned,
-    False if nothing was, None without malloc_trim. Costs ~1 ms per 10 MB of free chunks,
-    each arena locked in turn: once a minute, not per batch."""
+    """Give freed memory back to the system: first a full collection, which also empties
+    CPython's free lists (the last 2,000 freed tuples of each size, among others, each
+    holding its pymalloc arena resident, so pymalloc can free the arenas left empty); then
+    glibc's malloc_trim(0) (every arena, whole free pages inside a heap too, not only its
+    top). A burst's freed batches and tables otherwise stay resident as a high-water mark.
+    True if malloc_trim returned something, False if not, None without malloc_trim. Costs a
+    collection's pause (tens of ms in a busy mediator) plus ~1 ms per 10 MB of malloc's free
+    chunks, each arena locked in turn: once a minute, not per batch."""
+    gc.collect()
     if _malloc_trim is None:
         return None
     return bool(_malloc_trim(0))

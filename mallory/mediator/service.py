@@ -51,7 +51,7 @@ def recording_path(record_dir: Path) -> Path:
 
 
 class Mediator:
-    #: How often the own-stream ticker returns malloc's free pages (a few ms each time).
+    #: How often the own-stream ticker returns freed memory (tens of ms each time).
     TRIM_INTERVAL_S = 60.0
 
     def __init__(
@@ -105,6 +105,8 @@ class Mediator:
         self.stream_error: BaseException | None = None
         #: malloc_trim calls by `_tick` that returned memory to the system
         self.trims = 0
+        #: how long the last of those calls took (ms): the whole process pauses for its collection
+        self.free_ms: float | None = None
         self._ticker = threading.Thread(target=self._tick, name="mediator-stream", daemon=True)
         self.started_ns = time.monotonic_ns()
         self._rules_installed = False
@@ -150,8 +152,8 @@ class Mediator:
         self.ingest.on_batch(batch)
 
     def _tick(self) -> None:
-        """Flush the own events every batch interval, and every `TRIM_INTERVAL_S` give malloc's
-        free pages back (memory.return_free_memory): without it an event burst's high-water
+        """Flush the own events every batch interval, and every `TRIM_INTERVAL_S` give freed
+        memory back (memory.return_free_memory): without it an event burst's high-water
         mark stays resident for the rest of a 24-hour campaign. Whatever ends it (the
         recording's disk full, a subscriber's bug) is kept in `stream_error` for the command
         to exit on: with nothing flushing them, every client op and fault after it would stay
@@ -163,6 +165,7 @@ class Mediator:
                 if time.monotonic_ns() - trimmed_ns >= self.TRIM_INTERVAL_S * 1e9:
                     trimmed_ns = time.monotonic_ns()
                     self.trims += bool(return_free_memory())
+                    self.free_ms = round((time.monotonic_ns() - trimmed_ns) / 1e6, 1)
         except BaseException as exc:
             self.stream_error = exc
             raise
@@ -275,7 +278,7 @@ class Mediator:
     def memory(self) -> dict:
         """The process's memory (memory.py) and, under "held", the sizes of the tables that
         grow with the traffic up to their bounds: a soak reads which one moved."""
-        return {**process_memory(), "trims": self.trims,
+        return {**process_memory(), "trims": self.trims, "free_ms": self.free_ms,
                 "held": {"seen_packets": len(self.firewall.seen), **self.ingest.held()}}
 
     def status(self) -> dict:

@@ -1,6 +1,7 @@
 """The mediator's memory figures (mallory/mediator/memory.py) follow what this process
 allocates and frees, and the mediator's /metrics carry them with its tables' sizes."""
 
+import gc
 import threading
 
 import pytest
@@ -82,6 +83,19 @@ def test_pymalloc_arenas_outlast_their_blocks_while_a_survivor_holds_each():
     assert after["arenas_mb"] - before["arenas_mb"] >= 30  # ...but not the arenas that hold a survivor
     del survivors
     assert pymalloc_account()["arenas_mb"] - before["arenas_mb"] < 5
+
+
+@pytest.mark.skipif(pymalloc_account() is None, reason="no pymalloc statistics here")
+def test_returning_free_memory_frees_the_arenas_that_free_lists_held():
+    gc.collect()
+    before = pymalloc_account()["arenas_mb"]
+    pairs = {(i, -i) for i in range(300_000)}  # ~40 MB of 2-tuples (and ints) in pymalloc's arenas
+    assert pymalloc_account()["arenas_mb"] - before >= 20
+    del pairs  # freed in hash order: the tuple free list keeps the last 2,000, scattered
+    held = pymalloc_account()["arenas_mb"] - before
+    return_free_memory()
+    after = pymalloc_account()["arenas_mb"] - before
+    assert after < 3 and held - after >= 10
 
 
 def test_threads_alive_are_counted():

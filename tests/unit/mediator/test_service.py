@@ -42,6 +42,7 @@ def test_the_own_stream_returns_free_memory_every_trim_interval(monkeypatch):
         mediator.stop()
     assert mediator.trims == (len(trims) + 1) // 2  # only the calls that returned memory count
     assert mediator.metrics()["memory"]["trims"] == mediator.trims
+    assert mediator.metrics()["memory"]["free_ms"] >= 0
     assert mediator.ingest.stats()["nodes"]["mediator"]["batches"] > len(trims)  # not every tick
 
 
