@@ -179,14 +179,16 @@ def memory_row(memory: Mapping) -> dict[str, float | None]:
     """The mediator's /metrics "memory" section as MEMORY_COLUMNS (None: not reported, such as
     malloc's account without glibc's mallinfo2). `other_anon_mb` is RssAnon less what the
     allocators hold (pymalloc's arenas, malloc's heaps and mmapped chunks): thread stacks and
-    C libraries' own mappings, less heap pages malloc_trim made non-resident."""
+    C libraries' own mappings, less heap pages malloc_trim made non-resident. No pymalloc
+    account counts as no arenas: the mediator runs without pymalloc (PYTHONMALLOC=malloc,
+    campaign/observed.py), its small objects in malloc's heaps."""
     malloc = memory.get("malloc") or {}
     pymalloc = memory.get("pymalloc") or {}
     held = memory.get("held") or {}
     row = {k: memory.get(k) for k in ("rss_mb", "anon_mb", "python_blocks", "free_ms", "threads")}
     row.update({f"malloc_{k}": malloc.get(k) for k in ("in_use_mb", "free_mb", "heap_mb", "mmap_mb")})
     row.update({f"pymalloc_{k}": pymalloc.get(k) for k in ("arenas_mb", "blocks_mb")})
-    parts = (row["anon_mb"], row["pymalloc_arenas_mb"], row["malloc_heap_mb"], row["malloc_mmap_mb"])
+    parts = (row["anon_mb"], row["pymalloc_arenas_mb"] or 0.0, row["malloc_heap_mb"], row["malloc_mmap_mb"])
     row["other_anon_mb"] = None if None in parts else round(parts[0] - sum(parts[1:]), 2)
     row.update({k: held.get(k) for k in ("seen_packets", "sends_remembered", "pending_events", "early_batches",
                                          "join_waiting")})

@@ -130,7 +130,9 @@ def test_the_mediators_memory_account_becomes_rows_and_a_summary():
     assert (row["malloc_free_mb"], row["seen_packets"], row["python_blocks"]) == (15.0, 200_000, 900_000)
     assert (row["pymalloc_arenas_mb"], row["pymalloc_blocks_mb"], row["other_anon_mb"]) == (50.0, 41.5, 11.0)
     assert bench.memory_row({**memory, "malloc": None})["malloc_in_use_mb"] is None  # no mallinfo2
-    assert bench.memory_row({**memory, "pymalloc": None})["other_anon_mb"] is None
+    without_pymalloc = bench.memory_row({**memory, "pymalloc": None})  # PYTHONMALLOC=malloc
+    assert (without_pymalloc["pymalloc_arenas_mb"], without_pymalloc["other_anon_mb"]) == (None, 61.0)
+    assert bench.memory_row({**memory, "malloc": None})["other_anon_mb"] is None
     rows = [(0, bench.memory_row({**memory, "python_blocks": 1})),  # the warm-up: left out
             (3600, row), (7200, bench.memory_row({**memory, "python_blocks": 1_000_000, "malloc": None}))]
     anon = [(h * 3600, r, 100 + 5 * h) for h, r in enumerate((1000, 2000, 1000, 2000))]

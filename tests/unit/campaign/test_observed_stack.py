@@ -112,26 +112,32 @@ def test_the_token_travels_in_a_private_file_never_in_argv(stack):
     assert str(token_file).encode() in argv and not any(stack.token.encode() in arg for arg in argv)
 
 
-def _arena_max(proc: NodeProcess) -> str | None:
-    """MALLOC_ARENA_MAX in the environment `proc` was started with. Only for a process that
-    has run: spawn() returns once the child's execve has closed its close-on-exec files, and
-    the kernel fills in the new image's environment after that (the file reads empty until
-    then)."""
+def _environment(proc: NodeProcess) -> dict[str, str]:
+    """The environment `proc` was started with. Only for a process that has run: spawn()
+    returns once the child's execve has closed its close-on-exec files, and the kernel fills
+    in the new image's environment after that (the file reads empty until then)."""
     environ = Path(f"/proc/{proc.pid}/environ").read_bytes()
     assert environ, f"/proc/{proc.pid}/environ is empty: the process has not finished its execve"
     env = dict(e.decode().partition("=")[::2] for e in environ.split(b"\0") if e)
     # spawn() sets MALLORY_NODE: without it, this is not the environment spawn() gave
     assert env.get("MALLORY_NODE") == proc.node, f"pid {proc.pid} shows another environment: {sorted(env)}"
-    return env.get("MALLOC_ARENA_MAX")
+    return env
 
 
 def test_mediator_and_observers_run_with_two_malloc_arenas(stack, monkeypatch):
     for proc in (stack.mediator_proc, *stack.observers):
-        assert _arena_max(proc) == "2"
+        assert _environment(proc).get("MALLOC_ARENA_MAX") == "2"
     monkeypatch.setenv("MALLOC_ARENA_MAX", "4")  # the user's own choice wins, restarts too
     kill(stack, stack.observers[0])
     stack.revive_dead()
-    assert _arena_max(stack.observers[0]) == "4"
+    assert _environment(stack.observers[0]).get("MALLOC_ARENA_MAX") == "4"
+
+
+def test_the_mediator_alone_runs_without_pymalloc(stack):
+    users = os.environ.get("PYTHONMALLOC")  # the user's own choice wins
+    assert _environment(stack.mediator_proc).get("PYTHONMALLOC") == (users or "malloc")
+    for proc in stack.observers:
+        assert _environment(proc).get("PYTHONMALLOC") == users
 
 
 def test_the_watchdog_restarts_a_dead_observer_and_waits_for_its_batches(stack):
