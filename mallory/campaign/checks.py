@@ -5,10 +5,10 @@ client workload in the background, recording `runs/NNNNNN/history.edn` (+ `.json
 every fault is healed it records a `heal` nemesis op. At the schedule's end it gives the
 cluster up to `stuck_after_s` from that heal to serve a client again, stops the workload,
 checks the history (the checker is inferred from the workload: linearizability for
-registers, Elle-style for transactions) and draws its verdict beside it
-(`check_run_history`), scans the log lines the schedule added for the log patterns (the
-SUT's own `[[log_bugs]]` first, then the built-in ones),
-AddressSanitizer reports and two leaders in one term, notices processes that died by an
+registers, Elle-style for transactions) and draws its verdict beside it, in a child process
+so a large check's memory goes with it (`history_check.check_run_history_in_child`), scans
+the log lines the schedule added for the log patterns (the SUT's own `[[log_bugs]]` first,
+then the built-in ones), AddressSanitizer reports and two leaders in one term, notices processes that died by an
 unexpected signal (with their last log lines and, when the fault shim caught the crash,
 its backtrace, symbolized), compares what the replicas applied (an adapter that
 `ReportsApplied`), finds the node the reset could not bring back while the others came
@@ -23,14 +23,13 @@ from __future__ import annotations
 import re
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from mallory.campaign.directory import CampaignDir
+from mallory.campaign.history_check import check_run_history_in_child
 from mallory.campaign.loop import BugEvidence
 from mallory.campaign.symbols import symbolize
-from mallory.errors import MalloryError
 from mallory.files import atomic_write
 from mallory.harness.adapter import (
     DeclaresLogBugs,
@@ -42,10 +41,9 @@ from mallory.harness.history import HistoryRecorder
 from mallory.harness.runner import RunConfig, WorkloadRunner
 from mallory.harness.session import client_node_for
 from mallory.harness.workload import make_workload
-from mallory.history.ops import Op, read_history
+from mallory.history.ops import Op
 from mallory.log_lines import LogPattern
 from mallory.oracles.asan import parse_asan
-from mallory.oracles.check import CheckOptions, check_history
 from mallory.oracles.liveness import HEAL, cannot_restart_findings, stuck_findings
 from mallory.oracles.logs import DEFAULT_PATTERNS, death_finding, scan_log
 from mallory.oracles.replicas import (
@@ -53,10 +51,8 @@ from mallory.oracles.replicas import (
     leader_terms,
     two_leaders_findings,
 )
-from mallory.oracles.result import CheckResult
 from mallory.oracles.results_edn import results_edn
 from mallory.oracles.triage import Bug, Finding, deduplicate, findings_from_result
-from mallory.pictures.verdict import run_pictures
 
 #: the longest run a schedule's workload may have; the campaign stops it at the schedule end
 _FOREVER_S = 24 * 3600.0
@@ -66,34 +62,6 @@ KEYS_PER_SCHEDULE = 1_000_000
 #: how long after every fault healed a cluster may serve no client before it counts as stuck
 #: (the reset's restarts and elections come within it)
 STUCK_AFTER_S = 15.0
-
-
-@dataclass
-class RunVerdict:
-    """The history checker's answer on a run: its result, or why the history could not be
-    checked (both None: the run recorded no history), and the history's ops as read."""
-
-    result: CheckResult | None = None
-    error: str | None = None
-    ops: list[Op] = field(default_factory=list)
-
-
-def check_run_history(run_dir: Path, time_limit: float) -> RunVerdict:
-    """Check the history a run recorded (run_dir/history.edn) and write the pictures of its
-    verdict beside it (`mallory.pictures.verdict.run_pictures`: its latency plot, each
-    anomaly case's cycle or linearizability diagram)."""
-    path = run_dir / "history.edn"
-    if not path.exists() or path.stat().st_size == 0:
-        return RunVerdict()
-    try:
-        fmt, ops = read_history(path)
-        result = check_history(ops, fmt, CheckOptions(time_limit=time_limit), str(path))
-        pictures = run_pictures(ops, result.anomalies, str(path))
-    except MalloryError as exc:
-        return RunVerdict(error=str(exc))
-    for picture in pictures:
-        atomic_write(run_dir / picture.name, picture.svg.encode())
-    return RunVerdict(result, ops=list(ops))
 
 
 class ScheduleChecks:
@@ -198,7 +166,7 @@ class ScheduleChecks:
         run_dir = self.dir.run_dir(index)
         self._await_service_after_heal()
         self.stop_workload()
-        verdict = check_run_history(run_dir, self.check_time_limit)
+        verdict = check_run_history_in_child(run_dir, self.check_time_limit)
         if verdict.error is not None:
             # A history the checker cannot read is a harness problem, not a finding about the
             # SUT; say so in the schedule's record and keep the campaign going.

@@ -116,7 +116,7 @@ def test_kv_is_checked_per_key_and_names_the_key():
     assert r.anomalies["nonlinearizable"][0]["key"] == "'b'"
 
 
-def _hard_history(n_procs: int, n_ops: int, seed: int) -> list[Op]:
+def hard_history(n_procs: int, n_ops: int, seed: int) -> list[Op]:
     """Many concurrent writes that never complete plus reads of values never written:
     the search must explore a huge space before it can say no."""
     rng = random.Random(seed)
@@ -131,7 +131,7 @@ def _hard_history(n_procs: int, n_ops: int, seed: int) -> list[Op]:
 
 
 def test_budget_exhaustion_is_unknown():
-    ops = _hard_history(18, 200, 1)
+    ops = hard_history(18, 200, 1)
     r = check_linearizable(ops, cas(), max_states=2_000)
     assert r.valid == "unknown"
     assert "states" in r.explanation[0]
@@ -216,6 +216,6 @@ def test_a_large_search_gives_its_memory_back():
     resident in pymalloc's arenas after the check, as a long campaign checks many histories."""
     gc.collect()
     before = pymalloc_account()["arenas_mb"]
-    r = check_linearizable(_hard_history(18, 200, 1), cas(), max_states=300_000)
+    r = check_linearizable(hard_history(18, 200, 1), cas(), max_states=300_000)
     assert r.valid == "unknown" and r.stats["states"] > 300_000
     assert pymalloc_account()["arenas_mb"] - before < 8
