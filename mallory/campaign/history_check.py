@@ -5,7 +5,9 @@
 - `check_run_history_in_child(run_dir, time_limit)` gives the same `RunVerdict`, computed
   by a fresh `python -m mallory.campaign.history_check` that writes the pictures itself and
   hands back the result pickled on its stdout. The child dies with the campaign
-  (`PR_SET_PDEATHSIG`), is killed `CHILD_GRACE_S` after the checker's own time limit, and
+  (`PR_SET_PDEATHSIG`), ignores SIGINT (a Ctrl-C at the terminal reaches the whole
+  foreground group, and the campaign's first one lets the schedule in flight finish, its
+  check included), is killed `CHILD_GRACE_S` after the checker's own time limit, and
   a child that dies or is killed gives `RunVerdict(error=...)`: a harness problem, as an
   unreadable history is, never a finding about the SUT.
 
@@ -117,6 +119,7 @@ def main(argv: list[str]) -> int:
     """The child: `RUN_DIR TIME_LIMIT PARENT_PID`; writes (result, error) pickled to stdout."""
     run_dir, time_limit, parent = argv
     _die_with(int(parent))
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     verdict = check_run_history(Path(run_dir), float(time_limit))
     sys.stdout.buffer.write(pickle.dumps((verdict.result, verdict.error)))
     return 0

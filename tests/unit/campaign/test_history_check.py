@@ -1,7 +1,7 @@
 """A schedule's history check in a child process: the same verdict and pictures as in the
 campaign's own process (a valid register history, an invalid transactional one), a child
-that dies is an error verdict that says how, and a child whose campaign is killed -9 in the
-middle of a long search is gone with it."""
+that dies is an error verdict that says how, a child whose campaign is killed -9 in the
+middle of a long search is gone with it, and a Ctrl-C does not end a check in flight."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -90,6 +91,32 @@ def test_a_check_dies_with_the_campaign_killed_mid_search(tmp_path):
     while _checks_of(run_dir):
         assert time.monotonic() < deadline, "the check outlived its campaign"
         time.sleep(0.05)
+
+
+def _ignores_sigint(pid: int) -> bool:
+    """Whether process pid ignores SIGINT now (its SigIgn mask in /proc/PID/status)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigIgn:"):
+            return bool(int(line.split()[1], 16) & (1 << (signal.SIGINT - 1)))
+    return False
+
+
+def test_a_ctrl_c_at_the_terminal_does_not_end_the_check_in_flight(tmp_path):
+    run_dir = _run_dir(tmp_path / "run", hard_history(18, 200, 1))
+    verdict: list = []
+    check = threading.Thread(target=lambda: verdict.append(check_run_history_in_child(run_dir, 2.0)))
+    check.start()
+    deadline = time.monotonic() + 20
+    while not (children := _checks_of(run_dir)):
+        assert time.monotonic() < deadline, "no check started"
+        time.sleep(0.05)
+    while not _ignores_sigint(children[0]):
+        assert time.monotonic() < deadline, "the check never ignored SIGINT"
+        time.sleep(0.01)
+    os.kill(children[0], signal.SIGINT)
+    check.join(60)
+    (result,) = verdict
+    assert result.error is None and result.result.valid == "unknown", "the search ran to its 2 s limit"
 
 
 def test_a_child_whose_parent_is_already_gone_exits_at_once(tmp_path):
