@@ -4,7 +4,7 @@
   writes the pictures of its verdict beside it.
 - `check_run_history_in_child(run_dir, time_limit)` gives the same `RunVerdict`, computed
   by a fresh `python -m mallory.campaign.history_check` that writes the pictures itself and
-  hands back the result pickled on its stdout. The child dies with the campaign
+  hands back the verdict's fields pickled on its stdout. The child dies with the campaign
   (`PR_SET_PDEATHSIG`), ignores SIGINT (a Ctrl-C at the terminal reaches the whole
   foreground group, and the campaign's first one lets the schedule in flight finish, its
   check included), is killed `CHILD_GRACE_S` after the checker's own time limit, and
@@ -28,6 +28,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mallory.cluster.backend import describe_exit
 from mallory.errors import MalloryError
 from mallory.files import atomic_write
 from mallory.history.ops import Op, read_history
@@ -55,8 +56,8 @@ def check_run_history(run_dir: Path, time_limit: float) -> RunVerdict:
     """Check the history a run recorded (run_dir/history.edn) and write the pictures of its
     verdict beside it (`mallory.pictures.verdict.run_pictures`: its latency plot, each
     anomaly case's cycle or linearizability diagram)."""
-    path = run_dir / "history.edn"
-    if not path.exists() or path.stat().st_size == 0:
+    path = _recorded_history(run_dir)
+    if path is None:
         return RunVerdict()
     try:
         fmt, ops = read_history(path)
@@ -71,9 +72,8 @@ def check_run_history(run_dir: Path, time_limit: float) -> RunVerdict:
 
 def check_run_history_in_child(run_dir: Path, time_limit: float) -> RunVerdict:
     """`check_run_history(run_dir, time_limit)`, run by a child process (see the module's
-    docstring); the ops are read here."""
-    path = run_dir / "history.edn"
-    if not path.exists() or path.stat().st_size == 0:
+    docstring)."""
+    if _recorded_history(run_dir) is None:
         return RunVerdict()
     try:
         done = subprocess.run(child_argv(run_dir, time_limit), capture_output=True,
@@ -82,24 +82,20 @@ def check_run_history_in_child(run_dir: Path, time_limit: float) -> RunVerdict:
         return RunVerdict(error=f"the history check ran past its {time_limit:g} s limit by "
                                 f"{CHILD_GRACE_S:g} s and was killed")
     if done.returncode != 0:
-        return RunVerdict(error=f"the history check died ({_status(done.returncode)}): {_last_line(done.stderr)}")
-    result, error = pickle.loads(done.stdout)
-    try:
-        ops = read_history(path)[1] if error is None else []
-    except MalloryError as exc:
-        return RunVerdict(error=str(exc))
-    return RunVerdict(result, error, ops)
+        return RunVerdict(error=f"the history check {describe_exit(done.returncode)}: "
+                                f"{_last_line(done.stderr)}")
+    return RunVerdict(*pickle.loads(done.stdout))
+
+
+def _recorded_history(run_dir: Path) -> Path | None:
+    """run_dir's history.edn, None when the run recorded none (no file, or an empty one)."""
+    path = run_dir / "history.edn"
+    return path if path.exists() and path.stat().st_size > 0 else None
 
 
 def child_argv(run_dir: Path, time_limit: float) -> list[str]:
     """The command line of the child that checks run_dir's history."""
     return [sys.executable, "-m", "mallory.campaign.history_check", str(run_dir), repr(time_limit), str(os.getpid())]
-
-
-def _status(returncode: int) -> str:
-    if returncode < 0:
-        return f"killed by {signal.Signals(-returncode).name}"
-    return f"exit {returncode}"
 
 
 def _last_line(stderr: bytes) -> str:
@@ -116,12 +112,13 @@ def _die_with(parent: int) -> None:
 
 
 def main(argv: list[str]) -> int:
-    """The child: `RUN_DIR TIME_LIMIT PARENT_PID`; writes (result, error) pickled to stdout."""
+    """The child: `RUN_DIR TIME_LIMIT PARENT_PID`; writes its `RunVerdict`'s fields pickled to stdout."""
     run_dir, time_limit, parent = argv
     _die_with(int(parent))
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     verdict = check_run_history(Path(run_dir), float(time_limit))
-    sys.stdout.buffer.write(pickle.dumps((verdict.result, verdict.error)))
+    # its fields, not the verdict: run with -m, this module's classes belong to __main__ here
+    sys.stdout.buffer.write(pickle.dumps((verdict.result, verdict.error, verdict.ops)))
     return 0
 
 

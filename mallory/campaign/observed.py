@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Callable, Self
 
 from mallory.campaign.loop import ComponentDied
-from mallory.cluster.backend import NodeProcess
+from mallory.cluster.backend import NodeProcess, describe_exit
 from mallory.cluster.journaled import GATEWAY
 from mallory.errors import MalloryError
 from mallory.harness.adapter import FramesMessages, LogWatching, ProcessAdapter
@@ -199,7 +199,7 @@ class ObservedStack:
             if status is not None or not self.cluster.is_running(proc):
                 if status is None:
                     status = self.cluster.wait(proc, 0)
-                raise ComponentDied(f"the mediator (pid {proc.pid}) {_death(status)}; its log: {proc.log_path}")
+                raise ComponentDied(f"the mediator (pid {proc.pid}) {describe_exit(status)}; its log: {proc.log_path}")
         dead = [i for i, proc in enumerate(self.observers) if not self.cluster.is_running(proc)]
         if not dead:
             return []
@@ -207,7 +207,7 @@ class ObservedStack:
         for i in dead:
             old = self.observers[i]
             log.warning("watchdog: the observer of %s (pid %d) %s; restarting it",
-                        old.node, old.pid, _death(self.cluster.wait(old, 0)))
+                        old.node, old.pid, describe_exit(self.cluster.wait(old, 0)))
             self.observers[i] = self._spawn_observer(old.node)
         nodes = [self.observers[i].node for i in dead]
         try:
@@ -238,13 +238,3 @@ class ObservedStack:
         self.close()
 
 
-def _death(status: int | None) -> str:
-    """How a process ended, from its exit status as the backends report it."""
-    if status is None or status == -1:  # not ours to reap, or still a zombie
-        return "died"
-    if status < 0:
-        try:
-            return f"was killed by {signal.Signals(-status).name}"
-        except ValueError:
-            return f"was killed by signal {-status}"
-    return f"exited with status {status}"

@@ -9,6 +9,7 @@ adapter runs on network namespaces and on docker.
 
 from __future__ import annotations
 
+import signal
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Protocol, Sequence
@@ -81,3 +82,16 @@ class ClusterBackend(Protocol):
     def wait(self, proc: NodeProcess, timeout: float) -> int | None:
         """Wait for the process to exit; its exit status, or None on timeout."""
         ...
+
+
+def describe_exit(status: int | None) -> str:
+    """How a process ended, from its exit status as the backends report it (negative: the
+    signal that killed it; None or -1: not ours to reap, or still a zombie)."""
+    if status is None or status == -1:
+        return "died"
+    if status < 0:
+        try:
+            return f"was killed by {signal.Signals(-status).name}"
+        except ValueError:
+            return f"was killed by signal {-status}"
+    return f"exited with status {status}"
